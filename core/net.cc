@@ -1,0 +1,296 @@
+#include "core/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/status.h"
+
+namespace hcomm {
+namespace net {
+namespace {
+
+int PollTimeoutMs(absl::Time deadline) {
+  absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return 0;
+  int64_t ms = absl::ToInt64Milliseconds(left + absl::Microseconds(999));
+  return static_cast<int>(std::min<int64_t>(ms, 1000));  // wake at least every second
+}
+
+absl::Status WaitFor(int fd, short events, absl::Time deadline, const char* what) {
+  for (;;) {
+    struct pollfd p = {fd, events, 0};
+    int to = PollTimeoutMs(deadline);
+    int r = ::poll(&p, 1, to);
+    if (r > 0) return absl::OkStatus();
+    if (r < 0 && errno != EINTR) {
+      return Internal(absl::StrCat("poll: ", strerror(errno)));
+    }
+    if (r == 0 && absl::Now() >= deadline) {
+      return Timeout(absl::StrCat("timed out waiting for the socket to become ", what));
+    }
+  }
+}
+
+absl::StatusOr<struct addrinfo*> Resolve(const HostPort& hp, bool passive) {
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  struct addrinfo* res = nullptr;
+  std::string port = absl::StrCat(hp.port);
+  int rc = ::getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Unavailable(absl::StrCat("cannot resolve ", hp.ToString(), ": ", gai_strerror(rc)));
+  }
+  return res;
+}
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string HostPort::ToString() const {
+  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view s, absl::string_view what) {
+  HostPort hp;
+  absl::string_view port_str;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == absl::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return InvalidArgument(absl::StrCat(what, " '", s, "' is not [host]:port"));
+    }
+    hp.host = std::string(s.substr(1, close - 1));
+    port_str = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == absl::string_view::npos || colon == 0) {
+      return InvalidArgument(absl::StrCat(what, " '", s, "' is not host:port"));
+    }
+    hp.host = std::string(s.substr(0, colon));
+    port_str = s.substr(colon + 1);
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(port_str, &port) || port < 0 || port > 65535) {
+    return InvalidArgument(absl::StrCat(what, " '", s, "' has no valid port (0-65535)"));
+  }
+  hp.port = port;
+  return hp;
+}
+
+absl::Status SetNonBlocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+    return Internal(absl::StrCat("fcntl(O_NONBLOCK): ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetNoDelay(int fd) {
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) {
+    return Internal(absl::StrCat("setsockopt(TCP_NODELAY): ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port) {
+  HostPort hp{host, port};
+  HCOMM_ASSIGN_OR_RETURN(struct addrinfo* res, Resolve(hp, /*passive=*/true));
+  absl::Status last = Unavailable(absl::StrCat("cannot listen on ", hp.ToString()));
+  for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) continue;
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) < 0 || ::listen(fd.get(), 1024) < 0) {
+      last = Unavailable(absl::StrCat("cannot listen on ", hp.ToString(), ": ", strerror(errno)));
+      continue;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    ::getsockname(fd.get(), reinterpret_cast<struct sockaddr*>(&ss), &len);
+    if (bound_port != nullptr) {
+      *bound_port = ss.ss_family == AF_INET6
+                        ? ntohs(reinterpret_cast<struct sockaddr_in6*>(&ss)->sin6_port)
+                        : ntohs(reinterpret_cast<struct sockaddr_in*>(&ss)->sin_port);
+    }
+    ::freeaddrinfo(res);
+    return fd;
+  }
+  ::freeaddrinfo(res);
+  return last;
+}
+
+absl::StatusOr<Fd> Connect(const HostPort& hp, absl::Time deadline) {
+  HCOMM_ASSIGN_OR_RETURN(struct addrinfo* res, Resolve(hp, /*passive=*/false));
+  absl::Status last = Unavailable(absl::StrCat("cannot connect to ", hp.ToString()));
+  for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) continue;
+    int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
+    if (rc < 0 && errno == EINPROGRESS) {
+      absl::Status w = WaitWritable(fd.get(), deadline);
+      if (!w.ok()) {
+        last = Timeout(absl::StrCat("connect to ", hp.ToString(), " timed out"));
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (rc < 0) {
+      last = Unavailable(absl::StrCat("cannot connect to ", hp.ToString(), ": ", strerror(errno)));
+      continue;
+    }
+    if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) SetNoDelay(fd.get()).IgnoreError();
+    ::freeaddrinfo(res);
+    return fd;
+  }
+  ::freeaddrinfo(res);
+  return last;
+}
+
+absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline) {
+  absl::Duration backoff = absl::Milliseconds(10);
+  for (;;) {
+    absl::StatusOr<Fd> fd = Connect(hp, deadline);
+    if (fd.ok()) return fd;
+    if (absl::Now() + backoff >= deadline) {
+      return Annotate(fd.status(), "gave up at the deadline");
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+  }
+}
+
+absl::StatusOr<Fd> Accept(int listen_fd, absl::Time deadline) {
+  for (;;) {
+    int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c >= 0) {
+      SetNoDelay(c).IgnoreError();
+      return Fd(c);
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return Internal(absl::StrCat("accept: ", strerror(errno)));
+    }
+    HCOMM_RETURN_IF_ERROR(WaitReadable(listen_fd, deadline));
+  }
+}
+
+absl::Status WaitReadable(int fd, absl::Time deadline) {
+  return WaitFor(fd, POLLIN, deadline, "readable");
+}
+
+absl::Status WaitWritable(int fd, absl::Time deadline) {
+  return WaitFor(fd, POLLOUT, deadline, "writable");
+}
+
+absl::Status ReadFull(int fd, void* buf, size_t n, absl::Time deadline) {
+  char* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::recv(fd, p + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) {
+      return PeerFailure(absl::StrCat("connection closed by the other side after ", got, " of ",
+                                      n, " bytes"));
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      absl::Status w = WaitReadable(fd, deadline);
+      if (!w.ok()) {
+        return Timeout(absl::StrCat("read timed out after ", got, " of ", n, " bytes"));
+      }
+      continue;
+    }
+    return PeerFailure(absl::StrCat("read failed: ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFull(int fd, const void* buf, size_t n, absl::Time deadline) {
+  const char* p = static_cast<const char*>(buf);
+  size_t put = 0;
+  while (put < n) {
+    ssize_t r = ::send(fd, p + put, n - put, MSG_NOSIGNAL);
+    if (r >= 0) {
+      put += static_cast<size_t>(r);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      absl::Status w = WaitWritable(fd, deadline);
+      if (!w.ok()) {
+        return Timeout(absl::StrCat("write timed out after ", put, " of ", n, " bytes"));
+      }
+      continue;
+    }
+    return PeerFailure(absl::StrCat("write failed: ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFrame(int fd, absl::string_view payload, absl::Time deadline) {
+  if (payload.size() > 0xffffffffu) return InvalidArgument("frame larger than 4 GiB");
+  uint32_t n = static_cast<uint32_t>(payload.size());
+  unsigned char hdr[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
+                          static_cast<unsigned char>(n >> 16),
+                          static_cast<unsigned char>(n >> 24)};
+  HCOMM_RETURN_IF_ERROR(WriteFull(fd, hdr, sizeof hdr, deadline));
+  return WriteFull(fd, payload.data(), payload.size(), deadline);
+}
+
+absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, absl::Time deadline) {
+  unsigned char hdr[4];
+  HCOMM_RETURN_IF_ERROR(ReadFull(fd, hdr, sizeof hdr, deadline));
+  uint32_t n = static_cast<uint32_t>(hdr[0]) | (static_cast<uint32_t>(hdr[1]) << 8) |
+               (static_cast<uint32_t>(hdr[2]) << 16) | (static_cast<uint32_t>(hdr[3]) << 24);
+  if (n > max_len) {
+    return InvalidArgument(absl::StrCat("frame of ", n, " bytes exceeds the limit of ", max_len));
+  }
+  std::string out(n, '\0');
+  HCOMM_RETURN_IF_ERROR(ReadFull(fd, out.data(), n, deadline));
+  return out;
+}
+
+std::string HostName() {
+  char buf[256];
+  if (::gethostname(buf, sizeof buf) != 0) return "localhost";
+  buf[sizeof buf - 1] = '\0';
+  return buf;
+}
+
+}  // namespace net
+}  // namespace hcomm

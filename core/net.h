@@ -1,0 +1,96 @@
+// Socket helpers with deadlines, for bootstrap paths (store, handshakes,
+// connection setup). The data path (transports/tcp) has its own event loop.
+//
+//   HCOMM_ASSIGN_OR_RETURN(net::HostPort hp, net::ParseHostPort("127.0.0.1:29500"));
+//   HCOMM_ASSIGN_OR_RETURN(net::Fd fd, net::Connect(hp, deadline));
+//   HCOMM_RETURN_IF_ERROR(net::WriteFrame(fd.get(), bytes, deadline));
+//
+// Every call that may block takes an absolute deadline and returns
+// hcomm Timeout when it passes. File descriptors are non-blocking and
+// close-on-exec.
+#ifndef HCOMM_CORE_NET_H_
+#define HCOMM_CORE_NET_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace hcomm {
+namespace net {
+
+// Owns a file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+  std::string ToString() const;
+};
+
+// Parses "host:port" or "[v6addr]:port". `what` names the setting in errors.
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view s, absl::string_view what = "address");
+
+// Listens on host:port (port 0 = any free port) with a large backlog.
+// *bound_port receives the port actually bound.
+absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port);
+
+// Connects once; fails at once on refusal.
+absl::StatusOr<Fd> Connect(const HostPort& hp, absl::Time deadline);
+
+// Connects, retrying refusals (the listener may not be up yet) until the
+// deadline.
+absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline);
+
+// Accepts one connection; Timeout when the deadline passes first.
+absl::StatusOr<Fd> Accept(int listen_fd, absl::Time deadline);
+
+// Waits until fd is readable (or writable); Timeout at the deadline.
+absl::Status WaitReadable(int fd, absl::Time deadline);
+absl::Status WaitWritable(int fd, absl::Time deadline);
+
+// Reads / writes exactly n bytes. A closed connection is PeerFailure.
+absl::Status ReadFull(int fd, void* buf, size_t n, absl::Time deadline);
+absl::Status WriteFull(int fd, const void* buf, size_t n, absl::Time deadline);
+
+// Length-prefixed frames: a 4-byte little-endian length, then the bytes.
+// ReadFrame refuses (InvalidArgument) a length above max_len before reading
+// or allocating anything.
+absl::Status WriteFrame(int fd, absl::string_view payload, absl::Time deadline);
+absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, absl::Time deadline);
+
+absl::Status SetNonBlocking(int fd);
+absl::Status SetNoDelay(int fd);
+
+// The local machine's host name ("localhost" if it cannot be read).
+std::string HostName();
+
+}  // namespace net
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_NET_H_
