@@ -285,6 +285,36 @@ absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, absl::Time deadlin
   return out;
 }
 
+absl::StatusOr<std::string> LocalAddressToward(const HostPort& hp) {
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  struct addrinfo* res = nullptr;
+  std::string port = absl::StrCat(hp.port == 0 ? 9 : hp.port);
+  int rc = ::getaddrinfo(hp.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Unavailable(absl::StrCat("cannot resolve ", hp.ToString(), ": ", gai_strerror(rc)));
+  }
+  absl::Status last = Unavailable(absl::StrCat("no route to ", hp.ToString()));
+  for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid() || ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) < 0) continue;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (::getsockname(fd.get(), reinterpret_cast<struct sockaddr*>(&ss), &len) < 0) continue;
+    char buf[INET6_ADDRSTRLEN];
+    const void* addr = ss.ss_family == AF_INET6
+                           ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+    if (::inet_ntop(ss.ss_family, addr, buf, sizeof buf) == nullptr) continue;
+    ::freeaddrinfo(res);
+    return std::string(buf);
+  }
+  ::freeaddrinfo(res);
+  return last;
+}
+
 std::string HostName() {
   char buf[256];
   if (::gethostname(buf, sizeof buf) != 0) return "localhost";

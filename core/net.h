@@ -87,6 +87,10 @@ absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, absl::Time deadlin
 absl::Status SetNonBlocking(int fd);
 absl::Status SetNoDelay(int fd);
 
+// The local IP address this machine would use to reach `hp` (a UDP
+// connect: nothing is sent).
+absl::StatusOr<std::string> LocalAddressToward(const HostPort& hp);
+
 // The local machine's host name ("localhost" if it cannot be read).
 std::string HostName();
 

@@ -1,0 +1,328 @@
+// libhcomm_c: argument checks, then the C++ core, then one status mapping.
+// No exception crosses this boundary.
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "c_api/internal.h"
+#include "core/status.h"
+
+static_assert(HCOMM_ERR_INTERNAL == static_cast<int>(hcomm::ErrorCode::kInternal),
+              "hcomm_status_t and hcomm::ErrorCode must agree");
+static_assert(HCOMM_ERR_PEER_FAILURE == static_cast<int>(hcomm::ErrorCode::kPeerFailure),
+              "hcomm_status_t and hcomm::ErrorCode must agree");
+
+namespace {
+
+thread_local std::string last_error;
+
+hcomm_status_t Fail(hcomm_status_t code, const std::string& message) {
+  last_error = message;
+  return code;
+}
+
+// The one place where a Status becomes a C status code.
+hcomm_status_t ToC(const absl::Status& s) {
+  if (s.ok()) return HCOMM_SUCCESS;
+  return Fail(static_cast<hcomm_status_t>(hcomm::CodeOf(s)), std::string(s.message()));
+}
+
+hcomm_status_t BadArg(const std::string& message) {
+  return Fail(HCOMM_ERR_INVALID_ARGUMENT, message);
+}
+
+// Runs `body`, turning any escaping exception into HCOMM_ERR_INTERNAL.
+template <typename F>
+hcomm_status_t Guard(const char* fn, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(HCOMM_ERR_OUT_OF_MEM, absl::StrCat(fn, ": out of memory"));
+  } catch (const std::exception& e) {
+    return Fail(HCOMM_ERR_INTERNAL, absl::StrCat(fn, ": internal error: ", e.what()));
+  } catch (...) {
+    return Fail(HCOMM_ERR_INTERNAL, absl::StrCat(fn, ": internal error"));
+  }
+}
+
+size_t DtypeSize(hcomm_dtype_t d) {
+  switch (d) {
+    case HCOMM_INT8:
+    case HCOMM_UINT8: return 1;
+    case HCOMM_FLOAT16:
+    case HCOMM_BFLOAT16: return 2;
+    case HCOMM_INT32:
+    case HCOMM_UINT32:
+    case HCOMM_FLOAT32: return 4;
+    case HCOMM_INT64:
+    case HCOMM_UINT64:
+    case HCOMM_FLOAT64: return 8;
+  }
+  return 0;
+}
+
+// Checks shared by every point-to-point entry point. On success *bytes is
+// the message size in bytes.
+hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, hcomm_dtype_t dtype,
+                        int peer, int tag, hcomm_comm_t comm, bool is_recv, size_t* bytes) {
+  if (comm == nullptr || !comm->impl) return BadArg(absl::StrCat(fn, ": comm is NULL"));
+  const int rank = comm->impl->rank();
+  const int size = comm->impl->size();
+  size_t esize = DtypeSize(dtype);
+  if (esize == 0) {
+    return BadArg(absl::StrCat(fn, " on rank ", rank, ": dtype ", static_cast<int>(dtype),
+                               " is not an hcomm_dtype_t"));
+  }
+  if (count > SIZE_MAX / esize) {
+    return BadArg(absl::StrCat(fn, " on rank ", rank, ": count ", count, " is too large"));
+  }
+  if (buf == nullptr && count > 0) {
+    return BadArg(absl::StrCat(fn, " on rank ", rank, ": buf is NULL with count ", count));
+  }
+  bool any_ok = is_recv && peer == HCOMM_ANY_SOURCE;
+  if (!any_ok && (peer < 0 || peer >= size)) {
+    return BadArg(absl::StrCat(fn, " on rank ", rank, ": peer ", peer,
+                               " is out of range for a communicator of ", size, " ranks",
+                               is_recv ? " (or HCOMM_ANY_SOURCE)" : ""));
+  }
+  bool any_tag_ok = is_recv && tag == HCOMM_ANY_TAG;
+  if (tag < 0 && !any_tag_ok) {
+    return BadArg(absl::StrCat(fn, " on rank ", rank, ": tag ", tag, " is negative",
+                               is_recv ? " (tags are >= 0, or HCOMM_ANY_TAG)" : " (tags are >= 0)"));
+  }
+  *bytes = count * esize;
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, hcomm::Communicator* comm,
+                          hcomm_request_t* out) {
+  *out = new hcomm_request_s{std::move(r), comm};
+  return HCOMM_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* hcomm_status_string(hcomm_status_t status) {
+  switch (status) {
+    case HCOMM_SUCCESS: return "HCOMM_SUCCESS";
+    case HCOMM_ERR_INVALID_ARGUMENT: return "HCOMM_ERR_INVALID_ARGUMENT";
+    case HCOMM_ERR_NO_DEVICE: return "HCOMM_ERR_NO_DEVICE";
+    case HCOMM_ERR_OUT_OF_MEM: return "HCOMM_ERR_OUT_OF_MEM";
+    case HCOMM_ERR_TIMEOUT: return "HCOMM_ERR_TIMEOUT";
+    case HCOMM_ERR_PEER_FAILURE: return "HCOMM_ERR_PEER_FAILURE";
+    case HCOMM_ERR_MISMATCH: return "HCOMM_ERR_MISMATCH";
+    case HCOMM_ERR_ABORTED: return "HCOMM_ERR_ABORTED";
+    case HCOMM_ERR_UNAVAILABLE: return "HCOMM_ERR_UNAVAILABLE";
+    case HCOMM_ERR_PERMISSION_DENIED: return "HCOMM_ERR_PERMISSION_DENIED";
+    case HCOMM_ERR_NOT_SUPPORTED: return "HCOMM_ERR_NOT_SUPPORTED";
+    case HCOMM_ERR_INTERNAL: return "HCOMM_ERR_INTERNAL";
+  }
+  return "HCOMM_UNKNOWN_STATUS";
+}
+
+const char* hcomm_last_error(void) { return last_error.c_str(); }
+
+hcomm_status_t hcomm_version(int* major, int* minor, int* patch) {
+  if (major) *major = HCOMM_VERSION_MAJOR;
+  if (minor) *minor = HCOMM_VERSION_MINOR;
+  if (patch) *patch = HCOMM_VERSION_PATCH;
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t hcomm_config_create(hcomm_config_t* out) {
+  return Guard(__func__, [&] {
+    if (out == nullptr) return BadArg("hcomm_config_create: out is NULL");
+    *out = new hcomm_config_s;
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_config_set(hcomm_config_t cfg, const char* key, const char* value) {
+  return Guard(__func__, [&] {
+    if (cfg == nullptr) return BadArg("hcomm_config_set: cfg is NULL");
+    if (key == nullptr) return BadArg("hcomm_config_set: key is NULL");
+    if (value == nullptr) {
+      return BadArg(absl::StrCat("hcomm_config_set: value for key '", key, "' is NULL"));
+    }
+    return ToC(cfg->impl.Set(key, value));
+  });
+}
+
+hcomm_status_t hcomm_config_destroy(hcomm_config_t cfg) {
+  delete cfg;
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out) {
+  return Guard(__func__, [&] {
+    if (out == nullptr) return BadArg("hcomm_comm_init: out is NULL");
+    *out = nullptr;
+    hcomm::Config empty;
+    const hcomm::Config& config = cfg != nullptr ? cfg->impl : empty;
+    auto opts = config.Resolve();
+    if (!opts.ok()) return ToC(hcomm::Annotate(opts.status(), "hcomm_comm_init"));
+    auto comm = hcomm::Communicator::Init(*opts);
+    if (!comm.ok()) return ToC(hcomm::Annotate(comm.status(), "hcomm_comm_init"));
+    *out = new hcomm_comm_s{std::move(comm).value()};
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_comm_rank(hcomm_comm_t comm, int* rank) {
+  if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_rank: comm is NULL");
+  if (rank == nullptr) return BadArg("hcomm_comm_rank: rank is NULL");
+  *rank = comm->impl->rank();
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size) {
+  if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_size: comm is NULL");
+  if (size == nullptr) return BadArg("hcomm_comm_size: size is NULL");
+  *size = comm->impl->size();
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key, const char* value) {
+  return Guard(__func__, [&] {
+    if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_set: comm is NULL");
+    if (key == nullptr) return BadArg("hcomm_comm_set: key is NULL");
+    if (value == nullptr) {
+      return BadArg(absl::StrCat("hcomm_comm_set: value for key '", key, "' is NULL"));
+    }
+    return ToC(comm->impl->SetOption(key, value));
+  });
+}
+
+hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_abort: comm is NULL");
+    comm->impl->Abort();
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm) {
+  if (comm == nullptr) return HCOMM_SUCCESS;
+  return Guard(__func__, [&] {
+    absl::Status s = comm->impl ? comm->impl->Destroy() : absl::OkStatus();
+    delete comm;
+    return ToC(s);
+  });
+}
+
+hcomm_status_t hcomm_send(const void* buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                          hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    size_t bytes = 0;
+    hcomm_status_t st = CheckP2p("hcomm_send", buf, count, dtype, peer, tag, comm, false, &bytes);
+    if (st != HCOMM_SUCCESS) return st;
+    return ToC(comm->impl->Send(buf, bytes, DtypeSize(dtype), peer, tag));
+  });
+}
+
+hcomm_status_t hcomm_recv(void* buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                          hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    size_t bytes = 0;
+    hcomm_status_t st = CheckP2p("hcomm_recv", buf, count, dtype, peer, tag, comm, true, &bytes);
+    if (st != HCOMM_SUCCESS) return st;
+    return ToC(comm->impl->Recv(buf, bytes, DtypeSize(dtype), peer, tag));
+  });
+}
+
+hcomm_status_t hcomm_isend(const void* buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                           hcomm_comm_t comm, hcomm_request_t* req) {
+  return Guard(__func__, [&] {
+    size_t bytes = 0;
+    hcomm_status_t st = CheckP2p("hcomm_isend", buf, count, dtype, peer, tag, comm, false, &bytes);
+    if (st != HCOMM_SUCCESS) return st;
+    if (req == nullptr) return BadArg("hcomm_isend: req is NULL");
+    auto r = comm->impl->Isend(buf, bytes, DtypeSize(dtype), peer, tag);
+    if (!r.ok()) return ToC(r.status());
+    return NewRequest(std::move(r).value(), comm->impl.get(), req);
+  });
+}
+
+hcomm_status_t hcomm_irecv(void* buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                           hcomm_comm_t comm, hcomm_request_t* req) {
+  return Guard(__func__, [&] {
+    size_t bytes = 0;
+    hcomm_status_t st = CheckP2p("hcomm_irecv", buf, count, dtype, peer, tag, comm, true, &bytes);
+    if (st != HCOMM_SUCCESS) return st;
+    if (req == nullptr) return BadArg("hcomm_irecv: req is NULL");
+    auto r = comm->impl->Irecv(buf, bytes, DtypeSize(dtype), peer, tag);
+    if (!r.ok()) return ToC(r.status());
+    return NewRequest(std::move(r).value(), comm->impl.get(), req);
+  });
+}
+
+hcomm_status_t hcomm_wait(hcomm_request_t req) {
+  return Guard(__func__, [&] {
+    if (req == nullptr || !req->impl) return BadArg("hcomm_wait: req is NULL");
+    hcomm::Request* r = req->impl.get();
+    if (r->done.load(std::memory_order_acquire)) return ToC(r->status);
+    return ToC(req->comm->Wait(r, absl::Now() + req->comm->timeout()));
+  });
+}
+
+hcomm_status_t hcomm_test(hcomm_request_t req, int* done) {
+  return Guard(__func__, [&] {
+    if (req == nullptr || !req->impl) return BadArg("hcomm_test: req is NULL");
+    if (done == nullptr) return BadArg("hcomm_test: done is NULL");
+    hcomm::Request* r = req->impl.get();
+    bool d = r->done.load(std::memory_order_acquire) || req->comm->Test(r);
+    *done = d ? 1 : 0;
+    return d ? ToC(r->status) : HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_waitall(int n, hcomm_request_t* reqs) {
+  return Guard(__func__, [&] {
+    if (n < 0) return BadArg(absl::StrCat("hcomm_waitall: n is ", n));
+    if (n > 0 && reqs == nullptr) return BadArg("hcomm_waitall: reqs is NULL");
+    for (int i = 0; i < n; ++i) {
+      if (reqs[i] == nullptr || !reqs[i]->impl) {
+        return BadArg(absl::StrCat("hcomm_waitall: reqs[", i, "] is NULL"));
+      }
+    }
+    hcomm_status_t first = HCOMM_SUCCESS;
+    std::string first_msg;
+    for (int i = 0; i < n; ++i) {
+      hcomm_status_t st = hcomm_wait(reqs[i]);
+      if (st != HCOMM_SUCCESS && first == HCOMM_SUCCESS) {
+        first = st;
+        first_msg = absl::StrCat("hcomm_waitall: reqs[", i, "]: ", last_error);
+      }
+    }
+    if (first != HCOMM_SUCCESS) return Fail(first, first_msg);
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, size_t* count) {
+  if (req == nullptr || !req->impl) return BadArg("hcomm_request_info: req is NULL");
+  hcomm::Request* r = req->impl.get();
+  if (!r->done.load(std::memory_order_acquire)) {
+    return BadArg("hcomm_request_info: the request has not completed (wait or test it first)");
+  }
+  if (source) *source = r->out_source;
+  if (tag) *tag = r->out_tag;
+  if (count) *count = r->elem_size ? r->out_bytes / r->elem_size : 0;
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t hcomm_request_free(hcomm_request_t req) {
+  if (req == nullptr) return HCOMM_SUCCESS;
+  return Guard(__func__, [&] {
+    if (req->impl && !req->impl->done.load()) req->comm->Release(req->impl);
+    delete req;
+    return HCOMM_SUCCESS;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,339 @@
+// Point-to-point engine over TCP, ranks as threads of this process.
+#include "core/communicator.h"
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+#include "testing/multirank.h"
+
+namespace hcomm {
+namespace {
+
+using testing::RunRanks;
+
+std::unique_ptr<Communicator> MustInit(const Options& o) {
+  auto c = Communicator::Init(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+std::vector<char> Pattern(size_t n, int seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed * 7) & 0xff);
+  return v;
+}
+
+TEST(CommunicatorTest, SingleRankNeedsNoStore) {
+  Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  auto c = MustInit(o);
+  ASSERT_NE(c, nullptr);
+  int v = 5, got = 0;
+  ASSERT_TRUE(c->Send(&v, sizeof v, 4, 0, 1).ok());
+  ASSERT_TRUE(c->Recv(&got, sizeof got, 4, 0, 1).ok());
+  EXPECT_EQ(got, 5);
+}
+
+TEST(CommunicatorTest, PingPongSmallAndLarge) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{65536}, size_t{65537},
+                     size_t{3} << 20}) {
+      std::vector<char> msg = Pattern(n, static_cast<int>(n));
+      std::vector<char> buf(n + 1, 0);
+      if (rank == 0) {
+        ASSERT_TRUE(c->Send(msg.data(), n, 1, 1, 5).ok());
+        std::shared_ptr<Request> r;
+        ASSERT_TRUE(c->Recv(buf.data(), n, 1, 1, 6, &r).ok());
+        EXPECT_EQ(r->out_bytes, n);
+        EXPECT_EQ(0, memcmp(buf.data(), msg.data(), n)) << n;
+      } else {
+        std::shared_ptr<Request> r;
+        absl::Status s = c->Recv(buf.data(), n + 1, 1, 0, 5, &r);
+        ASSERT_TRUE(s.ok()) << s;
+        EXPECT_EQ(r->out_bytes, n);
+        EXPECT_EQ(r->out_source, 0);
+        EXPECT_EQ(r->out_tag, 5);
+        ASSERT_TRUE(c->Send(buf.data(), n, 1, 0, 6).ok());
+      }
+    }
+    EXPECT_TRUE(c->Destroy().ok());
+  });
+}
+
+TEST(CommunicatorTest, TagsReceivedOutOfOrder) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    const size_t sizes[] = {16, 200000, 4};  // eager, rendezvous, eager
+    if (rank == 0) {
+      // Nonblocking: a blocking rendezvous send of tag 2 would wait for a
+      // receive that is only posted after tag 3 arrived.
+      std::vector<std::vector<char>> msgs;
+      std::vector<std::shared_ptr<Request>> reqs;
+      for (int tag = 1; tag <= 3; ++tag) msgs.push_back(Pattern(sizes[tag - 1], tag));
+      for (int tag = 1; tag <= 3; ++tag) {
+        auto r = c->Isend(msgs[tag - 1].data(), msgs[tag - 1].size(), 1, 1, tag);
+        ASSERT_TRUE(r.ok());
+        reqs.push_back(*r);
+      }
+      for (auto& r : reqs) ASSERT_TRUE(c->Wait(r.get(), c->Deadline()).ok());
+    } else {
+      for (int tag : {3, 1, 2}) {
+        std::vector<char> buf(sizes[tag - 1]);
+        ASSERT_TRUE(c->Recv(buf.data(), buf.size(), 1, 0, tag).ok());
+        EXPECT_EQ(buf, Pattern(sizes[tag - 1], tag));
+      }
+    }
+  });
+}
+
+TEST(CommunicatorTest, NonOvertakingAcrossEagerAndRendezvous) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    const int kMsgs = 40;
+    if (rank == 0) {
+      std::vector<std::vector<char>> bufs;
+      std::vector<std::shared_ptr<Request>> reqs;
+      for (int i = 0; i < kMsgs; ++i) {
+        bufs.push_back(std::vector<char>(i % 2 ? 100000 : 8, static_cast<char>(i)));
+      }
+      for (int i = 0; i < kMsgs; ++i) {
+        auto r = c->Isend(bufs[i].data(), bufs[i].size(), 1, 1, 9);
+        ASSERT_TRUE(r.ok());
+        reqs.push_back(*r);
+      }
+      for (auto& r : reqs) ASSERT_TRUE(c->Wait(r.get(), c->Deadline()).ok());
+    } else {
+      std::vector<char> buf(100000);
+      for (int i = 0; i < kMsgs; ++i) {
+        std::shared_ptr<Request> r;
+        ASSERT_TRUE(c->Recv(buf.data(), buf.size(), 1, kAnySource, kAnyTag, &r).ok());
+        ASSERT_EQ(r->out_bytes, i % 2 ? 100000u : 8u);
+        EXPECT_EQ(buf[0], static_cast<char>(i)) << "message " << i << " overtaken";
+      }
+    }
+  });
+}
+
+TEST(CommunicatorTest, AnySourceAnyTagFromEveryRank) {
+  RunRanks(4, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 0) {
+      std::vector<bool> seen(4, false);
+      for (int i = 0; i < 3; ++i) {
+        int v = -1;
+        std::shared_ptr<Request> r;
+        ASSERT_TRUE(c->Recv(&v, sizeof v, 4, kAnySource, kAnyTag, &r).ok());
+        EXPECT_EQ(v, r->out_source * 10);
+        EXPECT_EQ(r->out_tag, 100 + r->out_source);
+        seen[r->out_source] = true;
+      }
+      EXPECT_TRUE(seen[1] && seen[2] && seen[3]);
+    } else {
+      int v = rank * 10;
+      ASSERT_TRUE(c->Send(&v, sizeof v, 4, 0, 100 + rank).ok());
+    }
+  });
+}
+
+TEST(CommunicatorTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    for (size_t n : {size_t{100}, size_t{300000}}) {
+      if (rank == 0) {
+        std::vector<char> m = Pattern(n, 3);
+        absl::Status s = c->Send(m.data(), n, 1, 1, 7);
+        EXPECT_TRUE(s.ok()) << s;  // the receiver is the one told
+        ASSERT_TRUE(c->Send(m.data(), 4, 1, 1, 8).ok());
+      } else {
+        std::vector<char> buf(n, 'G');
+        absl::Status s = c->Recv(buf.data(), n / 2, 1, 0, 7);
+        EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
+        EXPECT_NE(s.message().find("exceeds the receive buffer"), absl::string_view::npos) << s;
+        for (size_t i = n / 2; i < n; ++i) ASSERT_EQ(buf[i], 'G') << "byte " << i << " written";
+        char small[4];
+        ASSERT_TRUE(c->Recv(small, 4, 1, 0, 8).ok());  // still usable
+      }
+    }
+  });
+}
+
+TEST(CommunicatorTest, SendToSelf) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    for (size_t n : {size_t{4}, size_t{1} << 20}) {
+      std::vector<char> m = Pattern(n, rank), buf(n);
+      auto s = c->Isend(m.data(), n, 1, rank, 3);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(c->Recv(buf.data(), n, 1, rank, 3).ok());
+      ASSERT_TRUE(c->Wait(s->get(), c->Deadline()).ok());
+      EXPECT_EQ(buf, m);
+    }
+  });
+}
+
+TEST(CommunicatorTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
+    if (rank == 1) {
+      char buf[64];
+      absl::Time t0 = absl::Now();
+      absl::Status s = c->Recv(buf, sizeof buf, 1, 0, 4242);
+      absl::Duration took = absl::Now() - t0;
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_NE(s.message().find("tag 4242"), absl::string_view::npos) << s;
+      EXPECT_NE(s.message().find("rank 0"), absl::string_view::npos) << s;
+      EXPECT_NE(s.message().find("64 bytes"), absl::string_view::npos) << s;
+      EXPECT_GE(took, absl::Milliseconds(250));
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      int go = 1;
+      ASSERT_TRUE(c->Send(&go, sizeof go, 4, 0, 1).ok());
+      // A message sent with the timed-out tag now lands in a new receive.
+      ASSERT_TRUE(c->Recv(buf, sizeof buf, 1, 0, 4242).ok());
+      EXPECT_EQ(buf[0], 'x');
+    } else {
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      int go = 0;
+      ASSERT_TRUE(c->Recv(&go, sizeof go, 4, 1, 1).ok());
+      char x = 'x';
+      ASSERT_TRUE(c->Send(&x, 1, 1, 1, 4242).ok());
+    }
+  });
+}
+
+TEST(CommunicatorTest, RendezvousSendTimeoutIsWithdrawn) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 0) {
+      ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
+      std::vector<char> big(1 << 20, 'b');
+      absl::Status s = c->Send(big.data(), big.size(), 1, 1, 11);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_NE(s.message().find("has not posted a matching receive"), absl::string_view::npos)
+          << s;
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      int done = 1;
+      ASSERT_TRUE(c->Send(&done, sizeof done, 4, 1, 12).ok());
+      ASSERT_TRUE(c->Recv(&done, sizeof done, 4, 1, 13).ok());  // stay until rank 1 checked
+    } else {
+      int done = 0;
+      ASSERT_TRUE(c->Recv(&done, sizeof done, 4, 0, 12).ok());
+      // The withdrawn message must not be delivered.
+      std::vector<char> buf(1 << 20);
+      ASSERT_TRUE(c->SetOption("timeout_ms", "200").ok());
+      absl::Status s = c->Recv(buf.data(), buf.size(), 1, 0, 11);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      ASSERT_TRUE(c->Send(&done, sizeof done, 4, 0, 13).ok());
+    }
+  });
+}
+
+TEST(CommunicatorTest, AbortFromAnotherThreadFailsPendingRecv) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 0) {
+      char buf[8];
+      auto r = c->Irecv(buf, sizeof buf, 1, 1, 1);
+      ASSERT_TRUE(r.ok());
+      std::thread aborter([&] { c->Abort(); });
+      absl::Time t0 = absl::Now();
+      absl::Status s = c->Wait(r->get(), c->Deadline());
+      aborter.join();
+      EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
+      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      // Later calls fail at once too.
+      EXPECT_EQ(CodeOf(c->Send(buf, 1, 1, 1, 1)), ErrorCode::kAborted);
+    } else {
+      // Rank 0's abort closes the connection: our receive fails.
+      char buf[8];
+      absl::Status s = c->Recv(buf, sizeof buf, 1, 0, 1);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
+    }
+  });
+}
+
+TEST(CommunicatorTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 1) {
+      int v = 77;
+      ASSERT_TRUE(c->Send(&v, sizeof v, 4, 0, 1).ok());
+      EXPECT_TRUE(c->Destroy().ok());
+    } else {
+      int v = 0;
+      char buf[8];
+      absl::Status s = c->Recv(buf, sizeof buf, 1, 1, 2);  // never sent
+      EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
+      EXPECT_NE(s.message().find("rank 1"), absl::string_view::npos) << s;
+      // What rank 1 sent before leaving is still delivered.
+      ASSERT_TRUE(c->Recv(&v, sizeof v, 4, 1, 1).ok());
+      EXPECT_EQ(v, 77);
+      EXPECT_EQ(CodeOf(c->Send(&v, sizeof v, 4, 1, 1)), ErrorCode::kPeerFailure);
+    }
+  });
+}
+
+TEST(CommunicatorTest, ManyThreadsShareOneCommunicator) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t) {
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < 50; ++i) {
+          size_t n = (i % 5 == 0) ? 70000 : 16;
+          std::vector<char> m(n, static_cast<char>(t * 50 + i)), buf(n);
+          if (rank == 0) {
+            ASSERT_TRUE(c->Send(m.data(), n, 1, 1, t).ok());
+            ASSERT_TRUE(c->Recv(buf.data(), n, 1, 1, t).ok());
+          } else {
+            ASSERT_TRUE(c->Recv(buf.data(), n, 1, 0, t).ok());
+            ASSERT_TRUE(c->Send(buf.data(), n, 1, 0, t).ok());
+          }
+          if (rank == 0) ASSERT_EQ(buf, m);
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+  });
+}
+
+TEST(CommunicatorTest, WrongTokenIsRefused) {
+  int port = testing::FreePort();
+  std::thread good([&] {
+    auto c = Communicator::Init(testing::RankOptions(0, 2, port, 1500, "right"));
+    EXPECT_EQ(CodeOf(c.status()), ErrorCode::kUnavailable) << c.status();
+    if (!c.ok()) {
+      EXPECT_NE(c.status().message().find("1 of 2 ranks joined"), absl::string_view::npos)
+          << c.status();
+      EXPECT_NE(c.status().message().find("missing: 1"), absl::string_view::npos)
+          << c.status();
+    }
+  });
+  auto bad = Communicator::Init(testing::RankOptions(1, 2, port, 1500, "wrong"));
+  EXPECT_EQ(CodeOf(bad.status()), ErrorCode::kPermissionDenied) << bad.status();
+  good.join();
+}
+
+}  // namespace
+}  // namespace hcomm

@@ -1,0 +1,34 @@
+// Runs N ranks of a job as threads of the test process, each with its own
+// Communicator, over a rendezvous store on a free loopback port.
+//
+//   hcomm::testing::RunRanks(4, [](int rank, const hcomm::Options& opts) {
+//     auto comm = hcomm::Communicator::Init(opts);
+//     ASSERT_TRUE(comm.ok()) << comm.status();
+//     ...
+//   });
+#ifndef HCOMM_TESTING_MULTIRANK_H_
+#define HCOMM_TESTING_MULTIRANK_H_
+
+#include <functional>
+#include <string>
+
+#include "core/config.h"
+
+namespace hcomm {
+namespace testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+
+// Options for `rank` of `world_size` with a store at 127.0.0.1:port.
+Options RankOptions(int rank, int world_size, int port, int64_t timeout_ms = 30000,
+                    const std::string& token = "test-token");
+
+// Runs fn(rank, options) on world_size threads and joins them.
+void RunRanks(int world_size, const std::function<void(int, const Options&)>& fn,
+              int64_t timeout_ms = 30000);
+
+}  // namespace testing
+}  // namespace hcomm
+
+#endif  // HCOMM_TESTING_MULTIRANK_H_

@@ -1,0 +1,207 @@
+/* peer_failure: the rank program of peer_failure_test.sh (C99, public API).
+ * The script starts the ranks itself (not through hcomm_run, which would stop
+ * the job when one rank dies) with HCOMM_RANK, HCOMM_WORLD_SIZE,
+ * HCOMM_STORE_ADDR and HCOMM_JOB_TOKEN set.
+ *
+ *   peer_failure killed-peer DIR   3 ranks. Rank 1 writes DIR/ready once rank
+ *                                  0 is about to block in hcomm_recv from it;
+ *                                  the script then SIGKILLs rank 1. Rank 0
+ *                                  must see HCOMM_ERR_PEER_FAILURE within
+ *                                  10 s, and again on a later send (and recv)
+ *                                  to rank 1, while rank 2 still works.
+ *   peer_failure denied            init must fail with
+ *                                  HCOMM_ERR_PERMISSION_DENIED (wrong token).
+ *   peer_failure pingpong          every rank exchanges a message with every
+ *                                  other rank and checks it.
+ *
+ * Prints "ok: ..." lines; exits 0 when the mode's expectations hold, 1
+ * otherwise (with hcomm_last_error() on stderr), 2 on bad usage.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hcomm/hcomm.h"
+
+enum {
+  kTagHello = 1,
+  kTagBlocking = 2,
+  kTagNeverSent = 7,
+  kTagAfter = 8,
+  kTagSurvivor = 9,
+  kTagPing = 10,
+};
+
+static int g_rank = -1;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fail_call(const char* call, hcomm_status_t st) {
+  char message[2048];
+  snprintf(message, sizeof message, "%s", hcomm_last_error());
+  fprintf(stderr, "FAIL: rank %d: %s returned %s: %s\n", g_rank, call, hcomm_status_string(st),
+          message);
+  exit(1);
+}
+
+#define CALL(expr)                                   \
+  do {                                               \
+    hcomm_status_t st_ = (expr);                     \
+    if (st_ != HCOMM_SUCCESS) fail_call(#expr, st_); \
+  } while (0)
+
+static void fail(const char* what) {
+  fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what);
+  exit(1);
+}
+
+/* Writes DIR/NAME atomically (rename), so the script never sees it half done. */
+static void signal_file(const char* dir, const char* name) {
+  char tmp[4096], path[4096];
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE* f = fopen(tmp, "w");
+  if (f == NULL || fprintf(f, "%d\n", g_rank) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    fail("cannot write the readiness file");
+  }
+}
+
+/* Prints what a call returned; fails unless it is `want` with a message. */
+static void expect(const char* what, hcomm_status_t got, hcomm_status_t want, double seconds) {
+  char message[2048];
+  snprintf(message, sizeof message, "%s", hcomm_last_error());
+  printf("rank %d: %s returned %s after %.2f s: %s\n", g_rank, what, hcomm_status_string(got),
+         seconds, message);
+  if (got != want) {
+    fprintf(stderr, "FAIL: rank %d: %s returned %s, expected %s\n", g_rank, what,
+            hcomm_status_string(got), hcomm_status_string(want));
+    exit(1);
+  }
+  if (message[0] == '\0') fail("the failure came with an empty hcomm_last_error()");
+}
+
+static int killed_peer(const char* dir) {
+  hcomm_comm_t comm = NULL;
+  int size = 0;
+  int32_t v = 0;
+  CALL(hcomm_comm_init(NULL, &comm));
+  CALL(hcomm_comm_rank(comm, &g_rank));
+  CALL(hcomm_comm_size(comm, &size));
+  if (size != 3) fail("killed-peer needs exactly 3 ranks");
+  CALL(hcomm_comm_set(comm, "timeout_ms", "60000"));
+
+  if (g_rank == 1) {
+    CALL(hcomm_send(&v, 1, HCOMM_INT32, 0, kTagHello, comm));
+    /* Rank 0 sends this right before it blocks in hcomm_recv from us. */
+    CALL(hcomm_recv(&v, 1, HCOMM_INT32, 0, kTagBlocking, comm));
+    signal_file(dir, "ready");
+    printf("rank 1: ready to be killed\n");
+    fflush(stdout);
+    /* Wait to be killed; if the script never does, this times out (fail). */
+    CALL(hcomm_recv(&v, 1, HCOMM_INT32, 0, kTagNeverSent, comm));
+    fail("rank 1 was not killed");
+  }
+  if (g_rank == 2) {
+    /* The survivor: must still talk to rank 0 after rank 1 has died. */
+    CALL(hcomm_recv(&v, 1, HCOMM_INT32, 0, kTagSurvivor, comm));
+    v += 1;
+    CALL(hcomm_send(&v, 1, HCOMM_INT32, 0, kTagSurvivor, comm));
+    hcomm_status_t st = hcomm_comm_destroy(comm);
+    if (st != HCOMM_SUCCESS && st != HCOMM_ERR_PEER_FAILURE) fail_call("hcomm_comm_destroy", st);
+    printf("ok: rank 2 survived\n");
+    return 0;
+  }
+
+  /* rank 0 */
+  CALL(hcomm_recv(&v, 1, HCOMM_INT32, 1, kTagHello, comm));
+  CALL(hcomm_send(&v, 1, HCOMM_INT32, 1, kTagBlocking, comm));
+  double t0 = now_s();
+  hcomm_status_t st = hcomm_recv(&v, 1, HCOMM_INT32, 1, kTagNeverSent, comm);
+  double dt = now_s() - t0;
+  expect("hcomm_recv from the killed rank 1", st, HCOMM_ERR_PEER_FAILURE, dt);
+  if (dt > 10.0) fail("the peer failure took more than 10 s to surface");
+  printf("ok: peer failure detected in %.2f s\n", dt);
+
+  t0 = now_s();
+  st = hcomm_send(&v, 1, HCOMM_INT32, 1, kTagAfter, comm);
+  expect("a later hcomm_send to rank 1", st, HCOMM_ERR_PEER_FAILURE, now_s() - t0);
+  printf("ok: later send fails\n");
+
+  CALL(hcomm_comm_set(comm, "timeout_ms", "10000"));
+  t0 = now_s();
+  st = hcomm_recv(&v, 1, HCOMM_INT32, 1, kTagAfter, comm);
+  expect("a later hcomm_recv from rank 1", st, HCOMM_ERR_PEER_FAILURE, now_s() - t0);
+  printf("ok: later recv fails\n");
+
+  v = 41;
+  CALL(hcomm_send(&v, 1, HCOMM_INT32, 2, kTagSurvivor, comm));
+  CALL(hcomm_recv(&v, 1, HCOMM_INT32, 2, kTagSurvivor, comm));
+  if (v != 42) fail("the survivor rank 2 answered wrongly");
+  printf("ok: rank 2 still reachable\n");
+
+  t0 = now_s();
+  st = hcomm_comm_destroy(comm);
+  printf("rank 0: hcomm_comm_destroy returned %s after %.2f s\n", hcomm_status_string(st),
+         now_s() - t0);
+  if (st != HCOMM_SUCCESS && st != HCOMM_ERR_PEER_FAILURE) fail_call("hcomm_comm_destroy", st);
+  printf("ok: killed peer\n");
+  return 0;
+}
+
+static int denied(void) {
+  hcomm_comm_t comm = NULL;
+  double t0 = now_s();
+  hcomm_status_t st = hcomm_comm_init(NULL, &comm);
+  if (st == HCOMM_SUCCESS) {
+    hcomm_comm_destroy(comm);
+    fail("init with a wrong job token succeeded");
+  }
+  expect("hcomm_comm_init with a wrong job token", st, HCOMM_ERR_PERMISSION_DENIED, now_s() - t0);
+  printf("ok: wrong token refused\n");
+  return 0;
+}
+
+static int pingpong(void) {
+  hcomm_comm_t comm = NULL;
+  int size = 0;
+  CALL(hcomm_comm_init(NULL, &comm));
+  CALL(hcomm_comm_rank(comm, &g_rank));
+  CALL(hcomm_comm_size(comm, &size));
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == g_rank) continue;
+    int32_t out[64], in[64];
+    hcomm_request_t reqs[2];
+    for (int i = 0; i < 64; ++i) out[i] = 1000 * g_rank + 10 * peer + i;
+    CALL(hcomm_irecv(in, 64, HCOMM_INT32, peer, kTagPing, comm, &reqs[0]));
+    CALL(hcomm_isend(out, 64, HCOMM_INT32, peer, kTagPing, comm, &reqs[1]));
+    CALL(hcomm_waitall(2, reqs));
+    for (int i = 0; i < 64; ++i) {
+      if (in[i] != 1000 * peer + 10 * g_rank + i) fail("pingpong data damaged");
+    }
+    CALL(hcomm_request_free(reqs[0]));
+    CALL(hcomm_request_free(reqs[1]));
+  }
+  CALL(hcomm_comm_destroy(comm));
+  printf("ok: pingpong rank %d of %d\n", g_rank, size);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char* rank_env = getenv("HCOMM_RANK"); /* for messages before init */
+  if (rank_env != NULL) g_rank = atoi(rank_env);
+  if (argc == 3 && strcmp(argv[1], "killed-peer") == 0) return killed_peer(argv[2]);
+  if (argc == 2 && strcmp(argv[1], "denied") == 0) return denied();
+  if (argc == 2 && strcmp(argv[1], "pingpong") == 0) return pingpong();
+  fprintf(stderr, "usage: peer_failure killed-peer DIR | denied | pingpong\n");
+  return 2;
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Failure cases that need ranks started by hand (hcomm_run would stop the
+# whole job when one rank dies):
+#   1. killed peer: 3 ranks; rank 1 is SIGKILLed while rank 0 is blocked in
+#      hcomm_recv from it -> rank 0 gets HCOMM_ERR_PEER_FAILURE within 10 s,
+#      later calls to rank 1 fail the same way, rank 2 still works;
+#   2. wrong job token: a process claiming rank 1 with the wrong token beside
+#      a correct job fails init with HCOMM_ERR_PERMISSION_DENIED, and the
+#      correct job then completes;
+#   3. junk on the store port during init (random bytes, a huge length
+#      prefix, a silent open connection) does not disturb a 2-rank job.
+# Every wait is bounded; readiness is signalled through files and the
+# listening socket, never by sleeping.
+set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
+
+prog="$(runfile tests/acceptance/peer_failure)" || fail "peer_failure not in the runfiles"
+work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/peer_failure.XXXXXX")"
+
+pids=()
+junk_fds=()
+cleanup() {
+  local p fd
+  for fd in "${junk_fds[@]}"; do eval "exec $fd>&-" 2>/dev/null; done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The variables that hcomm_run and other launchers set must not leak in.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT \
+  OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_PROCID SLURM_NTASKS \
+  HCOMM_RANK HCOMM_WORLD_SIZE HCOMM_STORE_ADDR HCOMM_JOB_TOKEN HCOMM_TIMEOUT_MS
+
+# start_rank LOG RANK WORLD PORT TOKEN ARGS...: starts one rank in the
+# background; its pid is in $last_pid (and in pids for the trap).
+start_rank() {
+  local log="$1" rank="$2" world="$3" port="$4" token="$5"
+  shift 5
+  HCOMM_RANK="$rank" HCOMM_WORLD_SIZE="$world" HCOMM_STORE_ADDR="127.0.0.1:$port" \
+    HCOMM_JOB_TOKEN="$token" HCOMM_TIMEOUT_MS=30000 \
+    "$prog" "$@" >"$log" 2>&1 </dev/null &
+  last_pid=$!
+  pids+=("$last_pid")
+}
+
+show_logs() {
+  local f
+  for f in "$@"; do echo "----- $(basename "$f")"; cat "$f"; done
+}
+
+# expect_exit NAME PID SECONDS LOG...: the process must exit 0 in time.
+expect_exit() {
+  local name="$1" pid="$2" secs="$3" rc=0
+  shift 3
+  wait_pid "$pid" "$secs" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    show_logs "$@"
+    if [[ $rc -eq 124 ]]; then fail "$name did not finish within $secs s"; fi
+    fail "$name exited $rc"
+  fi
+}
+
+wait_listening() {
+  local port="$1" deadline=$(( $(date +%s) + $2 ))
+  until port_listening "$port"; do
+    (( $(date +%s) < deadline )) || return 1
+    sleep 0.02
+  done
+}
+
+token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# --- 1. killed peer --------------------------------------------------------
+echo "=== killed peer"
+dir="$work/killed"
+mkdir -p "$dir"
+port="$(free_port)" || fail "no free port"
+tok="$(token)"
+start_rank "$dir/r0.log" 0 3 "$port" "$tok" killed-peer "$dir"; r0=$last_pid
+start_rank "$dir/r1.log" 1 3 "$port" "$tok" killed-peer "$dir"; r1=$last_pid
+start_rank "$dir/r2.log" 2 3 "$port" "$tok" killed-peer "$dir"; r2=$last_pid
+logs=("$dir/r0.log" "$dir/r1.log" "$dir/r2.log")
+if ! wait_file "$dir/ready" 60; then
+  show_logs "${logs[@]}"
+  fail "rank 1 never signalled readiness"
+fi
+# Rank 1 writes "ready" after rank 0 has sent its last message before its
+# hcomm_recv; a short pause makes it very likely that rank 0 is inside the
+# call when rank 1 dies (the outcome must be the same either way).
+sleep 0.3
+kill -9 "$r1"
+killed_at="$(now)"
+wait "$r1" 2>/dev/null
+# Poll rank 0's output for the failure it must report.
+deadline=$(( $(date +%s) + 15 ))
+until grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log"; do
+  if (( $(date +%s) >= deadline )) || ! kill -0 "$r0" 2>/dev/null; then break; fi
+  sleep 0.02
+done
+detect="$(elapsed "$killed_at")"
+grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log" ||
+  { show_logs "${logs[@]}"; fail "rank 0 did not report HCOMM_ERR_PEER_FAILURE"; }
+echo "rank 0 reported HCOMM_ERR_PEER_FAILURE $detect s after SIGKILL of rank 1"
+awk -v d="$detect" 'BEGIN { exit !(d < 10) }' ||
+  { show_logs "${logs[@]}"; fail "peer failure took $detect s to surface (limit 10 s)"; }
+expect_exit "rank 0 (killed peer)" "$r0" 60 "${logs[@]}"
+expect_exit "rank 2 (killed peer)" "$r2" 60 "${logs[@]}"
+show_logs "$dir/r0.log" "$dir/r2.log"
+grep -q '^ok: killed peer$' "$dir/r0.log" || fail "rank 0 did not finish its checks"
+
+# --- 2. wrong job token ----------------------------------------------------
+echo "=== wrong job token"
+dir="$work/token"
+mkdir -p "$dir"
+port="$(free_port)" || fail "no free port"
+tok="$(token)"
+start_rank "$dir/r0.log" 0 2 "$port" "$tok" pingpong; r0=$last_pid
+wait_listening "$port" 30 || { show_logs "$dir/r0.log"; fail "rank 0 never listened on $port"; }
+start_rank "$dir/intruder.log" 1 2 "$port" "not-$tok" denied; intruder=$last_pid
+expect_exit "the rank with the wrong token" "$intruder" 40 "$dir/intruder.log" "$dir/r0.log"
+show_logs "$dir/intruder.log"
+start_rank "$dir/r1.log" 1 2 "$port" "$tok" pingpong; r1=$last_pid
+expect_exit "rank 0 (after the intruder)" "$r0" 60 "$dir/r0.log" "$dir/r1.log"
+expect_exit "rank 1 (after the intruder)" "$r1" 60 "$dir/r0.log" "$dir/r1.log"
+show_logs "$dir/r0.log" "$dir/r1.log"
+
+# --- 3. junk on the store port ---------------------------------------------
+echo "=== junk on the store port"
+dir="$work/junk"
+mkdir -p "$dir"
+port="$(free_port)" || fail "no free port"
+tok="$(token)"
+start_rank "$dir/r0.log" 0 2 "$port" "$tok" pingpong; r0=$last_pid
+wait_listening "$port" 30 || { show_logs "$dir/r0.log"; fail "rank 0 never listened on $port"; }
+# Connections that send junk and close (the writer may get EPIPE: fine).
+for i in 1 2 3; do
+  timeout 5 bash -c "head -c 4096 /dev/urandom > /dev/tcp/127.0.0.1/$port" 2>/dev/null
+done
+timeout 5 bash -c "printf '\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x7f' > /dev/tcp/127.0.0.1/$port" \
+  2>/dev/null
+# Connections that stay open while the job initialises: one with junk, one
+# with a huge length prefix and nothing after it, one silent.
+exec {fd1}<>"/dev/tcp/127.0.0.1/$port" && junk_fds+=("$fd1")
+exec {fd2}<>"/dev/tcp/127.0.0.1/$port" && junk_fds+=("$fd2")
+exec {fd3}<>"/dev/tcp/127.0.0.1/$port" && junk_fds+=("$fd3")
+head -c 4096 /dev/urandom >&"$fd1" 2>/dev/null
+printf '\xff\xff\xff\x7f' >&"$fd2" 2>/dev/null
+echo "sent junk on $port (4 closed connections, 3 held open)"
+start_rank "$dir/r1.log" 1 2 "$port" "$tok" pingpong; r1=$last_pid
+expect_exit "rank 0 (junk)" "$r0" 60 "$dir/r0.log" "$dir/r1.log"
+expect_exit "rank 1 (junk)" "$r1" 60 "$dir/r0.log" "$dir/r1.log"
+show_logs "$dir/r0.log" "$dir/r1.log"
+
+echo "PASS: killed peer, wrong token, junk on the store port"

@@ -1,0 +1,740 @@
+// hcomm_run: the local launcher. Starts N ranks of a program on this host,
+// gives each the environment that hcomm_comm_init() reads, prefixes every
+// line the ranks print with "[rank R] ", and stops the whole job as soon as
+// one rank fails.
+//
+// Example:
+//   hcomm_run -n 4 --timeout 600 -- ./allreduce_app --size 1M
+//
+// Each rank gets the launcher's environment plus RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE (= N), MASTER_ADDR=127.0.0.1, MASTER_PORT and
+// HCOMM_JOB_TOKEN (64 hex chars from getrandom(), or the launcher's own
+// HCOMM_JOB_TOKEN when that is set and non-empty). Inherited HCOMM_RANK,
+// HCOMM_WORLD_SIZE and HCOMM_STORE_ADDR are removed, because the library
+// would prefer them over the values the launcher sets.
+//
+// Every rank runs in its own process group, with stdin from /dev/null and
+// stdout/stderr on pipes that the launcher polls; the launcher writes whole
+// lines only, so lines of different ranks never interleave.
+//
+// Exit status: 0 when every rank exits 0; the first failing rank's exit
+// status, or 128+signal when it was killed by a signal; 124 on --timeout;
+// 128+signal when the launcher itself got SIGINT/SIGTERM; 2 on bad usage.
+// Stopping means: SIGTERM (or the forwarded signal) to every rank's process
+// group, SIGKILL after a 3 s grace, then reading what is left on the pipes.
+//
+// Plain C++17 and POSIX (Linux: pipe2, getrandom, sigabbrev_np); single
+// threaded, so the forked children only call exec-safe functions.
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace hcomm_run {
+namespace {
+
+constexpr int kMaxRanks = 1024;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitTimeout = 124;
+constexpr int kExitExecFailed = 127;
+constexpr double kMaxTimeoutSeconds = 1e8;
+constexpr std::chrono::seconds kKillGrace(3);
+// After the last rank has been reaped, how long to keep reading pipes that a
+// leftover grandchild may still hold open.
+constexpr std::chrono::seconds kDrainGrace(2);
+// A partial line longer than this is printed (with a newline) rather than
+// buffered further.
+constexpr size_t kMaxLineBytes = 1 << 20;
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kTokenBytes = 32;
+
+constexpr char kUsage[] =
+    "usage: hcomm_run -n N [--timeout S] [--port P] -- PROG [ARGS...]\n"
+    "\n"
+    "Starts N local ranks of PROG (1 <= N <= 1024). Each rank gets RANK,\n"
+    "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,\n"
+    "MASTER_PORT and HCOMM_JOB_TOKEN (fresh unless already set) in its\n"
+    "environment. Output lines are prefixed with \"[rank R] \". If a rank\n"
+    "fails, the others are stopped (SIGTERM, SIGKILL after 3 s).\n"
+    "\n"
+    "options:\n"
+    "  -n, --nproc N   number of ranks\n"
+    "  --timeout S     stop the job after S seconds (exit status 124)\n"
+    "  --port P        MASTER_PORT to use (default: a free port)\n"
+    "  -h, --help      print this message\n"
+    "\n"
+    "exit status: 0 if all ranks exit 0; the first failing rank's status\n"
+    "(128+signal if it was killed); 124 on timeout; 2 on bad usage.\n";
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int nranks = 0;
+  std::optional<double> timeout_s;
+  int port = 0;  // 0: pick a free one.
+  std::string program_path;       // Resolved path that is exec'd.
+  std::vector<std::string> argv;  // argv[0] is PROG as the user wrote it.
+};
+
+// ---------------------------------------------------------------------------
+// Small helpers.
+
+// Writes all of `data` to `fd`, retrying on EINTR/EAGAIN. Errors (e.g. a
+// closed stdout) drop the output; SIGPIPE is ignored by the launcher.
+void WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, -1);
+        continue;
+      }
+      return;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void WriteAll(int fd, const std::string& s) { WriteAll(fd, s.data(), s.size()); }
+
+// Launcher messages: one write per message so they stay whole lines.
+void Message(const std::string& text) { WriteAll(STDERR_FILENO, "hcomm_run: " + text + "\n"); }
+
+int UsageError(const std::string& text) {
+  WriteAll(STDERR_FILENO, "hcomm_run: " + text + "\n" + kUsage);
+  return kExitUsage;
+}
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  if (abbrev != nullptr) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+std::optional<long> ParseInt(const char* text, long min, long max) {
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  long value = strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value < min || value > max) return std::nullopt;
+  return value;
+}
+
+std::optional<double> ParseSeconds(const char* text) {
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double value = strtod(text, &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(value) || value <= 0 ||
+      value > kMaxTimeoutSeconds) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// Resolves PROG like execvp() does: as a path if it contains '/', else
+// through $PATH. Returns nullopt if no executable regular file is found.
+std::optional<std::string> ResolveProgram(const std::string& prog) {
+  if (prog.empty()) return std::nullopt;
+  if (prog.find('/') != std::string::npos) {
+    if (IsExecutableFile(prog)) return prog;
+    return std::nullopt;
+  }
+  const char* path_env = getenv("PATH");
+  std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + prog;
+    if (IsExecutableFile(candidate)) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+// Returns 0 and fills `opts` on success, or the exit status to use
+// (kExitUsage, or -1 for --help which the caller turns into 0).
+int ParseArgs(int argc, char** argv, Options* opts) {
+  bool have_n = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      WriteAll(STDOUT_FILENO, kUsage);
+      return -1;
+    }
+    if (arg.empty() || arg[0] != '-') break;  // First word of the program.
+
+    // Split "--opt=value"; "-nN" is accepted too.
+    std::string name = arg;
+    std::optional<std::string> value;
+    size_t eq = arg.find('=');
+    if (arg.compare(0, 2, "--") == 0 && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else if (arg.size() > 2 && arg.compare(0, 2, "-n") == 0) {
+      name = "-n";
+      value = arg.substr(2);
+    }
+    if (name != "-n" && name != "--nproc" && name != "--timeout" && name != "--port") {
+      return UsageError("unknown option '" + arg + "'");
+    }
+    if (!value) {
+      if (i + 1 >= argc) return UsageError("option '" + name + "' needs a value");
+      value = argv[++i];
+    }
+    if (name == "-n" || name == "--nproc") {
+      std::optional<long> n = ParseInt(value->c_str(), 1, kMaxRanks);
+      if (!n) {
+        return UsageError("-n needs an integer from 1 to " + std::to_string(kMaxRanks) +
+                          ", got '" + *value + "'");
+      }
+      opts->nranks = static_cast<int>(*n);
+      have_n = true;
+    } else if (name == "--timeout") {
+      opts->timeout_s = ParseSeconds(value->c_str());
+      if (!opts->timeout_s) {
+        return UsageError("--timeout needs a positive number of seconds, got '" + *value + "'");
+      }
+    } else {  // --port
+      std::optional<long> p = ParseInt(value->c_str(), 1, 65535);
+      if (!p) return UsageError("--port needs an integer from 1 to 65535, got '" + *value + "'");
+      opts->port = static_cast<int>(*p);
+    }
+  }
+  if (!have_n) return UsageError("missing -n N");
+  if (i >= argc) return UsageError("no program given");
+  for (; i < argc; ++i) opts->argv.emplace_back(argv[i]);
+  std::optional<std::string> resolved = ResolveProgram(opts->argv[0]);
+  if (!resolved) {
+    return UsageError("program '" + opts->argv[0] + "' not found or not executable");
+  }
+  opts->program_path = *resolved;
+  return 0;
+}
+
+// Binds 127.0.0.1:0, reads the port the kernel chose, closes the socket.
+std::optional<int> PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  std::optional<int> port;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::optional<std::string> NewJobToken() {
+  unsigned char bytes[kTokenBytes];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    got += static_cast<size_t>(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token += kHex[b >> 4];
+    token += kHex[b & 0xf];
+  }
+  return token;
+}
+
+// Makes sure 0, 1 and 2 are open, so that pipe fds never land on them.
+void EnsureStdFds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      int null_fd = open("/dev/null", O_RDWR);
+      if (null_fd >= 0 && null_fd != fd) {
+        dup2(null_fd, fd);
+        close(null_fd);
+      }
+    }
+  }
+}
+
+// Two pipes per rank plus a few: raise the soft fd limit if needed.
+bool EnsureFdLimit(int nranks) {
+  rlim_t needed = static_cast<rlim_t>(2 * nranks + 32);
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return true;
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= needed) return true;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < needed) return false;
+  lim.rlim_cur = needed;
+  return setrlimit(RLIMIT_NOFILE, &lim) == 0;
+}
+
+// ---------------------------------------------------------------------------
+// Signals: handlers only write the signal number to a self-pipe.
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t ignored = write(g_signal_pipe[1], &b, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+bool InstallSignalHandlers() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) {
+    if (sigaction(sig, &sa, nullptr) != 0) return false;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// The job.
+
+struct Stream {
+  int fd = -1;  // Read end of the pipe; -1 once EOF was seen.
+  int rank = 0;
+  int out_fd = STDOUT_FILENO;
+  std::string partial;  // Bytes after the last newline.
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+};
+
+class Job {
+ public:
+  explicit Job(Options opts) : opts_(std::move(opts)) {}
+
+  // Starts all ranks, then runs until they are done. Returns the exit status.
+  int Run();
+
+ private:
+  bool StartRanks(const std::vector<std::string>& base_env, int port, const std::string& token);
+  void ReadStream(Stream& s);
+  void EmitLines(Stream& s, bool eof);
+  void Reap();
+  void BeginStop(int sig);
+  void SignalAll(int sig);
+  int RunningCount() const;
+
+  Options opts_;
+  std::vector<Rank> ranks_;
+  std::vector<Stream> streams_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  std::optional<int> exit_code_;  // Set by the first failure/timeout/signal.
+  Clock::time_point kill_deadline_;
+};
+
+int Job::RunningCount() const {
+  return static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(),
+                                        [](const Rank& r) { return r.running; }));
+}
+
+bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
+                     const std::string& token) {
+  const int n = opts_.nranks;
+  std::vector<char*> argv;
+  for (const std::string& a : opts_.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) {
+    Message(std::string("cannot open /dev/null: ") + strerror(errno));
+    return false;
+  }
+  ranks_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env = base_env;
+    env.push_back("RANK=" + std::to_string(r));
+    env.push_back("WORLD_SIZE=" + std::to_string(n));
+    env.push_back("LOCAL_RANK=" + std::to_string(r));
+    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
+    env.push_back("MASTER_ADDR=127.0.0.1");
+    env.push_back("MASTER_PORT=" + std::to_string(port));
+    env.push_back("HCOMM_JOB_TOKEN=" + token);
+    std::vector<char*> envp;
+    for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    std::string exec_error_prefix =
+        "hcomm_run: rank " + std::to_string(r) + ": cannot execute '" + opts_.argv[0] + "': ";
+
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+      Message(std::string("pipe: ") + strerror(errno));
+      close(null_fd);
+      return false;
+    }
+    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+      Message(std::string("pipe: ") + strerror(errno));
+      close(out_pipe[0]);
+      close(out_pipe[1]);
+      close(null_fd);
+      return false;
+    }
+    // Signals stay blocked across fork(), so that the child never runs the
+    // launcher's handlers (which write to the launcher's self-pipe) before
+    // it has reset them.
+    sigset_t all, saved_mask;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &saved_mask);
+    pid_t pid = fork();
+    if (pid != 0) sigprocmask(SIG_SETMASK, &saved_mask, nullptr);
+    if (pid < 0) {
+      Message(std::string("fork: ") + strerror(errno));
+      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+      close(null_fd);
+      return false;
+    }
+    if (pid == 0) {
+      // Child: own process group, default signal dispositions, then an
+      // empty signal mask; pipes as stdout/stderr (dup2() clears O_CLOEXEC
+      // on the targets).
+      setpgid(0, 0);
+      struct sigaction dfl = {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &dfl, nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      dup2(null_fd, STDIN_FILENO);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      execve(opts_.program_path.c_str(), argv.data(), envp.data());
+      std::string msg = exec_error_prefix + strerror(errno) + "\n";
+      ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
+      (void)ignored;
+      _exit(kExitExecFailed);
+    }
+    setpgid(pid, pid);  // Also in the parent, so kill(-pid) works at once.
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
+    fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+    ranks_[r].pid = pid;
+    ranks_[r].running = true;
+    streams_.push_back(Stream{out_pipe[0], r, STDOUT_FILENO, {}});
+    streams_.push_back(Stream{err_pipe[0], r, STDERR_FILENO, {}});
+  }
+  close(null_fd);
+  return true;
+}
+
+// Prints every complete line of `s.partial` with the rank prefix, in one
+// write. At EOF (or when the partial line grows too long) the rest is
+// printed too, with a newline added.
+void Job::EmitLines(Stream& s, bool eof) {
+  const std::string prefix = "[rank " + std::to_string(s.rank) + "] ";
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    size_t nl = s.partial.find('\n', start);
+    if (nl == std::string::npos) break;
+    out += prefix;
+    out.append(s.partial, start, nl + 1 - start);
+    start = nl + 1;
+  }
+  s.partial.erase(0, start);
+  if (!s.partial.empty() && (eof || s.partial.size() >= kMaxLineBytes)) {
+    out += prefix;
+    out += s.partial;
+    out += '\n';
+    s.partial.clear();
+  }
+  if (!out.empty()) WriteAll(s.out_fd, out);
+}
+
+void Job::ReadStream(Stream& s) {
+  char buf[kReadChunk];
+  // Bounded number of reads per wakeup so one chatty rank cannot starve the
+  // others or the timers.
+  for (int i = 0; i < 16 && s.fd >= 0; ++i) {
+    ssize_t n = read(s.fd, buf, sizeof(buf));
+    if (n > 0) {
+      s.partial.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    // EOF or a read error: the stream is finished.
+    close(s.fd);
+    s.fd = -1;
+  }
+  EmitLines(s, s.fd < 0);
+}
+
+void Job::SignalAll(int sig) {
+  // The whole process group, so that children of the rank go too. Groups of
+  // ranks that already exited may still hold their leftover children.
+  for (const Rank& r : ranks_) {
+    if (r.pid > 0) kill(-r.pid, sig);
+  }
+}
+
+void Job::BeginStop(int sig) {
+  if (stopping_) return;
+  stopping_ = true;
+  kill_deadline_ = Clock::now() + kKillGrace;
+  SignalAll(sig);
+}
+
+void Job::Reap() {
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      if (ranks_[r].pid != pid || !ranks_[r].running) continue;
+      ranks_[r].running = false;
+      // Print what the rank wrote before it ended ahead of any verdict.
+      for (Stream& s : streams_) {
+        if (s.rank == static_cast<int>(r) && s.fd >= 0) ReadStream(s);
+      }
+      bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok || stopping_) break;  // Exits after the stop began are expected.
+      if (WIFEXITED(status)) {
+        Message("rank " + std::to_string(r) + " exited with status " +
+                std::to_string(WEXITSTATUS(status)));
+        exit_code_ = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        Message("rank " + std::to_string(r) + " was killed by signal " +
+                SignalName(WTERMSIG(status)) + (WCOREDUMP(status) ? " (core dumped)" : ""));
+        exit_code_ = 128 + WTERMSIG(status);
+      } else {
+        Message("rank " + std::to_string(r) + " ended with wait status " +
+                std::to_string(status));
+        exit_code_ = kExitFailure;
+      }
+      if (RunningCount() > 0) {
+        Message("stopping the other " + std::to_string(RunningCount()) + " rank(s)");
+      }
+      BeginStop(SIGTERM);
+      break;
+    }
+  }
+}
+
+int Job::Run() {
+  // Environment shared by all ranks: the launcher's, minus what we set and
+  // what the library would prefer over it.
+  static const char* const kDropped[] = {
+      "RANK",        "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+      "MASTER_PORT", "HCOMM_JOB_TOKEN", "HCOMM_RANK", "HCOMM_WORLD_SIZE", "HCOMM_STORE_ADDR"};
+  std::vector<std::string> base_env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string entry = *e;
+    std::string key = entry.substr(0, entry.find('='));
+    bool drop = std::any_of(std::begin(kDropped), std::end(kDropped),
+                            [&](const char* k) { return key == k; });
+    if (!drop) base_env.push_back(std::move(entry));
+  }
+
+  int port = opts_.port;
+  if (port == 0) {
+    std::optional<int> p = PickFreePort();
+    if (!p) {
+      Message(std::string("cannot find a free port on 127.0.0.1: ") + strerror(errno));
+      return kExitFailure;
+    }
+    port = *p;
+  }
+  std::string token;
+  const char* inherited = getenv("HCOMM_JOB_TOKEN");
+  if (inherited != nullptr && *inherited != '\0') {
+    token = inherited;
+  } else {
+    std::optional<std::string> t = NewJobToken();
+    if (!t) {
+      Message(std::string("getrandom failed: ") + strerror(errno));
+      return kExitFailure;
+    }
+    token = *t;
+  }
+
+  if (!EnsureFdLimit(opts_.nranks)) {
+    Message("the open-file limit is too low for " + std::to_string(opts_.nranks) +
+            " ranks (need " + std::to_string(2 * opts_.nranks + 32) + "); raise ulimit -n");
+    return kExitFailure;
+  }
+  if (!InstallSignalHandlers()) {
+    Message(std::string("cannot install signal handlers: ") + strerror(errno));
+    return kExitFailure;
+  }
+
+  const Clock::time_point start = Clock::now();
+  if (!StartRanks(base_env, port, token)) {
+    exit_code_ = kExitFailure;
+    BeginStop(SIGTERM);
+  }
+  std::optional<Clock::time_point> job_deadline;
+  if (opts_.timeout_s) {
+    job_deadline = start + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(*opts_.timeout_s));
+  }
+  std::optional<Clock::time_point> drain_deadline;
+
+  std::vector<pollfd> fds;
+  std::vector<Stream*> fd_streams;
+  while (true) {
+    Reap();
+    const Clock::time_point now = Clock::now();
+    if (RunningCount() == 0 && !drain_deadline) drain_deadline = now + kDrainGrace;
+    bool any_open = std::any_of(streams_.begin(), streams_.end(),
+                                [](const Stream& s) { return s.fd >= 0; });
+    if (RunningCount() == 0 && (!any_open || now >= *drain_deadline)) break;
+
+    if (!stopping_ && job_deadline && now >= *job_deadline) {
+      std::string running;
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        if (!ranks_[r].running) continue;
+        if (!running.empty()) running += ",";
+        running += std::to_string(r);
+      }
+      Message("timeout after " + FormatSeconds(*opts_.timeout_s) +
+              " s; ranks still running: " + running);
+      exit_code_ = kExitTimeout;
+      BeginStop(SIGTERM);
+    }
+    if (stopping_ && !killed_ && now >= kill_deadline_) {
+      if (RunningCount() > 0) {
+        Message("sending SIGKILL to " + std::to_string(RunningCount()) +
+                " rank(s) still running after " + std::to_string(kKillGrace.count()) + " s");
+      }
+      killed_ = true;
+      SignalAll(SIGKILL);
+    }
+
+    // Sleep until output, a signal, or the next deadline (at most 1 s).
+    Clock::time_point wake = now + std::chrono::seconds(1);
+    if (!stopping_ && job_deadline) wake = std::min(wake, *job_deadline);
+    if (stopping_ && !killed_) wake = std::min(wake, kill_deadline_);
+    if (drain_deadline) wake = std::min(wake, *drain_deadline);
+    auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
+
+    fds.clear();
+    fd_streams.clear();
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    fd_streams.push_back(nullptr);
+    for (Stream& s : streams_) {
+      if (s.fd < 0) continue;
+      fds.push_back({s.fd, POLLIN, 0});
+      fd_streams.push_back(&s);
+    }
+    int ready = poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(0, wait_ms)));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      Message(std::string("poll: ") + strerror(errno));
+      exit_code_ = exit_code_.value_or(kExitFailure);
+      BeginStop(SIGTERM);
+      continue;
+    }
+    if (fds[0].revents & POLLIN) {
+      unsigned char sigs[64];
+      ssize_t n;
+      while ((n = read(g_signal_pipe[0], sigs, sizeof(sigs))) > 0) {
+        for (ssize_t k = 0; k < n; ++k) {
+          int sig = sigs[k];
+          if (sig == SIGCHLD) continue;  // Reap() runs every iteration.
+          if (stopping_) {
+            // A second signal while stopping: no more grace.
+            if (!killed_) {
+              Message("got " + SignalName(sig) + " again; sending SIGKILL to all ranks");
+              killed_ = true;
+              SignalAll(SIGKILL);
+            }
+            continue;
+          }
+          Message("got " + SignalName(sig) + "; forwarding it to all ranks and stopping the job");
+          exit_code_ = 128 + sig;
+          BeginStop(sig);
+        }
+      }
+    }
+    for (size_t k = 1; k < fds.size(); ++k) {
+      if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) ReadStream(*fd_streams[k]);
+    }
+  }
+  // A stopped job leaves nothing behind, not even leftover grandchildren
+  // that ignored SIGTERM and kept a pipe open.
+  if (stopping_ && !killed_) SignalAll(SIGKILL);
+  // Whatever is still buffered (pipes held open past the drain grace).
+  for (Stream& s : streams_) {
+    EmitLines(s, /*eof=*/true);
+    if (s.fd >= 0) close(s.fd);
+  }
+  return exit_code_.value_or(0);
+}
+
+}  // namespace
+}  // namespace hcomm_run
+
+int main(int argc, char** argv) {
+  hcomm_run::EnsureStdFds();
+  hcomm_run::Options opts;
+  int rc = hcomm_run::ParseArgs(argc, argv, &opts);
+  if (rc == -1) return 0;  // --help
+  if (rc != 0) return rc;
+  hcomm_run::Job job(std::move(opts));
+  return job.Run();
+}

@@ -1,0 +1,228 @@
+#!/bin/bash
+# Tests of the hcomm_run launcher (tools/hcomm_run.cc), run as real processes.
+# Usage: hcomm_run_test.sh PATH_TO_HCOMM_RUN   (Bazel passes $(location :hcomm_run))
+set -uo pipefail
+
+if [ $# -ne 1 ]; then
+  echo "usage: $0 PATH_TO_HCOMM_RUN" >&2
+  exit 2
+fi
+RUN="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+[ -x "$RUN" ] || { echo "not executable: $RUN" >&2; exit 1; }
+
+TMP="$(mktemp -d "${TEST_TMPDIR:-/tmp}/hcomm_run_test.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+OUT="$TMP/out"
+ERR="$TMP/err"
+FAILURES=0
+CURRENT=""
+
+fail() {
+  echo "FAIL [$CURRENT]: $*" >&2
+  echo "--- stdout:" >&2; cat "$OUT" >&2 2>/dev/null
+  echo "--- stderr:" >&2; cat "$ERR" >&2 2>/dev/null
+  FAILURES=$((FAILURES + 1))
+}
+begin() { CURRENT="$1"; echo "=== $1"; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# Runs the launcher with stdout/stderr captured; sets RC and ELAPSED_MS.
+launch() {
+  local t0; t0=$(now_ms)
+  "$RUN" "$@" >"$OUT" 2>"$ERR" </dev/null
+  RC=$?
+  ELAPSED_MS=$(( $(now_ms) - t0 ))
+}
+expect_rc() { [ "$RC" -eq "$1" ] || fail "exit status $RC, want $1"; }
+expect_out_line() { grep -qxF -- "$1" "$OUT" || fail "stdout lacks line: $1"; }
+expect_err_line() { grep -qxF -- "$1" "$ERR" || fail "stderr lacks line: $1"; }
+expect_faster_than() { [ "$ELAPSED_MS" -lt "$1" ] || fail "took ${ELAPSED_MS} ms, want < $1 ms"; }
+
+# Waits until the processes whose pids are in the given files are gone (they
+# may be grandchildren still being reaped by init), at most 3 s.
+expect_gone() {
+  local f pid i
+  for f in "$@"; do
+    [ -s "$f" ] || { fail "pid file $f missing"; continue; }
+    pid=$(cat "$f")
+    for i in $(seq 1 60); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      fail "process $pid ($f) still alive"
+      kill -9 "$pid" 2>/dev/null
+    fi
+  done
+}
+
+# ---------------------------------------------------------------------------
+begin "environment of 3 ranks"
+unset HCOMM_JOB_TOKEN
+launch -n 3 -- /bin/sh -c \
+  'echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR"
+   echo "port=$MASTER_PORT"; echo "toklen=${#HCOMM_JOB_TOKEN}"; echo "token=$HCOMM_JOB_TOKEN"
+   echo "hcomm_rank=${HCOMM_RANK-unset}"
+   echo "to stderr $RANK" >&2'
+expect_rc 0
+for r in 0 1 2; do
+  expect_out_line "[rank $r] rank=$r world=3 local=$r lws=3 addr=127.0.0.1"
+  expect_out_line "[rank $r] toklen=64"
+  expect_out_line "[rank $r] hcomm_rank=unset"
+  expect_err_line "[rank $r] to stderr $r"
+done
+[ "$(grep -c '^\[rank [0-2]\] ' "$OUT")" -eq 15 ] || fail "want 15 prefixed stdout lines"
+grep -q 'to stderr' "$OUT" && fail "stderr line on stdout"
+ports=$(sed -n 's/^\[rank [0-2]\] port=//p' "$OUT" | sort -u)
+[ "$(echo "$ports" | wc -l)" -eq 1 ] && [ -n "$ports" ] || fail "ports differ or missing: $ports"
+[ "$ports" -ge 1 ] 2>/dev/null && [ "$ports" -le 65535 ] || fail "bad port: $ports"
+tokens=$(sed -n 's/^\[rank [0-2]\] token=//p' "$OUT" | sort -u)
+[ "$(echo "$tokens" | wc -l)" -eq 1 ] || fail "tokens differ across ranks"
+echo "$tokens" | grep -qxE '[0-9a-f]{64}' || fail "token is not 64 hex chars: $tokens"
+first_token=$tokens
+
+begin "fresh token per job"
+launch -n 1 -- /bin/sh -c 'echo "token=$HCOMM_JOB_TOKEN"'
+expect_rc 0
+grep -qxF "[rank 0] token=$first_token" "$OUT" && fail "token reused across jobs"
+
+begin "inherited token, --port, inherited HCOMM_RANK dropped"
+HCOMM_JOB_TOKEN=sekrit HCOMM_RANK=7 RANK=9 launch -n 2 --port 23456 -- /bin/sh -c \
+  'echo "$RANK $HCOMM_JOB_TOKEN $MASTER_PORT ${HCOMM_RANK-unset}"'
+expect_rc 0
+expect_out_line "[rank 0] 0 sekrit 23456 unset"
+expect_out_line "[rank 1] 1 sekrit 23456 unset"
+
+begin "arguments passed verbatim"
+launch -n 1 -- /bin/sh -c 'printf "<%s>\n" "$@"' sh "a b" "" '$HOME'
+expect_rc 0
+expect_out_line '[rank 0] <a b>'
+expect_out_line '[rank 0] <>'
+expect_out_line '[rank 0] <$HOME>'
+
+begin "line without trailing newline"
+launch -n 1 -- printf 'first\nlast without newline'
+expect_rc 0
+printf '[rank 0] first\n[rank 0] last without newline\n' | cmp -s - "$OUT" ||
+  fail "unexpected stdout"
+launch -n 1 -- /bin/sh -c 'printf "err tail" >&2'
+expect_rc 0
+printf '[rank 0] err tail\n' | cmp -s - "$ERR" || fail "unexpected stderr"
+
+begin "lines of many ranks never interleave"
+launch -n 4 -- /bin/sh -c \
+  'pad=$(printf "%0200d" 0); i=0; while [ $i -lt 2000 ]; do echo "line $i $pad"; i=$((i+1)); done'
+expect_rc 0
+[ "$(wc -l <"$OUT")" -eq 8000 ] || fail "want 8000 lines, got $(wc -l <"$OUT")"
+bad=$(grep -cvE '^\[rank [0-3]\] line [0-9]+ 0{200}$' "$OUT")
+[ "$bad" -eq 0 ] || fail "$bad malformed lines"
+for r in 0 1 2 3; do
+  [ "$(grep -c "^\[rank $r\] " "$OUT")" -eq 2000 ] || fail "rank $r: want 2000 lines"
+done
+
+begin "one rank fails, the others are stopped"
+rm -f "$TMP"/pid.*
+# Ranks 0 and 2 record their pids (rank 2: a background grandchild too) and
+# sleep; rank 1 waits for those files, then exits 3.
+launch -n 3 -- /bin/bash -c '
+  d='"$TMP"'
+  case $RANK in
+    1) for i in $(seq 1 400); do
+         [ -s $d/pid.0 ] && [ -s $d/pid.2 ] && [ -s $d/pid.2b ] && break; sleep 0.02
+       done
+       echo "rank 1 giving up" >&2; exit 3 ;;
+    0) echo $$ > $d/pid.0.tmp; mv $d/pid.0.tmp $d/pid.0; exec sleep 60 ;;
+    2) sleep 60 & echo $! > $d/pid.2b.tmp; mv $d/pid.2b.tmp $d/pid.2b
+       echo $$ > $d/pid.2.tmp; mv $d/pid.2.tmp $d/pid.2; wait ;;
+  esac'
+expect_rc 3
+expect_faster_than 10000
+expect_err_line "hcomm_run: rank 1 exited with status 3"
+expect_err_line "[rank 1] rank 1 giving up"
+expect_gone "$TMP/pid.0" "$TMP/pid.2" "$TMP/pid.2b"
+
+begin "a rank that ignores SIGTERM gets SIGKILL after the grace"
+rm -f "$TMP"/pid.*
+launch -n 2 -- /bin/bash -c '
+  d='"$TMP"'
+  if [ $RANK = 0 ]; then
+    for i in $(seq 1 400); do [ -s $d/pid.1 ] && break; sleep 0.02; done; exit 5
+  fi
+  trap "" TERM; echo $$ > $d/pid.1.tmp; mv $d/pid.1.tmp $d/pid.1
+  while true; do sleep 0.1; done'
+expect_rc 5
+[ "$ELAPSED_MS" -ge 2500 ] || fail "SIGKILL came before the 3 s grace (${ELAPSED_MS} ms)"
+expect_faster_than 10000
+expect_gone "$TMP/pid.1"
+
+begin "rank killed by SIGKILL"
+launch -n 2 -- /bin/sh -c 'if [ "$RANK" = 0 ]; then kill -9 $$; fi; exec sleep 60'
+expect_rc 137
+expect_faster_than 10000
+expect_err_line "hcomm_run: rank 0 was killed by signal SIGKILL"
+
+begin "--timeout"
+launch --timeout 1 -n 3 -- /bin/sh -c 'if [ "$RANK" = 1 ]; then exit 0; fi; exec sleep 60'
+expect_rc 124
+expect_faster_than 6000
+expect_err_line "hcomm_run: timeout after 1 s; ranks still running: 0,2"
+
+begin "--timeout not reached"
+launch --timeout 30 -n 2 -- true
+expect_rc 0
+expect_faster_than 5000
+
+begin "SIGTERM to the launcher is forwarded"
+rm -f "$TMP"/pid.*
+"$RUN" -n 2 -- /bin/sh -c \
+  'echo $$ > '"$TMP"'/pid.$RANK.tmp; mv '"$TMP"'/pid.$RANK.tmp '"$TMP"'/pid.$RANK; exec sleep 60' \
+  >"$OUT" 2>"$ERR" </dev/null &
+launcher=$!
+for i in $(seq 1 400); do [ -s "$TMP/pid.0" ] && [ -s "$TMP/pid.1" ] && break; sleep 0.02; done
+t0=$(now_ms)
+kill -TERM "$launcher"
+wait "$launcher"
+RC=$?
+ELAPSED_MS=$(( $(now_ms) - t0 ))
+expect_rc 143
+expect_faster_than 5000
+grep -q 'got SIGTERM' "$ERR" || fail "no message about SIGTERM"
+expect_gone "$TMP/pid.0" "$TMP/pid.1"
+
+begin "exec failure is a failing rank"
+printf 'not a program\n' >"$TMP/noexec_format"
+chmod +x "$TMP/noexec_format"
+launch -n 2 -- "$TMP/noexec_format"
+expect_rc 127
+grep -q "^\[rank [01]\] hcomm_run: rank [01]: cannot execute '$TMP/noexec_format': " "$ERR" ||
+  fail "no exec error message"
+grep -qE '^hcomm_run: rank [01] exited with status 127$' "$ERR" || fail "no failure report"
+
+begin "usage errors"
+touch "$TMP/not_executable"
+chmod -x "$TMP/not_executable"
+for args in "" "-- true" "-n 0 -- true" "-n 1025 -- true" "-n abc -- true" "-n 2" "-n 2 --" \
+            "-n 2 -- /nonexistent/prog" "-n 2 -- no_such_program_hcomm_xyz" \
+            "-n 2 -- $TMP/not_executable" "-n 2 -- $TMP" "--bogus -n 2 -- true" \
+            "-n 2 --timeout 0 -- true" "-n 2 --timeout x -- true" "-n 2 --port 70000 -- true" \
+            "-n"; do
+  # shellcheck disable=SC2086  # word splitting intended
+  launch $args
+  [ "$RC" -eq 2 ] || fail "'hcomm_run $args': exit status $RC, want 2"
+  grep -q '^usage: hcomm_run' "$ERR" || fail "'hcomm_run $args': no usage message"
+  [ -s "$OUT" ] && fail "'hcomm_run $args': wrote to stdout"
+done
+launch -n 1024 -- true
+expect_rc 0
+
+begin "--help"
+launch --help
+expect_rc 0
+grep -q '^usage: hcomm_run -n N' "$OUT" || fail "--help prints no usage"
+
+echo
+if [ "$FAILURES" -ne 0 ]; then
+  echo "$FAILURES check(s) failed"
+  exit 1
+fi
+echo "all checks passed"

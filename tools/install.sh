@@ -1,0 +1,166 @@
+#!/bin/bash
+# Installs hcomm for programs built outside Bazel (shared/API.md,
+# "Installation layout"):
+#
+#   bazel run //tools:install -- --prefix=DIR
+#
+#   DIR/include/hcomm/hcomm.h
+#   DIR/lib/libhcomm_c.so.0            (the library; its SONAME)
+#   DIR/lib/libhcomm_c.so -> libhcomm_c.so.0
+#   DIR/lib/pkgconfig/hcomm.pc
+#   DIR/bin/hcomm_run, DIR/bin/hcomm_bench
+#
+# A relative DIR is taken relative to the directory `bazel run` was started
+# from. Files come from this binary's runfiles (data of //tools:install).
+# Each component is one install_<name> function listed in COMPONENTS; to add
+# one, add the function, list it, and add its files to the target's data.
+set -euo pipefail
+shopt -u patsub_replacement 2>/dev/null || true  # "&" literal in ${x//p/r}
+
+readonly WORKSPACE_NAME="hcomm"
+readonly COMPONENTS=(c_api tools)
+
+usage() {
+  cat <<'EOF'
+usage: bazel run //tools:install -- --prefix=DIR
+
+Installs the hcomm C header, libhcomm_c.so, hcomm.pc, hcomm_run and
+hcomm_bench under DIR (include/, lib/, lib/pkgconfig/, bin/).
+
+options:
+  --prefix=DIR, --prefix DIR   where to install (relative: to the directory
+                               `bazel run` was started from)
+  -h, --help                   print this message
+EOF
+}
+
+usage_error() {
+  echo "install: $*" >&2
+  usage >&2
+  exit 2
+}
+
+die() {
+  echo "install: $*" >&2
+  exit 1
+}
+
+# --- arguments ---------------------------------------------------------------
+
+prefix=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --prefix=*) prefix="${1#--prefix=}" ;;
+    --prefix)
+      [[ $# -ge 2 ]] || usage_error "--prefix needs a value"
+      prefix="$2"
+      shift
+      ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    *) usage_error "unknown argument: $1" ;;
+  esac
+  shift
+done
+[[ -n "$prefix" ]] || usage_error "missing --prefix=DIR"
+
+if [[ "$prefix" != /* ]]; then
+  prefix="${BUILD_WORKING_DIRECTORY:-${BUILD_WORKSPACE_DIRECTORY:-$PWD}}/$prefix"
+fi
+prefix="$(realpath -m -s -- "$prefix")"  # Absolute and clean; symlinks kept.
+if [[ "$prefix" =~ [[:space:]] ]]; then
+  echo "install: warning: '$prefix' contains whitespace; hcomm.pc will not work with it" >&2
+fi
+
+# --- runfiles ----------------------------------------------------------------
+
+self="$0"
+[[ "$self" == /* ]] || self="$PWD/$self"
+if [[ -n "${RUNFILES_DIR:-}" && -d "$RUNFILES_DIR" ]]; then
+  runfiles="$RUNFILES_DIR"
+elif [[ -d "$self.runfiles" ]]; then
+  runfiles="$self.runfiles"
+elif [[ "$self" == *.runfiles/* ]]; then
+  runfiles="${self%%.runfiles/*}.runfiles"
+else
+  runfiles=""
+fi
+manifest="${RUNFILES_MANIFEST_FILE:-}"
+if [[ -z "$manifest" && -n "$runfiles" && -f "$runfiles/MANIFEST" ]]; then
+  manifest="$runfiles/MANIFEST"
+fi
+
+# rlocation PATH: the file for runfiles path PATH (relative to the workspace).
+rlocation() {
+  local key="$WORKSPACE_NAME/$1" found=""
+  if [[ -n "$runfiles" && -e "$runfiles/$key" ]]; then
+    found="$runfiles/$key"
+  elif [[ -n "$manifest" && -f "$manifest" ]]; then
+    found="$(awk -v k="$key" '$1 == k { print substr($0, length(k) + 2); exit }' "$manifest")"
+  fi
+  [[ -n "$found" && -e "$found" ]] ||
+    die "cannot find $1 in the runfiles (run me with: bazel run //tools:install -- --prefix=DIR)"
+  echo "$found"
+}
+
+# --- helpers -----------------------------------------------------------------
+
+# put MODE SRC DEST: copies SRC (read-only in bazel-bin) to DEST with MODE.
+put() {
+  install -D -m "$1" -- "$2" "$3"
+  echo "installed $3"
+}
+
+# header_version HEADER: "MAJOR.MINOR.PATCH" from the HCOMM_VERSION_* macros.
+header_version() {
+  local part value version=""
+  for part in MAJOR MINOR PATCH; do
+    value="$(sed -n "s/^#[[:space:]]*define[[:space:]]\{1,\}HCOMM_VERSION_${part}[[:space:]]\{1,\}\([0-9]\{1,\}\).*/\1/p" "$1" | head -n 1)"
+    [[ -n "$value" ]] || die "no HCOMM_VERSION_${part} in $1"
+    version="${version:+$version.}$value"
+  done
+  echo "$version"
+}
+
+# --- components --------------------------------------------------------------
+
+install_c_api() {
+  local header lib pc_in version template pc
+  header="$(rlocation c_api/include/hcomm/hcomm.h)"
+  lib="$(rlocation c_api/libhcomm_c.so)"
+  pc_in="$(rlocation tools/hcomm.pc.in)"
+  version="$(header_version "$header")"
+
+  put 644 "$header" "$prefix/include/hcomm/hcomm.h"
+  put 755 "$lib" "$prefix/lib/libhcomm_c.so.0"
+  ln -sfn libhcomm_c.so.0 "$prefix/lib/libhcomm_c.so"
+  echo "installed $prefix/lib/libhcomm_c.so -> libhcomm_c.so.0"
+
+  template="$(<"$pc_in")"
+  pc="${template//@PREFIX@/"$prefix"}"
+  pc="${pc//@VERSION@/"$version"}"
+  printf '%s\n' "$pc" >"$scratch/hcomm.pc"
+  put 644 "$scratch/hcomm.pc" "$prefix/lib/pkgconfig/hcomm.pc"
+}
+
+install_tools() {
+  local run bench
+  run="$(rlocation tools/hcomm_run)"
+  bench="$(rlocation tools/hcomm_bench)"
+  put 755 "$run" "$prefix/bin/hcomm_run"
+  put 755 "$bench" "$prefix/bin/hcomm_bench"
+}
+
+# --- main --------------------------------------------------------------------
+
+scratch="$(mktemp -d)"
+trap 'rm -rf -- "$scratch"' EXIT
+
+echo "installing hcomm into $prefix"
+for component in "${COMPONENTS[@]}"; do
+  "install_$component"
+done
+echo "done. Build C programs with:"
+echo "  PKG_CONFIG_PATH=$prefix/lib/pkgconfig cc app.c \$(pkg-config --cflags --libs hcomm)"

@@ -1,0 +1,419 @@
+#include "transports/tcp/tcp_transport.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace hcomm {
+namespace {
+
+constexpr uint32_t kMagic = 0x464d4348;  // "HCMF"
+constexpr size_t kStageBytes = 256 * 1024;
+// Payload bytes still due above which the rest is read straight into the
+// destination instead of through the staging buffer.
+constexpr size_t kDirectReadMin = 16 * 1024;
+constexpr int kMaxIov = 64;
+
+struct WireHeader {
+  uint32_t magic;
+  uint32_t reserved;
+  uint64_t payload_len;
+  FrameMeta meta;
+};
+static_assert(sizeof(WireHeader) == 16 + kFrameMetaBytes, "wire header has no padding");
+
+using Completions = std::vector<std::pair<SendCallback, absl::Status>>;
+
+void RunCompletions(Completions* done) {
+  for (auto& [cb, st] : *done) {
+    if (cb) cb(st);
+  }
+  done->clear();
+}
+
+void SetKeepalive(int fd) {
+  // A host that vanishes without closing its sockets is noticed in ~10 s.
+  int one = 1, idle = 5, intvl = 1, cnt = 5;
+  unsigned int user_timeout_ms = 10000;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+}  // namespace
+
+struct TcpTransport::OutFrame {
+  FrameHandle handle = 0;
+  WireHeader hdr;
+  const char* payload = nullptr;
+  size_t len = 0;
+  size_t off = 0;  // bytes of header + payload already written
+  std::unique_ptr<char[]> owned;  // set when Cancel had to keep the payload
+  SendCallback done;
+  size_t total() const { return sizeof(WireHeader) + len; }
+};
+
+struct TcpTransport::Conn {
+  int peer = -1;
+  net::Fd fd;
+
+  absl::Mutex send_mu;
+  std::deque<OutFrame> queue ABSL_GUARDED_BY(send_mu);
+  bool out_armed ABSL_GUARDED_BY(send_mu) = false;
+  bool close_write ABSL_GUARDED_BY(send_mu) = false;
+  bool write_closed ABSL_GUARDED_BY(send_mu) = false;
+  bool dead ABSL_GUARDED_BY(send_mu) = false;
+  absl::Status death ABSL_GUARDED_BY(send_mu);
+  std::atomic<bool> lost_reported{false};
+  std::atomic<bool> dead_hint{false};
+
+  absl::Mutex recv_mu;
+  std::unique_ptr<char[]> stage ABSL_GUARDED_BY(recv_mu);
+  size_t hdr_got ABSL_GUARDED_BY(recv_mu) = 0;
+  WireHeader rx_hdr ABSL_GUARDED_BY(recv_mu);
+  bool in_payload ABSL_GUARDED_BY(recv_mu) = false;
+  char* rx_dst ABSL_GUARDED_BY(recv_mu) = nullptr;
+  uint64_t rx_off ABSL_GUARDED_BY(recv_mu) = 0;
+  uint64_t rx_len ABSL_GUARDED_BY(recv_mu) = 0;
+};
+
+TcpTransport::TcpTransport(int self, int world_size, FrameSink* sink)
+    : self_(self), sink_(sink), conns_(world_size) {
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+}
+
+TcpTransport::~TcpTransport() {
+  if (epfd_ >= 0) ::close(epfd_);
+}
+
+absl::Status TcpTransport::AddConnection(int peer, net::Fd fd) {
+  if (peer < 0 || peer >= static_cast<int>(conns_.size()) || peer == self_) {
+    return InvalidArgument(absl::StrCat("tcp: bad peer ", peer));
+  }
+  if (epfd_ < 0) return Internal(absl::StrCat("epoll_create1: ", strerror(errno)));
+  HCOMM_RETURN_IF_ERROR(net::SetNonBlocking(fd.get()));
+  HCOMM_RETURN_IF_ERROR(net::SetNoDelay(fd.get()));
+  SetKeepalive(fd.get());
+  auto c = std::make_unique<Conn>();
+  c->peer = peer;
+  c->fd = std::move(fd);
+  {
+    absl::MutexLock l(&c->recv_mu);
+    c->stage.reset(new char[kStageBytes]);
+  }
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u32 = static_cast<uint32_t>(peer);
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, c->fd.get(), &ev) < 0) {
+    return Internal(absl::StrCat("epoll_ctl: ", strerror(errno)));
+  }
+  conns_[peer] = std::move(c);
+  return absl::OkStatus();
+}
+
+FrameHandle TcpTransport::Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
+                               SendCallback done) {
+  Conn* c = conns_[peer].get();
+  FrameHandle h = next_handle_.fetch_add(1, std::memory_order_relaxed);
+  Completions completions;
+  absl::Status dead_status;
+  bool failed = false;
+  {
+    absl::MutexLock l(&c->send_mu);
+    if (c->dead || c->close_write) {
+      failed = true;
+      dead_status = c->dead ? c->death
+                            : PeerFailure(absl::StrCat("connection to rank ", peer, " is closing"));
+    } else {
+      c->queue.emplace_back();
+      OutFrame& f = c->queue.back();
+      f.handle = h;
+      f.hdr.magic = kMagic;
+      f.hdr.reserved = 0;
+      f.hdr.payload_len = len;
+      f.hdr.meta = meta;
+      f.payload = static_cast<const char*>(payload);
+      f.len = len;
+      f.done = std::move(done);
+      pending_.fetch_add(1, std::memory_order_relaxed);
+      if (c->queue.size() == 1) FlushLocked(c, &completions);
+      UpdateInterestLocked(c);
+    }
+  }
+  if (failed) {
+    if (done) done(dead_status);
+    return h;
+  }
+  RunCompletions(&completions);
+  if (c->dead_hint.load()) {
+    absl::Status why;
+    {
+      absl::MutexLock l(&c->send_mu);
+      why = c->death;
+    }
+    MarkDead(c, why);
+  }
+  return h;
+}
+
+void TcpTransport::FlushLocked(Conn* c, Completions* done) {
+  while (!c->queue.empty() && !c->dead) {
+    struct iovec iov[kMaxIov];
+    int n = 0;
+    for (auto it = c->queue.begin(); it != c->queue.end() && n + 2 <= kMaxIov; ++it) {
+      const OutFrame& f = *it;
+      if (f.off < sizeof(WireHeader)) {
+        iov[n].iov_base = const_cast<char*>(reinterpret_cast<const char*>(&f.hdr)) + f.off;
+        iov[n].iov_len = sizeof(WireHeader) - f.off;
+        ++n;
+        if (f.len > 0) {
+          iov[n].iov_base = const_cast<char*>(f.payload);
+          iov[n].iov_len = f.len;
+          ++n;
+        }
+      } else {
+        size_t poff = f.off - sizeof(WireHeader);
+        iov[n].iov_base = const_cast<char*>(f.payload) + poff;
+        iov[n].iov_len = f.len - poff;
+        ++n;
+      }
+    }
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    ssize_t w = ::sendmsg(c->fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      c->dead = true;
+      c->dead_hint = true;
+      c->death = PeerFailure(
+          absl::StrCat("connection to rank ", c->peer, " broke while sending: ", strerror(errno)));
+      return;
+    }
+    size_t left = static_cast<size_t>(w);
+    while (left > 0 && !c->queue.empty()) {
+      OutFrame& f = c->queue.front();
+      size_t need = f.total() - f.off;
+      if (left >= need) {
+        left -= need;
+        done->emplace_back(std::move(f.done), absl::OkStatus());
+        c->queue.pop_front();
+        pending_.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        f.off += left;
+        left = 0;
+      }
+    }
+  }
+  if (c->queue.empty() && c->close_write && !c->write_closed) {
+    ::shutdown(c->fd.get(), SHUT_WR);
+    c->write_closed = true;
+  }
+}
+
+void TcpTransport::UpdateInterestLocked(Conn* c) {
+  bool want = !c->queue.empty() && !c->dead;
+  if (want == c->out_armed) return;
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0);
+  ev.data.u32 = static_cast<uint32_t>(c->peer);
+  ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c->fd.get(), &ev);
+  c->out_armed = want;
+}
+
+void TcpTransport::HandleWritable(Conn* c) {
+  Completions completions;
+  {
+    absl::MutexLock l(&c->send_mu);
+    FlushLocked(c, &completions);
+    UpdateInterestLocked(c);
+  }
+  RunCompletions(&completions);
+  if (c->dead_hint.load()) {
+    absl::Status why;
+    {
+      absl::MutexLock l(&c->send_mu);
+      why = c->death;
+    }
+    MarkDead(c, why);
+  }
+}
+
+bool TcpTransport::Cancel(int peer, FrameHandle handle) {
+  Conn* c = conns_[peer].get();
+  absl::MutexLock l(&c->send_mu);
+  for (auto it = c->queue.begin(); it != c->queue.end(); ++it) {
+    if (it->handle != handle) continue;
+    if (it->off == 0) {
+      c->queue.erase(it);
+      pending_.fetch_sub(1, std::memory_order_relaxed);
+      UpdateInterestLocked(c);
+      return true;
+    }
+    if (!it->owned && it->len > 0) {
+      it->owned.reset(new char[it->len]);
+      memcpy(it->owned.get(), it->payload, it->len);
+      it->payload = it->owned.get();
+    }
+    return false;
+  }
+  return false;  // already sent
+}
+
+absl::Status TcpTransport::Consume(Conn* c, const char* data, size_t n) {
+  while (n > 0) {
+    if (!c->in_payload) {
+      size_t take = std::min(n, sizeof(WireHeader) - c->hdr_got);
+      memcpy(reinterpret_cast<char*>(&c->rx_hdr) + c->hdr_got, data, take);
+      c->hdr_got += take;
+      data += take;
+      n -= take;
+      if (c->hdr_got < sizeof(WireHeader)) return absl::OkStatus();
+      c->hdr_got = 0;
+      if (c->rx_hdr.magic != kMagic) {
+        return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (bad magic)"));
+      }
+      c->rx_len = c->rx_hdr.payload_len;
+      c->rx_off = 0;
+      c->rx_dst = static_cast<char*>(sink_->OnFrame(c->peer, c->rx_hdr.meta, c->rx_len));
+      if (c->rx_len == 0) {
+        sink_->OnPayload(c->peer, c->rx_hdr.meta, 0);
+        continue;
+      }
+      c->in_payload = true;
+    }
+    size_t take = static_cast<size_t>(std::min<uint64_t>(n, c->rx_len - c->rx_off));
+    if (c->rx_dst != nullptr) memcpy(c->rx_dst + c->rx_off, data, take);
+    c->rx_off += take;
+    data += take;
+    n -= take;
+    if (c->rx_off == c->rx_len) {
+      c->in_payload = false;
+      sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_len);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpTransport::ReadAvailable(Conn* c) {
+  for (;;) {
+    ssize_t r;
+    bool direct = c->in_payload && c->rx_dst != nullptr && c->rx_len - c->rx_off >= kDirectReadMin;
+    if (direct) {
+      r = ::recv(c->fd.get(), c->rx_dst + c->rx_off, c->rx_len - c->rx_off, MSG_DONTWAIT);
+    } else {
+      r = ::recv(c->fd.get(), c->stage.get(), kStageBytes, MSG_DONTWAIT);
+    }
+    if (r > 0) {
+      if (direct) {
+        c->rx_off += static_cast<uint64_t>(r);
+        if (c->rx_off == c->rx_len) {
+          c->in_payload = false;
+          sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_len);
+        }
+      } else {
+        HCOMM_RETURN_IF_ERROR(Consume(c, c->stage.get(), static_cast<size_t>(r)));
+      }
+      continue;
+    }
+    if (r == 0) {
+      return PeerFailure(absl::StrCat("rank ", c->peer, " closed its connection"));
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+    return PeerFailure(
+        absl::StrCat("connection to rank ", c->peer, " broke: ", strerror(errno)));
+  }
+}
+
+void TcpTransport::MarkDead(Conn* c, const absl::Status& why) {
+  Completions failed;
+  {
+    absl::MutexLock l(&c->send_mu);
+    if (!c->dead) {
+      c->dead = true;
+      c->death = why;
+    }
+    c->dead_hint = true;
+    for (OutFrame& f : c->queue) {
+      failed.emplace_back(std::move(f.done), c->death);
+      pending_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    c->queue.clear();
+    UpdateInterestLocked(c);
+  }
+  if (c->lost_reported.exchange(true)) return;
+  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c->fd.get(), nullptr);
+  ::shutdown(c->fd.get(), SHUT_RDWR);
+  RunCompletions(&failed);
+  sink_->OnConnectionLost(c->peer, why);
+}
+
+int TcpTransport::Poll(absl::Duration timeout) {
+  struct epoll_event evs[32];
+  int ms = 0;
+  if (timeout > absl::ZeroDuration()) {
+    ms = static_cast<int>(std::min<int64_t>(
+        absl::ToInt64Milliseconds(timeout + absl::Microseconds(999)), 1000));
+  }
+  int n = ::epoll_wait(epfd_, evs, 32, ms);
+  if (n <= 0) return 0;
+  for (int i = 0; i < n; ++i) {
+    Conn* c = conns_[evs[i].data.u32].get();
+    if (c == nullptr) continue;
+    if (evs[i].events & EPOLLOUT) HandleWritable(c);
+    if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      absl::Status st;
+      if (c->recv_mu.TryLock()) {
+        if (!c->lost_reported.load()) st = ReadAvailable(c);
+        c->recv_mu.Unlock();
+      }
+      if (!st.ok()) MarkDead(c, st);
+    }
+  }
+  return n;
+}
+
+void TcpTransport::CloseWrite(int peer) {
+  Conn* c = conns_[peer].get();
+  if (c == nullptr) return;
+  Completions completions;
+  {
+    absl::MutexLock l(&c->send_mu);
+    c->close_write = true;
+    if (!c->dead) FlushLocked(c, &completions);
+    UpdateInterestLocked(c);
+  }
+  RunCompletions(&completions);
+}
+
+void TcpTransport::ShutdownAll() {
+  for (auto& c : conns_) {
+    if (c) ::shutdown(c->fd.get(), SHUT_RDWR);
+  }
+}
+
+void TcpTransport::FailPeer(int peer, const absl::Status& why) {
+  Conn* c = conns_[peer].get();
+  if (c != nullptr) MarkDead(c, why);
+}
+
+}  // namespace hcomm

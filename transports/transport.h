@@ -1,0 +1,106 @@
+// The interface every hcomm transport implements.
+//
+// A transport moves frames between this process and its peers. A frame is a
+// fixed-size, opaque `FrameMeta` (the core's protocol header: tags, ids,
+// kinds; the transport never looks inside) followed by a payload of any
+// length. The transport knows nothing of tags, matching or collectives.
+//
+// Outbound: Connection::Send queues a frame; the payload is NOT copied and
+// must stay valid until the frame's SendCallback runs. Frames on one
+// connection leave in the order they were queued.
+//
+// Inbound: for every frame the transport calls FrameSink::OnFrame with the
+// meta and the payload length; the sink answers where the payload must go
+// (straight into a user buffer, a staging buffer, or nowhere: discard). Once
+// the payload is in place the transport calls FrameSink::OnPayload.
+//
+// Threads: the transport has no thread of its own. Whoever calls
+// Transport::Poll drives it; callbacks run on that thread. Several threads
+// may call Poll and Send concurrently.
+//
+// Lock order (callers must respect it): a transport may hold a per-connection
+// receive lock while it calls the sink; it never holds any lock while it
+// runs a SendCallback or OnConnectionLost. A sink may call Send from inside
+// OnFrame/OnPayload.
+#ifndef HCOMM_TRANSPORTS_TRANSPORT_H_
+#define HCOMM_TRANSPORTS_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace hcomm {
+
+// The core's per-frame header; opaque to transports.
+inline constexpr size_t kFrameMetaBytes = 40;
+struct FrameMeta {
+  unsigned char bytes[kFrameMetaBytes];
+};
+
+// Runs once per frame when it has left (status OK: handed to the kernel or
+// the peer) or can never leave (the connection failed; status says why).
+using SendCallback = std::function<void(absl::Status)>;
+
+// Identifies a queued frame, for Cancel.
+using FrameHandle = uint64_t;
+
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // A frame from `peer` has begun to arrive. Returns where its payload of
+  // `payload_len` bytes goes, or nullptr to have the transport discard it.
+  // Called even for payload_len == 0 (the return value is then ignored).
+  virtual void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) = 0;
+  // The payload of the frame just announced by OnFrame is fully in place.
+  virtual void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) = 0;
+  // The connection to `peer` ended (closed by the peer, broken, or failed
+  // through FailPeer); `status` says how, as a PeerFailure. Runs once per
+  // connection. Whether a close was orderly is for the core to judge from
+  // its own protocol.
+  virtual void OnConnectionLost(int peer, const absl::Status& status) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // "tcp", "shm", ...
+  virtual const char* name() const = 0;
+
+  // Queues a frame to `peer`. The payload must stay valid until `done` runs.
+  // `done` may run before Send returns (written at once, or the connection
+  // is already down). Returns a handle for Cancel.
+  virtual FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
+                           SendCallback done) = 0;
+
+  // Withdraws a queued frame. Returns true if none of it had left: the frame
+  // is dropped and its callback never runs. Returns false if it is partly or
+  // wholly sent; then the transport copies what remains so the caller's
+  // payload may be released at once, and the callback still runs.
+  virtual bool Cancel(int peer, FrameHandle handle) = 0;
+
+  // Moves bytes for up to `timeout` (zero: only what is ready now). Returns
+  // the number of events handled.
+  virtual int Poll(absl::Duration timeout) = 0;
+
+  // Queued frames not yet handed on, over all connections.
+  virtual size_t PendingSends() const = 0;
+
+  // Closes the write side towards `peer` once everything queued has left.
+  virtual void CloseWrite(int peer) = 0;
+
+  // Tears every connection down at once (abort): peers see them fail.
+  virtual void ShutdownAll() = 0;
+
+  // Fails the connection to `peer` as if it had broken.
+  virtual void FailPeer(int peer, const absl::Status& why) = 0;
+};
+
+}  // namespace hcomm
+
+#endif  // HCOMM_TRANSPORTS_TRANSPORT_H_
