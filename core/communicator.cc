@@ -1,6 +1,7 @@
 #include "core/communicator.h"
 
 #include <string.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -356,7 +357,7 @@ absl::Status Communicator::Wait(Request* r, absl::Time deadline) {
   if (!r->done.load(std::memory_order_acquire)) {
     active_waiters_.fetch_add(1, std::memory_order_acq_rel);
     const absl::Time start = absl::Now();
-    const absl::Time spin_until = start + spin_;
+    absl::Time spin_until = start + spin_;
     while (!r->done.load(std::memory_order_acquire)) {
       absl::Time now = absl::Now();
       if (now >= deadline) break;
@@ -364,8 +365,17 @@ absl::Status Communicator::Wait(Request* r, absl::Time deadline) {
         absl::Duration block = now < spin_until
                                    ? absl::ZeroDuration()
                                    : std::min(deadline - now, absl::Milliseconds(50));
-        transport_->Poll(block);
+        int events = transport_->Poll(block);
         progress_mu_.Unlock();
+        // Keep spinning while data flows (a large transfer is a stream of
+        // events); sleep in the kernel only after spin_ of silence.
+        if (events > 0) {
+          spin_until = absl::Now() + spin_;
+        } else if (block == absl::ZeroDuration()) {
+          // Nothing yet: give the core to any other runnable thread (the
+          // peer we wait for may share it when ranks outnumber cores).
+          sched_yield();
+        }
         continue;
       }
       // Someone else is polling (or there is no transport): sleep until a

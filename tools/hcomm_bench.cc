@@ -16,9 +16,11 @@
 // round trip; the reported time is the one-way time (round trip / 2).
 //
 // Measurement, per message size:
-//   iters  = min(-n, max(5, 5e7 / bytes))   (-n for 0 bytes): small messages
+//   iters  = min(-n, max(1, 5e7 / bytes))   (-n for 0 bytes): small messages
 //            run -n iterations, large ones fewer, so that one run moves about
-//            1e8 bytes and a point of 5 runs takes roughly 0.1-0.5 s;
+//            1e8 bytes (both directions) and a point of 5 runs takes roughly
+//            0.1-0.5 s at 1-5 GB/s (longer only when one round trip alone
+//            takes longer);
 //   warmup = min(-w, iters) untimed iterations; with -c 1 these warm-up
 //            iterations carry data that the receivers verify (a pattern that
 //            depends on size, iteration and direction), at least one per size
@@ -67,7 +69,7 @@ constexpr int kTagRelease = 5;
 
 // Iteration scaling (see the file comment).
 constexpr double kBytesPerRun = 5e7;
-constexpr int kMinIters = 5;
+constexpr int kMinIters = 1;
 
 constexpr char kUsage[] =
     "usage: hcomm_bench OP [flags]     (run as every rank: hcomm_run -n N -- hcomm_bench ...)\n"
@@ -80,7 +82,7 @@ constexpr char kUsage[] =
     "  -e, --maxbytes N      largest message size (default 8M)\n"
     "  -f, --stepfactor F    multiply the size by F (integer >= 2) each step (default 2)\n"
     "  -n, --iters N         iterations per timed run, an upper bound: large sizes use\n"
-    "                        min(N, max(5, 5e7 / bytes)) (default 100)\n"
+    "                        min(N, max(1, 5e7 / bytes)) (default 100)\n"
     "  -w, --warmup_iters N  untimed warm-up iterations, at most the timed count (default 10)\n"
     "  -c, --check 0|1       verify the data in the warm-up iterations, at least one per\n"
     "                        size; wrong bytes go to the #wrong column (default 1)\n"

@@ -5,8 +5,7 @@
 #   bazel run //tools:install -- --prefix=DIR
 #
 #   DIR/include/hcomm/hcomm.h
-#   DIR/lib/libhcomm_c.so.0            (the library; its SONAME)
-#   DIR/lib/libhcomm_c.so -> libhcomm_c.so.0
+#   DIR/lib/libhcomm_c.so              (the library; SONAME libhcomm_c.so)
 #   DIR/lib/pkgconfig/hcomm.pc
 #   DIR/bin/hcomm_run, DIR/bin/hcomm_bench
 #
@@ -134,9 +133,9 @@ install_c_api() {
   version="$(header_version "$header")"
 
   put 644 "$header" "$prefix/include/hcomm/hcomm.h"
-  put 755 "$lib" "$prefix/lib/libhcomm_c.so.0"
-  ln -sfn libhcomm_c.so.0 "$prefix/lib/libhcomm_c.so"
-  echo "installed $prefix/lib/libhcomm_c.so -> libhcomm_c.so.0"
+  rm -f "$prefix/lib/libhcomm_c.so"
+  put 755 "$lib" "$prefix/lib/libhcomm_c.so"
+  echo "installed $prefix/lib/libhcomm_c.so"
 
   template="$(<"$pc_in")"
   pc="${template//@PREFIX@/"$prefix"}"

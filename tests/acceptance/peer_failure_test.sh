@@ -23,7 +23,7 @@ cleanup() {
   local p fd
   for fd in "${junk_fds[@]}"; do eval "exec $fd>&-" 2>/dev/null; done
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
+  { wait; } 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -92,7 +92,7 @@ fi
 sleep 0.3
 kill -9 "$r1"
 killed_at="$(now)"
-wait "$r1" 2>/dev/null
+{ wait "$r1"; } 2>/dev/null
 # Poll rank 0's output for the failure it must report.
 deadline=$(( $(date +%s) + 15 ))
 until grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log"; do

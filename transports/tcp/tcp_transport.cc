@@ -331,6 +331,9 @@ absl::Status TcpTransport::ReadAvailable(Conn* c) {
         }
       } else {
         HCOMM_RETURN_IF_ERROR(Consume(c, c->stage.get(), static_cast<size_t>(r)));
+        // A short read drained the socket; epoll (level-triggered) reports
+        // anything that arrives later, so skip the recv that would say EAGAIN.
+        if (static_cast<size_t>(r) < kStageBytes) return absl::OkStatus();
       }
       continue;
     }
