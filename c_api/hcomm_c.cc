@@ -14,6 +14,13 @@ static_assert(HCOMM_ERR_INTERNAL == static_cast<int>(hcomm::ErrorCode::kInternal
               "hcomm_status_t and hcomm::ErrorCode must agree");
 static_assert(HCOMM_ERR_PEER_FAILURE == static_cast<int>(hcomm::ErrorCode::kPeerFailure),
               "hcomm_status_t and hcomm::ErrorCode must agree");
+static_assert(HCOMM_FLOAT64 == static_cast<int>(hcomm::DataType::kFloat64) &&
+                  HCOMM_BFLOAT16 == static_cast<int>(hcomm::DataType::kBFloat16) &&
+                  HCOMM_INT8 == static_cast<int>(hcomm::DataType::kInt8),
+              "hcomm_dtype_t and hcomm::DataType must agree");
+static_assert(HCOMM_AVG == static_cast<int>(hcomm::ReduceOp::kAvg) &&
+                  HCOMM_MAX == static_cast<int>(hcomm::ReduceOp::kMax),
+              "hcomm_reduce_op_t and hcomm::ReduceOp must agree");
 
 namespace {
 
@@ -97,11 +104,64 @@ hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, hcomm_dty
   return HCOMM_SUCCESS;
 }
 
-hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, hcomm::Communicator* comm,
+hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Communicator& comm,
                           hcomm_request_t* out) {
-  *out = new hcomm_request_s{std::move(r), comm};
+  *out = new hcomm_request_s{std::move(r), comm.fabric(), comm.timeout(), comm.world_to_group()};
   return HCOMM_SUCCESS;
 }
+
+hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
+  if (comm == nullptr || !comm->impl) return BadArg(absl::StrCat(fn, ": comm is NULL"));
+  return HCOMM_SUCCESS;
+}
+
+// Checks a collective's dtype (and op, when op_value >= 0) and returns the
+// element size in *esize.
+hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, hcomm_dtype_t dtype, int op_value,
+                          size_t* esize) {
+  *esize = DtypeSize(dtype);
+  if (*esize == 0) {
+    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": dtype ",
+                               static_cast<int>(dtype), " is not an hcomm_dtype_t"));
+  }
+  if (op_value >= 0 && !hcomm::IsValidReduceOp(op_value)) {
+    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": op ", op_value,
+                               " is not an hcomm_reduce_op_t"));
+  }
+  return HCOMM_SUCCESS;
+}
+
+// A buffer of `count` elements (times `mult`) must exist when count > 0.
+hcomm_status_t CheckBuf(const char* fn, hcomm_comm_t comm, const void* buf, const char* name,
+                        size_t count, size_t esize, size_t mult = 1) {
+  if (count > 0 && (count > SIZE_MAX / esize / mult)) {
+    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": count ", count,
+                               " is too large"));
+  }
+  if (buf == nullptr && count > 0) {
+    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": ", name,
+                               " is NULL with count ", count));
+  }
+  return HCOMM_SUCCESS;
+}
+
+hcomm_status_t CheckRoot(const char* fn, hcomm_comm_t comm, int root) {
+  if (root < 0 || root >= comm->impl->size()) {
+    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": root ", root,
+                               " is out of range for a communicator of ", comm->impl->size(),
+                               " ranks"));
+  }
+  return HCOMM_SUCCESS;
+}
+
+#define HCOMM_C_CHECK(expr)                       \
+  do {                                            \
+    hcomm_status_t hcomm_c_st_ = (expr);          \
+    if (hcomm_c_st_ != HCOMM_SUCCESS) return hcomm_c_st_; \
+  } while (0)
+
+hcomm::DataType DT(hcomm_dtype_t d) { return static_cast<hcomm::DataType>(d); }
+hcomm::ReduceOp OP(hcomm_reduce_op_t o) { return static_cast<hcomm::ReduceOp>(o); }
 
 }  // namespace
 
@@ -244,7 +304,7 @@ hcomm_status_t hcomm_isend(const void* buf, size_t count, hcomm_dtype_t dtype, i
     if (req == nullptr) return BadArg("hcomm_isend: req is NULL");
     auto r = comm->impl->Isend(buf, bytes, DtypeSize(dtype), peer, tag);
     if (!r.ok()) return ToC(r.status());
-    return NewRequest(std::move(r).value(), comm->impl.get(), req);
+    return NewRequest(std::move(r).value(), *comm->impl, req);
   });
 }
 
@@ -257,7 +317,7 @@ hcomm_status_t hcomm_irecv(void* buf, size_t count, hcomm_dtype_t dtype, int pee
     if (req == nullptr) return BadArg("hcomm_irecv: req is NULL");
     auto r = comm->impl->Irecv(buf, bytes, DtypeSize(dtype), peer, tag);
     if (!r.ok()) return ToC(r.status());
-    return NewRequest(std::move(r).value(), comm->impl.get(), req);
+    return NewRequest(std::move(r).value(), *comm->impl, req);
   });
 }
 
@@ -266,7 +326,7 @@ hcomm_status_t hcomm_wait(hcomm_request_t req) {
     if (req == nullptr || !req->impl) return BadArg("hcomm_wait: req is NULL");
     hcomm::Request* r = req->impl.get();
     if (r->done.load(std::memory_order_acquire)) return ToC(r->status);
-    return ToC(req->comm->Wait(r, absl::Now() + req->comm->timeout()));
+    return ToC(req->fabric->Wait(r, absl::Now() + req->timeout));
   });
 }
 
@@ -275,7 +335,7 @@ hcomm_status_t hcomm_test(hcomm_request_t req, int* done) {
     if (req == nullptr || !req->impl) return BadArg("hcomm_test: req is NULL");
     if (done == nullptr) return BadArg("hcomm_test: done is NULL");
     hcomm::Request* r = req->impl.get();
-    bool d = r->done.load(std::memory_order_acquire) || req->comm->Test(r);
+    bool d = r->done.load(std::memory_order_acquire) || req->fabric->Test(r);
     *done = d ? 1 : 0;
     return d ? ToC(r->status) : HCOMM_SUCCESS;
   });
@@ -310,7 +370,11 @@ hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, si
   if (!r->done.load(std::memory_order_acquire)) {
     return BadArg("hcomm_request_info: the request has not completed (wait or test it first)");
   }
-  if (source) *source = r->out_source;
+  if (source) {
+    int w = r->out_source;
+    const std::vector<int>& map = *req->world_to_group;
+    *source = (w >= 0 && static_cast<size_t>(w) < map.size()) ? map[w] : w;
+  }
   if (tag) *tag = r->out_tag;
   if (count) *count = r->elem_size ? r->out_bytes / r->elem_size : 0;
   return HCOMM_SUCCESS;
@@ -319,9 +383,256 @@ hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, si
 hcomm_status_t hcomm_request_free(hcomm_request_t req) {
   if (req == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
-    if (req->impl && !req->impl->done.load()) req->comm->Release(req->impl);
+    if (req->impl && !req->impl->done.load()) req->fabric->Release(req->impl);
     delete req;
     return HCOMM_SUCCESS;
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Groups
+
+hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key, hcomm_comm_t* out) {
+  return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckComm("hcomm_comm_split", comm));
+    if (out == nullptr) return BadArg("hcomm_comm_split: out is NULL");
+    *out = nullptr;
+    if (color < 0 && color != HCOMM_UNDEFINED) {
+      return BadArg(absl::StrCat("hcomm_comm_split on rank ", comm->impl->rank(), ": color ",
+                                 color, " is negative (use HCOMM_UNDEFINED to opt out)"));
+    }
+    auto child = comm->impl->Split(color, key);
+    if (!child.ok()) return ToC(child.status());
+    if (*child) *out = new hcomm_comm_s{std::move(child).value()};
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* ranks, int nranks,
+                                       hcomm_comm_t* out) {
+  return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckComm("hcomm_comm_create_group", comm));
+    if (out == nullptr) return BadArg("hcomm_comm_create_group: out is NULL");
+    *out = nullptr;
+    if (nranks < 0) {
+      return BadArg(absl::StrCat("hcomm_comm_create_group: nranks is ", nranks));
+    }
+    if (nranks > 0 && ranks == nullptr) {
+      return BadArg(absl::StrCat("hcomm_comm_create_group: ranks is NULL with nranks ", nranks));
+    }
+    std::vector<int> list(ranks, ranks + nranks);
+    auto child = comm->impl->CreateGroup(list);
+    if (!child.ok()) return ToC(child.status());
+    if (*child) *out = new hcomm_comm_s{std::move(child).value()};
+    return HCOMM_SUCCESS;
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Collectives
+
+hcomm_status_t hcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                               hcomm_dtype_t dtype, hcomm_reduce_op_t op, hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_allreduce";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
+    return ToC(comm->impl->AllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op)));
+  });
+}
+
+hcomm_status_t hcomm_broadcast(void* buf, size_t count, hcomm_dtype_t dtype, int root,
+                               hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_broadcast";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, buf, "buf", count, es));
+    return ToC(comm->impl->Broadcast(buf, count, DT(dtype), root));
+  });
+}
+
+hcomm_status_t hcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                            hcomm_dtype_t dtype, hcomm_reduce_op_t op, int root,
+                            hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_reduce";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
+    if (comm->impl->rank() == root) {
+      HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", count, es));
+    }
+    return ToC(comm->impl->Reduce(sendbuf, recvbuf, count, DT(dtype), OP(op), root));
+  });
+}
+
+hcomm_status_t hcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                               hcomm_dtype_t dtype, hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_allgather";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
+    return ToC(comm->impl->AllGather(sendbuf, recvbuf, sendcount, DT(dtype)));
+  });
+}
+
+hcomm_status_t hcomm_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                    hcomm_dtype_t dtype, hcomm_reduce_op_t op,
+                                    hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_reduce_scatter";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
+    return ToC(comm->impl->ReduceScatter(sendbuf, recvbuf, recvcount, DT(dtype), OP(op)));
+  });
+}
+
+hcomm_status_t hcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
+                              hcomm_dtype_t dtype, hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_alltoall";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
+    return ToC(comm->impl->AllToAll(sendbuf, recvbuf, count, DT(dtype)));
+  });
+}
+
+hcomm_status_t hcomm_gather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                            hcomm_dtype_t dtype, int root, hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_gather";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
+    if (comm->impl->rank() == root) {
+      HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", sendcount, es,
+                             comm->impl->size()));
+    }
+    return ToC(comm->impl->Gather(sendbuf, recvbuf, sendcount, DT(dtype), root));
+  });
+}
+
+hcomm_status_t hcomm_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                             hcomm_dtype_t dtype, int root, hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_scatter";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
+    if (comm->impl->rank() == root) {
+      HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,
+                             comm->impl->size()));
+    }
+    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
+    return ToC(comm->impl->Scatter(sendbuf, recvbuf, recvcount, DT(dtype), root));
+  });
+}
+
+hcomm_status_t hcomm_barrier(hcomm_comm_t comm) {
+  return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckComm("hcomm_barrier", comm));
+    return ToC(comm->impl->Barrier());
+  });
+}
+
+hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                hcomm_dtype_t dtype, hcomm_reduce_op_t op, hcomm_comm_t comm,
+                                hcomm_request_t* req) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_iallreduce";
+    size_t es;
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    if (req == nullptr) return BadArg("hcomm_iallreduce: req is NULL");
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
+    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
+    auto r = comm->impl->IAllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op));
+    if (!r.ok()) return ToC(r.status());
+    return NewRequest(std::move(r).value(), *comm->impl, req);
+  });
+}
+
+// ---- Shared-memory channel ----
+
+hcomm_status_t hcomm_channel_open(const char* name, size_t capacity_bytes, int create,
+                                  hcomm_channel_t* out) {
+  return Guard(__func__, [&] {
+    if (out == nullptr) return BadArg("hcomm_channel_open: out is NULL");
+    *out = nullptr;
+    if (name == nullptr) return BadArg("hcomm_channel_open: name is NULL");
+    auto ch = hcomm::Channel::Open(name, capacity_bytes, create != 0);
+    if (!ch.ok()) return ToC(hcomm::Annotate(ch.status(), "hcomm_channel_open"));
+    *out = new hcomm_channel_s{std::move(ch).value()};
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_channel_write(hcomm_channel_t ch, const void* data, size_t nbytes,
+                                   int timeout_ms) {
+  return Guard(__func__, [&] {
+    if (ch == nullptr || !ch->impl) return BadArg("hcomm_channel_write: ch is NULL");
+    const std::string& name = ch->impl->name();
+    if (data == nullptr && nbytes > 0) {
+      return BadArg(absl::StrCat("hcomm_channel_write to channel '", name,
+                                 "': data is NULL with nbytes ", nbytes));
+    }
+    if (timeout_ms < 0) {
+      return BadArg(absl::StrCat("hcomm_channel_write to channel '", name, "': timeout_ms is ",
+                                 timeout_ms, "; it must be >= 0 (0 tries once)"));
+    }
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+    return ToC(hcomm::Annotate(ch->impl->Write(data, nbytes, deadline), "hcomm_channel_write"));
+  });
+}
+
+hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_t cap, size_t* nbytes,
+                                  int timeout_ms) {
+  return Guard(__func__, [&] {
+    if (ch == nullptr || !ch->impl) return BadArg("hcomm_channel_read: ch is NULL");
+    const std::string& name = ch->impl->name();
+    if (nbytes == nullptr) {
+      return BadArg(absl::StrCat("hcomm_channel_read from channel '", name, "': nbytes is NULL"));
+    }
+    if (buf == nullptr && cap > 0) {
+      return BadArg(absl::StrCat("hcomm_channel_read from channel '", name,
+                                 "': buf is NULL with cap ", cap));
+    }
+    if (timeout_ms < 0) {
+      return BadArg(absl::StrCat("hcomm_channel_read from channel '", name, "': timeout_ms is ",
+                                 timeout_ms, "; it must be >= 0 (0 tries once)"));
+    }
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+    return ToC(
+        hcomm::Annotate(ch->impl->Read(buf, cap, nbytes, deadline), "hcomm_channel_read"));
+  });
+}
+
+hcomm_status_t hcomm_channel_close(hcomm_channel_t ch) {
+  if (ch == nullptr) return HCOMM_SUCCESS;
+  return Guard(__func__, [&] {
+    absl::Status s = ch->impl ? ch->impl->Close() : absl::OkStatus();
+    delete ch;
+    return ToC(hcomm::Annotate(s, "hcomm_channel_close"));
   });
 }
 

@@ -5,7 +5,9 @@
 
 #include <memory>
 
+#include "core/channel.h"
 #include "core/communicator.h"
+#include "core/fabric.h"
 #include "core/config.h"
 #include "core/request.h"
 #include "hcomm/hcomm.h"
@@ -20,7 +22,16 @@ struct hcomm_comm_s {
 
 struct hcomm_request_s {
   std::shared_ptr<hcomm::Request> impl;
-  hcomm::Communicator* comm;  // valid while impl is pending
+  // The fabric that drives it, kept alive by the request; the communicator
+  // itself may be destroyed first.
+  std::shared_ptr<hcomm::Fabric> fabric;
+  absl::Duration timeout;
+  // World rank -> rank of the communicator the request was made on.
+  std::shared_ptr<const std::vector<int>> world_to_group;
+};
+
+struct hcomm_channel_s {
+  std::unique_ptr<hcomm::Channel> impl;
 };
 
 #endif  // HCOMM_C_API_INTERNAL_H_

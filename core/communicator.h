@@ -1,65 +1,53 @@
-// A communicator: this process's membership in a job, its connections to the
-// other ranks, and the point-to-point engine over them.
+// A communicator: a group of ranks over a shared Fabric, with point-to-point
+// messages in its own matching context and collectives in another.
 //
-//   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+//   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world,
 //                          Communicator::Init(options));
-//   HCOMM_ASSIGN_OR_RETURN(auto req, comm->Isend(buf, bytes, 4, /*peer=*/1, /*tag=*/7));
-//   HCOMM_RETURN_IF_ERROR(comm->Wait(req.get(), comm->Deadline()));
-//   comm->Destroy();
+//   HCOMM_RETURN_IF_ERROR(world->AllReduce(in, out, n, DataType::kFloat32, ReduceOp::kSum));
+//   HCOMM_ASSIGN_OR_RETURN(auto half, world->Split(world->rank() % 2, 0));
 //
-// Protocol (frames on a transport connection, see transports/transport.h):
-// messages up to kEagerBytes travel with their header (EAGER) and land in
-// the matched receive buffer, or in a staging buffer if no receive is posted
-// yet. Larger ones send a request-to-send (RTS); the receiver answers with a
-// clear-to-send (CTS) once a receive matches, or a REJECT if the receive is
-// too small; only then does the payload (DATA) move, straight from the
-// sender's buffer into the receiver's. Unexpected data is therefore bounded
-// by kEagerBytes per message.
+// The world communicator owns the job's connections (core/fabric.h);
+// communicators made by Split/CreateGroup share them, each with its own two
+// contexts, so their messages never match each other's.
 //
-// Progress: a thread that waits drives the transport itself (spinning
-// briefly, then sleeping in the kernel until data arrives), so a message
-// costs no thread handoff. A background thread keeps things moving while no
-// caller waits (answering RTS, noticing dead peers).
+// Collectives run in the order they were called (also a nonblocking
+// allreduce, which runs on a worker thread), and every rank must call them in
+// the same order. Each call chooses its algorithm with the cost model of
+// algorithms/selector.h unless the `algo` key forces one.
 //
-// THREAD SAFETY: all methods may be called from several threads, except
-// Destroy (no other call may be running or follow).
+// THREAD SAFETY: point-to-point calls may come from several threads at
+// once; collectives from one thread at a time; Destroy from none other.
 #ifndef HCOMM_CORE_COMMUNICATOR_H_
 #define HCOMM_CORE_COMMUNICATOR_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
+#include "algorithms/collective.h"
+#include "algorithms/reduce.h"
+#include "algorithms/selector.h"
 #include "core/config.h"
-#include "core/matcher.h"
+#include "core/fabric.h"
 #include "core/request.h"
-#include "transports/transport.h"
 
 namespace hcomm {
 
-class StoreServer;
-class StoreClient;
-
-class Communicator : public FrameSink {
+class Communicator {
  public:
-  // Messages up to this size go eagerly; larger ones by rendezvous.
-  static constexpr size_t kEagerBytes = 64 * 1024;
-
-  // Joins the job described by `opts` (see core/config.h): rank 0 serves the
-  // rendezvous store, every rank connects to every other. Blocks until all
-  // ranks joined or opts.timeout_ms passed.
+  // Joins the job (see Fabric::Init) and returns its world communicator.
   static absl::StatusOr<std::unique_ptr<Communicator>> Init(const Options& opts);
-
-  ~Communicator() override;
+  ~Communicator();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -67,129 +55,107 @@ class Communicator : public FrameSink {
     return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
   absl::Time Deadline() const { return absl::Now() + timeout(); }
-  // The transport in use towards other ranks ("tcp"), or "self" alone.
-  std::string TransportName() const;
+  // For each world rank, its rank here (-1: not a member). Shared with
+  // requests so they can report sources after this communicator is gone.
+  const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
+  const std::shared_ptr<Fabric>& fabric() const { return fabric_; }
 
-  // Changes a live setting (only timeout_ms).
+  // Only timeout_ms and algo can change after init.
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 
-  // Starts a send / receive of `bytes` bytes (`elem_size` only scales the
-  // counts reported back). Fails at once (no request) for a peer known to be
-  // dead or an aborted communicator.
+  // Point-to-point; ranks are this communicator's.
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes, size_t elem_size,
                                                  int peer, int tag);
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, size_t elem_size,
                                                  int peer, int tag);
-
-  // Blocking forms. On timeout the operation is withdrawn where the protocol
-  // allows it, and the message names what was pending.
   absl::Status Send(const void* buf, size_t bytes, size_t elem_size, int peer, int tag);
-  absl::Status Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag,
-                    std::shared_ptr<Request>* out = nullptr);
+  absl::Status Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag);
+  absl::Status Wait(Request* r, absl::Time deadline) { return fabric_->Wait(r, deadline); }
+  bool Test(Request* r) { return fabric_->Test(r); }
+  void Release(const std::shared_ptr<Request>& r) { fabric_->Release(r); }
 
-  // Waits for `r` until `deadline`. Returns the operation's status, or
-  // Timeout (naming what is pending) with the request still pending.
-  absl::Status Wait(Request* r, absl::Time deadline);
-  // Makes progress once without blocking; true if `r` is done.
-  bool Test(Request* r);
-  // The caller drops its handle: a receive that nothing has reached yet is
-  // withdrawn; anything else completes in the background.
-  void Release(const std::shared_ptr<Request>& r);
+  // Collectives (counts in elements; send == recv is in place; see
+  // c_api/include/hcomm/hcomm.h for each one's contract).
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op);
+  absl::Status Broadcast(void* buf, size_t count, DataType t, int root);
+  absl::Status Reduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
+                      int root);
+  absl::Status AllGather(const void* send, void* recv, size_t sendcount, DataType t);
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recvcount, DataType t,
+                             ReduceOp op);
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType t);
+  absl::Status Gather(const void* send, void* recv, size_t sendcount, DataType t, int root);
+  absl::Status Scatter(const void* send, void* recv, size_t recvcount, DataType t, int root);
+  absl::Status Barrier();
+  // Starts an allreduce that completes through Wait/Test.
+  absl::StatusOr<std::shared_ptr<Request>> IAllReduce(const void* send, void* recv, size_t count,
+                                                      DataType t, ReduceOp op);
 
-  // Fails every pending and later operation with Aborted and tears the
-  // connections down. Any thread, any time.
-  void Abort();
+  // Collective over this communicator. Members with the same color form a
+  // new communicator ordered by (key, rank); color < 0 yields nullptr.
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+  // Collective over this communicator: `ranks` (the same list everywhere)
+  // become ranks 0..k-1 of a new communicator; non-members get nullptr.
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(const std::vector<int>& ranks);
 
-  // Orderly shutdown: waits (up to timeout) for this rank's sends to be
-  // delivered, says goodbye to every peer, fails what is still pending with
-  // Aborted. Called by the destructor if not called before.
+  // Fails every pending and later operation of the whole job's fabric.
+  void Abort() { fabric_->Abort(); }
+  // Local. The world communicator shuts the fabric down in order (see
+  // Fabric::Destroy); others only release what they hold.
   absl::Status Destroy();
 
-  // FrameSink (called by the transport on a polling thread).
-  void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) override;
-  void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) override;
-  void OnConnectionLost(int peer, const absl::Status& status) override;
-
  private:
-  enum class PeerState { kUp, kClosed, kFailed };
-  struct PeerInfo {
-    PeerState state = PeerState::kUp;
-    absl::Status failure;       // why, when not kUp
-    bool said_goodbye = false;  // we sent ours
-    bool got_goodbye = false;   // theirs arrived
-    std::atomic<int64_t> last_rx_ns{0};
-    // The frame whose payload is arriving now (touched only by the thread
-    // holding the transport's receive lock for this peer, under mu_).
-    std::shared_ptr<Request> rx_req;
-    Unexpected* rx_unexpected = nullptr;
-    bool rx_truncated = false;
-  };
-  // A frame to send once mu_ is released.
-  struct Outgoing {
-    int peer;
-    FrameMeta meta;
-    const void* payload = nullptr;
-    size_t len = 0;
-    std::shared_ptr<Request> complete_on_sent;  // completes with the send's status
+  class CollectivePeers;
+  struct Scratch {
+    char* data = nullptr;
+    size_t capacity = 0;
   };
 
-  Communicator(const Options& opts);
-  absl::Status Bootstrap(const Options& opts);
-  void StartProgressThread();
-  void ProgressLoop();
-  // One round of progress; blocks in the kernel for up to `block`.
-  void PollOnce(absl::Duration block);
+  Communicator(std::shared_ptr<Fabric> fabric, bool is_world, std::vector<int> group_to_world,
+               uint32_t first_ctx, const Options& opts);
 
-  void Complete(const std::shared_ptr<Request>& r, absl::Status s)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailPeerLocked(int peer, const absl::Status& why, bool any_source)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Delivers an unexpected arrival to a matching receive.
-  void DeliverUnexpected(Matcher::UnexpectedList::iterator it, const std::shared_ptr<Request>& r,
-                         std::vector<Outgoing>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id,
-                const std::shared_ptr<Request>& r, std::vector<Outgoing>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SelfSend(const std::shared_ptr<Request>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Flush(std::vector<Outgoing>* out);
-  absl::Status CheckUsable(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string Describe(const Request& r) const;
-  std::string PendingReason(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status TimeoutStatus(const Request& r, absl::Duration waited)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `body` as collective `name` with the next sequence number, once all
+  // earlier collectives of this communicator have finished.
+  uint64_t TakeTicket();
+  absl::Status RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root,
+                             size_t count, const std::function<absl::Status(Peers&, Algorithm)>& body);
+  absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
+                         int root, size_t count,
+                         const std::function<absl::Status(Peers&, Algorithm)>& body);
+  std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
+                                                               size_t count, DataType t,
+                                                               ReduceOp op);
+  absl::Status CheckRoot(const char* what, int root) const;
+  char* ScratchSlot(int slot, size_t bytes);
+  absl::StatusOr<std::unique_ptr<Communicator>> MakeChild(std::vector<int> members_world,
+                                                          uint32_t ctx);
 
+  std::shared_ptr<Fabric> fabric_;
+  const bool is_world_;
   const int rank_;
   const int size_;
-  const std::string host_id_;
+  const std::vector<int> group_to_world_;
+  std::shared_ptr<const std::vector<int>> world_to_group_;
+  const uint32_t p2p_ctx_;
+  const uint32_t coll_ctx_;
   std::atomic<int64_t> timeout_ms_;
-  absl::Duration spin_;
+  std::atomic<Algorithm> forced_algo_;
+  const LinkModel link_;
+  const bool debug_info_;
 
-  std::unique_ptr<StoreServer> store_server_;
-  std::unique_ptr<StoreClient> store_client_;
-  std::unique_ptr<Transport> transport_;
+  // Collectives run one at a time in call order: a call takes a ticket and
+  // waits for its turn.
+  absl::Mutex seq_mu_;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(seq_mu_) = 0;
+  uint64_t now_serving_ ABSL_GUARDED_BY(seq_mu_) = 0;
+  Scratch scratch_[4];  // used only by the collective being served
 
-  mutable absl::Mutex mu_;
-  absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0
-  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
-  Matcher matcher_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<PeerInfo>> peers_;  // fixed size; fields under mu_
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Request>> awaiting_cts_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Request>> awaiting_data_ ABSL_GUARDED_BY(mu_);
-  // Sends whose payload is queued on the transport (eager or DATA).
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Request>> sending_ ABSL_GUARDED_BY(mu_);
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
-  bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<bool> aborted_flag_{false};
-  std::atomic<uint64_t> next_id_{1};
-
-  // Progress: whoever holds progress_mu_ polls the transport.
-  absl::Mutex progress_mu_;
-  std::atomic<int> active_waiters_{0};
-  std::atomic<int64_t> last_wait_end_ns_{0};
-  std::atomic<bool> stop_{false};
-  absl::Mutex bg_mu_;
-  absl::CondVar bg_cv_;
-  std::thread progress_thread_;
+  // Worker for nonblocking collectives.
+  absl::Mutex work_mu_;
+  std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(work_mu_);
+  bool work_stop_ ABSL_GUARDED_BY(work_mu_) = false;
+  std::thread worker_;
+  bool destroyed_ = false;
 };
 
 }  // namespace hcomm

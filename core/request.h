@@ -19,7 +19,7 @@ inline constexpr int kAnySource = -1;
 inline constexpr int kAnyTag = -1;
 
 struct Request {
-  enum class Kind { kSend, kRecv };
+  enum class Kind { kSend, kRecv, kCollective };
   enum class Phase {
     kPosted,    // recv: waiting in the posted queue; send: waiting for the peer
     kMatched,   // data is moving into / out of the user buffer
@@ -28,6 +28,7 @@ struct Request {
 
   Kind kind = Kind::kRecv;
   uint64_t id = 0;
+  uint32_t ctx = 0;  // matching context
   // As given by the caller (ranks of the communicator).
   int peer = kAnySource;
   int tag = kAnyTag;

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define HCOMM_VERSION_MAJOR 0
-#define HCOMM_VERSION_MINOR 1
+#define HCOMM_VERSION_MINOR 2
 #define HCOMM_VERSION_PATCH 0
 
 /* Status codes. Append-only; values are part of the ABI. */
@@ -237,6 +237,190 @@ HCOMM_API hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, in
  * reached it yet, otherwise it completes in the background (its buffer must
  * then stay valid until the communicator is destroyed). NULL is a no-op. */
 HCOMM_API hcomm_status_t hcomm_request_free(hcomm_request_t req);
+
+/* ------------------------------------------------------------------------ */
+/* Shared-memory channel                                                    */
+/* ------------------------------------------------------------------------ */
+/* A named FIFO of messages in host shared memory, for processes on one
+ * machine that share no communicator (e.g. a parameter server handing
+ * weights to local workers). No communicator is involved.
+ *
+ * Channel "x" is the POSIX shared-memory object "/hcomm-ch-x" (the file
+ * /dev/shm/hcomm-ch-x, mode 0600: only the same user can open it). It holds
+ * a ring of capacity_bytes bytes (rounded up to a multiple of 8, at least
+ * 16); a message of n bytes takes 8 + (n rounded up to 8) bytes of it, so
+ * the largest message is the capacity less 8. Any number of threads and
+ * processes may write and read at once: each message is delivered whole to
+ * exactly one reader, and the messages of one writer are read in the order
+ * they were written. A process killed in the middle of a call leaves the
+ * channel usable: a message it was writing never appears, one it was
+ * reading stays in the channel.
+ *
+ * timeout_ms: 0 tries once; > 0 waits up to that many milliseconds for room
+ * (write) or for a message (read); negative is HCOMM_ERR_INVALID_ARGUMENT
+ * (no call waits forever). Taking the channel's lock, which another call
+ * holds only while it copies one message, may wait up to 1 s even when
+ * timeout_ms is 0. */
+typedef struct hcomm_channel_s* hcomm_channel_t;
+
+/* Creates (create != 0) or opens (create == 0) the channel `name`: 1 to 200
+ * characters, no '/'. Creating needs 1 <= capacity_bytes <= 2^30, reserves
+ * that much of /dev/shm now, and fails if the name exists (a creator that
+ * died without closing leaves its file behind: remove it). Opening ignores
+ * capacity_bytes and checks that the segment is an hcomm channel. name is
+ * not retained. *out is owned by the caller until hcomm_channel_close; it is
+ * set to NULL when the call fails.
+ * BLOCKS only while opening a channel that its creator is still setting up
+ * (at most about 1 s).
+ * Errors: INVALID_ARGUMENT (NULL name or out; name empty, with '/' or too
+ * long; capacity_bytes out of range when creating; the name already exists
+ * when creating; the segment is not an hcomm channel), NO_DEVICE (opening a
+ * name that does not exist: no creator has opened it yet, or it has closed),
+ * PERMISSION_DENIED (another user's segment), OUT_OF_MEM (/dev/shm is full),
+ * UNAVAILABLE (the segment was never initialised: its creator died while
+ * creating it).
+ * THREAD SAFETY: safe from any thread; each call makes a new handle. */
+HCOMM_API hcomm_status_t hcomm_channel_open(const char* name, size_t capacity_bytes, int create,
+                                            hcomm_channel_t* out);
+
+/* Appends one message: nbytes bytes copied from data. data may be NULL only
+ * when nbytes == 0 (an empty message is still a message); it is not
+ * retained.
+ * BLOCKS while the channel lacks room for the message, up to timeout_ms.
+ * Errors: INVALID_ARGUMENT (NULL ch; NULL data with nbytes > 0; negative
+ * timeout_ms; a message larger than the capacity less 8 bytes, which could
+ * never fit: returned at once), TIMEOUT (still no room; names the channel,
+ * the bytes needed and the bytes free), INTERNAL (the shared memory has
+ * been corrupted).
+ * THREAD SAFETY: any number of threads and processes may write to and read
+ * from one channel at once, also through one handle. */
+HCOMM_API hcomm_status_t hcomm_channel_write(hcomm_channel_t ch, const void* data, size_t nbytes,
+                                             int timeout_ms);
+
+/* Reads the next message; *nbytes gets its size. A message larger than cap is
+ * HCOMM_ERR_MISMATCH and stays in the channel.
+ * On success the message is removed and copied to buf (capacity cap bytes;
+ * buf may be NULL only when cap == 0). On MISMATCH nothing is copied or
+ * removed, but *nbytes is set to the message's size, so a caller can grow
+ * its buffer and read again (with several readers, another one may take
+ * the message first). nbytes must not be NULL; on other errors it is left
+ * alone.
+ * BLOCKS while the channel is empty, up to timeout_ms.
+ * Errors: INVALID_ARGUMENT (NULL ch or nbytes, NULL buf with cap > 0,
+ * negative timeout_ms), TIMEOUT (still empty; names the channel), MISMATCH
+ * (names the message's size and cap), INTERNAL (corrupted shared memory).
+ * THREAD SAFETY: as hcomm_channel_write. */
+HCOMM_API hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_t cap,
+                                            size_t* nbytes, int timeout_ms);
+
+/* Releases the handle and unmaps the channel. The creator's close also
+ * removes the name: handles already open elsewhere keep working until they
+ * are closed (messages left when the last one closes are lost); opening the
+ * name afterwards is NO_DEVICE, creating it makes a new channel. Other
+ * closes only unmap. NULL is a no-op. The handle is released even when an
+ * error is returned and must not be used afterwards.
+ * Errors: INTERNAL (removing the name or unmapping failed).
+ * THREAD SAFETY: no other thread may be using the handle. */
+HCOMM_API hcomm_status_t hcomm_channel_close(hcomm_channel_t ch);
+
+/* ------------------------------------------------------------------------ */
+/* Groups                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Splits `comm`: ranks passing the same color form a new communicator,
+ * ordered by (key, rank in comm). A rank passing HCOMM_UNDEFINED gets
+ * *out == NULL and HCOMM_SUCCESS. The new communicator shares comm's
+ * connections (no store needed) and has its own message space: its messages
+ * never match another communicator's. *out is owned by the caller until
+ * hcomm_comm_destroy.
+ * COLLECTIVE over comm (every rank calls it); BLOCKS up to timeout_ms.
+ * Errors: INVALID_ARGUMENT (NULL comm or out), TIMEOUT, PEER_FAILURE. */
+HCOMM_API hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key,
+                                          hcomm_comm_t* out);
+
+/* Makes a communicator of ranks[0..nranks-1] (ranks of comm, no
+ * duplicates); new rank = index in `ranks`. Ranks not listed get
+ * *out == NULL and HCOMM_SUCCESS. Every rank of comm must call it with the
+ * same list.
+ * COLLECTIVE over comm; BLOCKS up to timeout_ms.
+ * Errors: INVALID_ARGUMENT (NULL pointers, a rank out of range or listed
+ * twice), MISMATCH (ranks passed different lists), TIMEOUT, PEER_FAILURE. */
+HCOMM_API hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* ranks,
+                                                 int nranks, hcomm_comm_t* out);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives                                                              */
+/* ------------------------------------------------------------------------ */
+/* Every rank of the communicator calls each collective, in the same order,
+ * with matching count, dtype, op and root. `sendbuf == recvbuf` means in
+ * place. Counts are per rank as in NCCL; count == 0 is valid and still
+ * synchronises. HCOMM_AVG divides by the communicator size (integer types
+ * truncate); FLOAT16/BFLOAT16 reductions accumulate in float32. For
+ * recvbuf of reduce/gather and sendbuf of scatter only the root's pointer
+ * is used; others may pass NULL.
+ * The algorithm (ring, tree, direct) is chosen per call by message size,
+ * rank count and transport, or forced with the `algo` key; HCOMM_DEBUG=INFO
+ * logs each choice with its estimated costs.
+ * BLOCKS until this rank's part is done or timeout_ms passes.
+ * Errors: INVALID_ARGUMENT (NULL comm, NULL buffer with count > 0, unknown
+ * dtype/op, root out of range), TIMEOUT (names the collective and its
+ * sequence number), MISMATCH (ranks disagree on the sizes), PEER_FAILURE,
+ * ABORTED.
+ * THREAD SAFETY: one collective at a time per communicator. */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], i < count, on every rank. */
+HCOMM_API hcomm_status_t hcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                         hcomm_dtype_t dtype, hcomm_reduce_op_t op,
+                                         hcomm_comm_t comm);
+
+/* buf (count elements) of rank `root` is copied to every rank's buf. */
+HCOMM_API hcomm_status_t hcomm_broadcast(void* buf, size_t count, hcomm_dtype_t dtype, int root,
+                                         hcomm_comm_t comm);
+
+/* recvbuf of `root` = op over ranks of sendbuf. */
+HCOMM_API hcomm_status_t hcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                                      hcomm_dtype_t dtype, hcomm_reduce_op_t op, int root,
+                                      hcomm_comm_t comm);
+
+/* recvbuf (size * sendcount elements) = every rank's sendbuf, in rank order.
+ * In place: sendbuf == recvbuf, with this rank's part already at
+ * recvbuf + rank * sendcount. */
+HCOMM_API hcomm_status_t hcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                         hcomm_dtype_t dtype, hcomm_comm_t comm);
+
+/* sendbuf has size * recvcount elements; rank r's recvbuf = op over ranks of
+ * block r of sendbuf. In place: sendbuf == recvbuf (the result goes to the
+ * first recvcount elements). */
+HCOMM_API hcomm_status_t hcomm_reduce_scatter(const void* sendbuf, void* recvbuf,
+                                              size_t recvcount, hcomm_dtype_t dtype,
+                                              hcomm_reduce_op_t op, hcomm_comm_t comm);
+
+/* Block j (count elements) of sendbuf goes to rank j; block i of recvbuf
+ * comes from rank i. Both have size * count elements. */
+HCOMM_API hcomm_status_t hcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
+                                        hcomm_dtype_t dtype, hcomm_comm_t comm);
+
+/* Root's recvbuf (size * sendcount elements) = every rank's sendbuf in rank
+ * order. In place at the root: sendbuf == recvbuf, its part already at
+ * recvbuf + root * sendcount. */
+HCOMM_API hcomm_status_t hcomm_gather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                      hcomm_dtype_t dtype, int root, hcomm_comm_t comm);
+
+/* Block r (recvcount elements) of root's sendbuf goes to rank r's recvbuf.
+ * In place at the root: sendbuf == recvbuf (its block stays in sendbuf). */
+HCOMM_API hcomm_status_t hcomm_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                       hcomm_dtype_t dtype, int root, hcomm_comm_t comm);
+
+/* Returns once every rank has entered the barrier. */
+HCOMM_API hcomm_status_t hcomm_barrier(hcomm_comm_t comm);
+
+/* Starts an allreduce that runs in the background and completes through
+ * hcomm_wait/hcomm_test; both buffers must stay valid until then. Its place
+ * in the order of collectives is the moment of this call. *req is owned by
+ * the caller until hcomm_request_free. */
+HCOMM_API hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                          hcomm_dtype_t dtype, hcomm_reduce_op_t op,
+                                          hcomm_comm_t comm, hcomm_request_t* req);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,5 +1,5 @@
 // Point-to-point engine over TCP, ranks as threads of this process.
-#include "core/communicator.h"
+#include "core/fabric.h"
 
 #include <atomic>
 #include <cstring>
@@ -18,8 +18,8 @@ namespace {
 
 using testing::RunRanks;
 
-std::unique_ptr<Communicator> MustInit(const Options& o) {
-  auto c = Communicator::Init(o);
+std::unique_ptr<Fabric> MustInit(const Options& o) {
+  auto c = Fabric::Init(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(c).value() : nullptr;
 }
@@ -30,19 +30,19 @@ std::vector<char> Pattern(size_t n, int seed) {
   return v;
 }
 
-TEST(CommunicatorTest, SingleRankNeedsNoStore) {
+TEST(FabricTest, SingleRankNeedsNoStore) {
   Options o;
   o.rank = 0;
   o.world_size = 1;
   auto c = MustInit(o);
   ASSERT_NE(c, nullptr);
   int v = 5, got = 0;
-  ASSERT_TRUE(c->Send(&v, sizeof v, 4, 0, 1).ok());
-  ASSERT_TRUE(c->Recv(&got, sizeof got, 4, 0, 1).ok());
+  ASSERT_TRUE(c->Send(0, &v, sizeof v, 4, 0, 1, c->timeout()).ok());
+  ASSERT_TRUE(c->Recv(0, &got, sizeof got, 4, 0, 1, c->timeout()).ok());
   EXPECT_EQ(got, 5);
 }
 
-TEST(CommunicatorTest, PingPongSmallAndLarge) {
+TEST(FabricTest, PingPongSmallAndLarge) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -51,26 +51,26 @@ TEST(CommunicatorTest, PingPongSmallAndLarge) {
       std::vector<char> msg = Pattern(n, static_cast<int>(n));
       std::vector<char> buf(n + 1, 0);
       if (rank == 0) {
-        ASSERT_TRUE(c->Send(msg.data(), n, 1, 1, 5).ok());
+        ASSERT_TRUE(c->Send(0, msg.data(), n, 1, 1, 5, c->timeout()).ok());
         std::shared_ptr<Request> r;
-        ASSERT_TRUE(c->Recv(buf.data(), n, 1, 1, 6, &r).ok());
+        ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, 1, 6, c->timeout(), &r).ok());
         EXPECT_EQ(r->out_bytes, n);
         EXPECT_EQ(0, memcmp(buf.data(), msg.data(), n)) << n;
       } else {
         std::shared_ptr<Request> r;
-        absl::Status s = c->Recv(buf.data(), n + 1, 1, 0, 5, &r);
+        absl::Status s = c->Recv(0, buf.data(), n + 1, 1, 0, 5, c->timeout(), &r);
         ASSERT_TRUE(s.ok()) << s;
         EXPECT_EQ(r->out_bytes, n);
         EXPECT_EQ(r->out_source, 0);
         EXPECT_EQ(r->out_tag, 5);
-        ASSERT_TRUE(c->Send(buf.data(), n, 1, 0, 6).ok());
+        ASSERT_TRUE(c->Send(0, buf.data(), n, 1, 0, 6, c->timeout()).ok());
       }
     }
     EXPECT_TRUE(c->Destroy().ok());
   });
 }
 
-TEST(CommunicatorTest, TagsReceivedOutOfOrder) {
+TEST(FabricTest, TagsReceivedOutOfOrder) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -82,7 +82,7 @@ TEST(CommunicatorTest, TagsReceivedOutOfOrder) {
       std::vector<std::shared_ptr<Request>> reqs;
       for (int tag = 1; tag <= 3; ++tag) msgs.push_back(Pattern(sizes[tag - 1], tag));
       for (int tag = 1; tag <= 3; ++tag) {
-        auto r = c->Isend(msgs[tag - 1].data(), msgs[tag - 1].size(), 1, 1, tag);
+        auto r = c->Isend(0, msgs[tag - 1].data(), msgs[tag - 1].size(), 1, 1, tag);
         ASSERT_TRUE(r.ok());
         reqs.push_back(*r);
       }
@@ -90,14 +90,14 @@ TEST(CommunicatorTest, TagsReceivedOutOfOrder) {
     } else {
       for (int tag : {3, 1, 2}) {
         std::vector<char> buf(sizes[tag - 1]);
-        ASSERT_TRUE(c->Recv(buf.data(), buf.size(), 1, 0, tag).ok());
+        ASSERT_TRUE(c->Recv(0, buf.data(), buf.size(), 1, 0, tag, c->timeout()).ok());
         EXPECT_EQ(buf, Pattern(sizes[tag - 1], tag));
       }
     }
   });
 }
 
-TEST(CommunicatorTest, NonOvertakingAcrossEagerAndRendezvous) {
+TEST(FabricTest, NonOvertakingAcrossEagerAndRendezvous) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -109,7 +109,7 @@ TEST(CommunicatorTest, NonOvertakingAcrossEagerAndRendezvous) {
         bufs.push_back(std::vector<char>(i % 2 ? 100000 : 8, static_cast<char>(i)));
       }
       for (int i = 0; i < kMsgs; ++i) {
-        auto r = c->Isend(bufs[i].data(), bufs[i].size(), 1, 1, 9);
+        auto r = c->Isend(0, bufs[i].data(), bufs[i].size(), 1, 1, 9);
         ASSERT_TRUE(r.ok());
         reqs.push_back(*r);
       }
@@ -118,7 +118,7 @@ TEST(CommunicatorTest, NonOvertakingAcrossEagerAndRendezvous) {
       std::vector<char> buf(100000);
       for (int i = 0; i < kMsgs; ++i) {
         std::shared_ptr<Request> r;
-        ASSERT_TRUE(c->Recv(buf.data(), buf.size(), 1, kAnySource, kAnyTag, &r).ok());
+        ASSERT_TRUE(c->Recv(0, buf.data(), buf.size(), 1, kAnySource, kAnyTag, c->timeout(), &r).ok());
         ASSERT_EQ(r->out_bytes, i % 2 ? 100000u : 8u);
         EXPECT_EQ(buf[0], static_cast<char>(i)) << "message " << i << " overtaken";
       }
@@ -126,7 +126,7 @@ TEST(CommunicatorTest, NonOvertakingAcrossEagerAndRendezvous) {
   });
 }
 
-TEST(CommunicatorTest, AnySourceAnyTagFromEveryRank) {
+TEST(FabricTest, AnySourceAnyTagFromEveryRank) {
   RunRanks(4, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -135,7 +135,7 @@ TEST(CommunicatorTest, AnySourceAnyTagFromEveryRank) {
       for (int i = 0; i < 3; ++i) {
         int v = -1;
         std::shared_ptr<Request> r;
-        ASSERT_TRUE(c->Recv(&v, sizeof v, 4, kAnySource, kAnyTag, &r).ok());
+        ASSERT_TRUE(c->Recv(0, &v, sizeof v, 4, kAnySource, kAnyTag, c->timeout(), &r).ok());
         EXPECT_EQ(v, r->out_source * 10);
         EXPECT_EQ(r->out_tag, 100 + r->out_source);
         seen[r->out_source] = true;
@@ -143,50 +143,50 @@ TEST(CommunicatorTest, AnySourceAnyTagFromEveryRank) {
       EXPECT_TRUE(seen[1] && seen[2] && seen[3]);
     } else {
       int v = rank * 10;
-      ASSERT_TRUE(c->Send(&v, sizeof v, 4, 0, 100 + rank).ok());
+      ASSERT_TRUE(c->Send(0, &v, sizeof v, 4, 0, 100 + rank, c->timeout()).ok());
     }
   });
 }
 
-TEST(CommunicatorTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
+TEST(FabricTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     for (size_t n : {size_t{100}, size_t{300000}}) {
       if (rank == 0) {
         std::vector<char> m = Pattern(n, 3);
-        absl::Status s = c->Send(m.data(), n, 1, 1, 7);
+        absl::Status s = c->Send(0, m.data(), n, 1, 1, 7, c->timeout());
         EXPECT_TRUE(s.ok()) << s;  // the receiver is the one told
-        ASSERT_TRUE(c->Send(m.data(), 4, 1, 1, 8).ok());
+        ASSERT_TRUE(c->Send(0, m.data(), 4, 1, 1, 8, c->timeout()).ok());
       } else {
         std::vector<char> buf(n, 'G');
-        absl::Status s = c->Recv(buf.data(), n / 2, 1, 0, 7);
+        absl::Status s = c->Recv(0, buf.data(), n / 2, 1, 0, 7, c->timeout());
         EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
         EXPECT_NE(s.message().find("exceeds the receive buffer"), absl::string_view::npos) << s;
         for (size_t i = n / 2; i < n; ++i) ASSERT_EQ(buf[i], 'G') << "byte " << i << " written";
         char small[4];
-        ASSERT_TRUE(c->Recv(small, 4, 1, 0, 8).ok());  // still usable
+        ASSERT_TRUE(c->Recv(0, small, 4, 1, 0, 8, c->timeout()).ok());  // still usable
       }
     }
   });
 }
 
-TEST(CommunicatorTest, SendToSelf) {
+TEST(FabricTest, SendToSelf) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     for (size_t n : {size_t{4}, size_t{1} << 20}) {
       std::vector<char> m = Pattern(n, rank), buf(n);
-      auto s = c->Isend(m.data(), n, 1, rank, 3);
+      auto s = c->Isend(0, m.data(), n, 1, rank, 3);
       ASSERT_TRUE(s.ok());
-      ASSERT_TRUE(c->Recv(buf.data(), n, 1, rank, 3).ok());
+      ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, rank, 3, c->timeout()).ok());
       ASSERT_TRUE(c->Wait(s->get(), c->Deadline()).ok());
       EXPECT_EQ(buf, m);
     }
   });
 }
 
-TEST(CommunicatorTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
+TEST(FabricTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -194,7 +194,7 @@ TEST(CommunicatorTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
     if (rank == 1) {
       char buf[64];
       absl::Time t0 = absl::Now();
-      absl::Status s = c->Recv(buf, sizeof buf, 1, 0, 4242);
+      absl::Status s = c->Recv(0, buf, sizeof buf, 1, 0, 4242, c->timeout());
       absl::Duration took = absl::Now() - t0;
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       EXPECT_NE(s.message().find("tag 4242"), absl::string_view::npos) << s;
@@ -203,56 +203,56 @@ TEST(CommunicatorTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
       EXPECT_GE(took, absl::Milliseconds(250));
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
       int go = 1;
-      ASSERT_TRUE(c->Send(&go, sizeof go, 4, 0, 1).ok());
+      ASSERT_TRUE(c->Send(0, &go, sizeof go, 4, 0, 1, c->timeout()).ok());
       // A message sent with the timed-out tag now lands in a new receive.
-      ASSERT_TRUE(c->Recv(buf, sizeof buf, 1, 0, 4242).ok());
+      ASSERT_TRUE(c->Recv(0, buf, sizeof buf, 1, 0, 4242, c->timeout()).ok());
       EXPECT_EQ(buf[0], 'x');
     } else {
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
       int go = 0;
-      ASSERT_TRUE(c->Recv(&go, sizeof go, 4, 1, 1).ok());
+      ASSERT_TRUE(c->Recv(0, &go, sizeof go, 4, 1, 1, c->timeout()).ok());
       char x = 'x';
-      ASSERT_TRUE(c->Send(&x, 1, 1, 1, 4242).ok());
+      ASSERT_TRUE(c->Send(0, &x, 1, 1, 1, 4242, c->timeout()).ok());
     }
   });
 }
 
-TEST(CommunicatorTest, RendezvousSendTimeoutIsWithdrawn) {
+TEST(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     if (rank == 0) {
       ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
       std::vector<char> big(1 << 20, 'b');
-      absl::Status s = c->Send(big.data(), big.size(), 1, 1, 11);
+      absl::Status s = c->Send(0, big.data(), big.size(), 1, 1, 11, c->timeout());
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       EXPECT_NE(s.message().find("has not posted a matching receive"), absl::string_view::npos)
           << s;
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
       int done = 1;
-      ASSERT_TRUE(c->Send(&done, sizeof done, 4, 1, 12).ok());
-      ASSERT_TRUE(c->Recv(&done, sizeof done, 4, 1, 13).ok());  // stay until rank 1 checked
+      ASSERT_TRUE(c->Send(0, &done, sizeof done, 4, 1, 12, c->timeout()).ok());
+      ASSERT_TRUE(c->Recv(0, &done, sizeof done, 4, 1, 13, c->timeout()).ok());  // stay until rank 1 checked
     } else {
       int done = 0;
-      ASSERT_TRUE(c->Recv(&done, sizeof done, 4, 0, 12).ok());
+      ASSERT_TRUE(c->Recv(0, &done, sizeof done, 4, 0, 12, c->timeout()).ok());
       // The withdrawn message must not be delivered.
       std::vector<char> buf(1 << 20);
       ASSERT_TRUE(c->SetOption("timeout_ms", "200").ok());
-      absl::Status s = c->Recv(buf.data(), buf.size(), 1, 0, 11);
+      absl::Status s = c->Recv(0, buf.data(), buf.size(), 1, 0, 11, c->timeout());
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
-      ASSERT_TRUE(c->Send(&done, sizeof done, 4, 0, 13).ok());
+      ASSERT_TRUE(c->Send(0, &done, sizeof done, 4, 0, 13, c->timeout()).ok());
     }
   });
 }
 
-TEST(CommunicatorTest, AbortFromAnotherThreadFailsPendingRecv) {
+TEST(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     if (rank == 0) {
       char buf[8];
-      auto r = c->Irecv(buf, sizeof buf, 1, 1, 1);
+      auto r = c->Irecv(0, buf, sizeof buf, 1, 1, 1);
       ASSERT_TRUE(r.ok());
       std::thread aborter([&] { c->Abort(); });
       absl::Time t0 = absl::Now();
@@ -261,39 +261,39 @@ TEST(CommunicatorTest, AbortFromAnotherThreadFailsPendingRecv) {
       EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
       EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
       // Later calls fail at once too.
-      EXPECT_EQ(CodeOf(c->Send(buf, 1, 1, 1, 1)), ErrorCode::kAborted);
+      EXPECT_EQ(CodeOf(c->Send(0, buf, 1, 1, 1, 1, c->timeout())), ErrorCode::kAborted);
     } else {
       // Rank 0's abort closes the connection: our receive fails.
       char buf[8];
-      absl::Status s = c->Recv(buf, sizeof buf, 1, 0, 1);
+      absl::Status s = c->Recv(0, buf, sizeof buf, 1, 0, 1, c->timeout());
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
     }
   });
 }
 
-TEST(CommunicatorTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
+TEST(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     if (rank == 1) {
       int v = 77;
-      ASSERT_TRUE(c->Send(&v, sizeof v, 4, 0, 1).ok());
+      ASSERT_TRUE(c->Send(0, &v, sizeof v, 4, 0, 1, c->timeout()).ok());
       EXPECT_TRUE(c->Destroy().ok());
     } else {
       int v = 0;
       char buf[8];
-      absl::Status s = c->Recv(buf, sizeof buf, 1, 1, 2);  // never sent
+      absl::Status s = c->Recv(0, buf, sizeof buf, 1, 1, 2, c->timeout());  // never sent
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
       EXPECT_NE(s.message().find("rank 1"), absl::string_view::npos) << s;
       // What rank 1 sent before leaving is still delivered.
-      ASSERT_TRUE(c->Recv(&v, sizeof v, 4, 1, 1).ok());
+      ASSERT_TRUE(c->Recv(0, &v, sizeof v, 4, 1, 1, c->timeout()).ok());
       EXPECT_EQ(v, 77);
-      EXPECT_EQ(CodeOf(c->Send(&v, sizeof v, 4, 1, 1)), ErrorCode::kPeerFailure);
+      EXPECT_EQ(CodeOf(c->Send(0, &v, sizeof v, 4, 1, 1, c->timeout())), ErrorCode::kPeerFailure);
     }
   });
 }
 
-TEST(CommunicatorTest, ManyThreadsShareOneCommunicator) {
+TEST(FabricTest, ManyThreadsShareOneFabric) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -304,11 +304,11 @@ TEST(CommunicatorTest, ManyThreadsShareOneCommunicator) {
           size_t n = (i % 5 == 0) ? 70000 : 16;
           std::vector<char> m(n, static_cast<char>(t * 50 + i)), buf(n);
           if (rank == 0) {
-            ASSERT_TRUE(c->Send(m.data(), n, 1, 1, t).ok());
-            ASSERT_TRUE(c->Recv(buf.data(), n, 1, 1, t).ok());
+            ASSERT_TRUE(c->Send(0, m.data(), n, 1, 1, t, c->timeout()).ok());
+            ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, 1, t, c->timeout()).ok());
           } else {
-            ASSERT_TRUE(c->Recv(buf.data(), n, 1, 0, t).ok());
-            ASSERT_TRUE(c->Send(buf.data(), n, 1, 0, t).ok());
+            ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, 0, t, c->timeout()).ok());
+            ASSERT_TRUE(c->Send(0, buf.data(), n, 1, 0, t, c->timeout()).ok());
           }
           if (rank == 0) ASSERT_EQ(buf, m);
         }
@@ -318,10 +318,10 @@ TEST(CommunicatorTest, ManyThreadsShareOneCommunicator) {
   });
 }
 
-TEST(CommunicatorTest, WrongTokenIsRefused) {
+TEST(FabricTest, WrongTokenIsRefused) {
   int port = testing::FreePort();
   std::thread good([&] {
-    auto c = Communicator::Init(testing::RankOptions(0, 2, port, 1500, "right"));
+    auto c = Fabric::Init(testing::RankOptions(0, 2, port, 1500, "right"));
     EXPECT_EQ(CodeOf(c.status()), ErrorCode::kUnavailable) << c.status();
     if (!c.ok()) {
       EXPECT_NE(c.status().message().find("1 of 2 ranks joined"), absl::string_view::npos)
@@ -330,7 +330,7 @@ TEST(CommunicatorTest, WrongTokenIsRefused) {
           << c.status();
     }
   });
-  auto bad = Communicator::Init(testing::RankOptions(1, 2, port, 1500, "wrong"));
+  auto bad = Fabric::Init(testing::RankOptions(1, 2, port, 1500, "wrong"));
   EXPECT_EQ(CodeOf(bad.status()), ErrorCode::kPermissionDenied) << bad.status();
   good.join();
 }

@@ -1,0 +1,52 @@
+#include "algorithms/collective.h"
+
+#include "core/status.h"
+
+namespace hcomm {
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
+    case Algorithm::kDirect: return "direct";
+  }
+  return "unknown";
+}
+
+InFlight::~InFlight() {
+  for (auto& r : reqs_) {
+    if (!r->done.load(std::memory_order_acquire)) peers_.Withdraw(r);
+  }
+}
+
+absl::Status InFlight::Send(const void* buf, size_t bytes, int peer) {
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r, peers_.Isend(buf, bytes, peer));
+  reqs_.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+absl::Status InFlight::Recv(void* buf, size_t bytes, int peer) {
+  return RecvRequest(buf, bytes, peer).status();
+}
+
+absl::StatusOr<Request*> InFlight::RecvRequest(void* buf, size_t bytes, int peer) {
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r, peers_.Irecv(buf, bytes, peer));
+  reqs_.push_back(std::move(r));
+  return reqs_.back().get();
+}
+
+absl::Status InFlight::Wait(Request* r) { return peers_.Wait(r); }
+
+absl::Status InFlight::WaitAll() {
+  absl::Status first;
+  for (auto& r : reqs_) {
+    absl::Status s = peers_.Wait(r.get());
+    if (!s.ok() && first.ok()) first = s;
+    if (!first.ok()) break;  // the destructor withdraws the rest
+  }
+  if (first.ok()) reqs_.clear();
+  return first;
+}
+
+}  // namespace hcomm

@@ -1,0 +1,126 @@
+// What a collective algorithm sees of its communicator: a narrow
+// point-to-point interface in a private tag space, and scratch buffers.
+//
+// Algorithms never see a transport. Every message of one collective call
+// carries the same tag, so messages between a pair of ranks match in the
+// order they were sent; an algorithm posts its receives from a peer in the
+// order that peer sends to it.
+//
+//   absl::Status AllReduceRing(Peers& p, const void* send, void* recv, ...);
+#ifndef HCOMM_ALGORITHMS_COLLECTIVE_H_
+#define HCOMM_ALGORITHMS_COLLECTIVE_H_
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "algorithms/reduce.h"
+#include "core/request.h"
+
+namespace hcomm {
+
+enum class Algorithm { kAuto = 0, kRing = 1, kTree = 2, kDirect = 3 };
+const char* AlgorithmName(Algorithm a);
+
+class Peers {
+ public:
+  virtual ~Peers() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Posts a send / receive of `bytes` bytes to / from rank `peer` of the
+  // communicator. The buffer must stay valid (and a send's unchanged) until
+  // the request completes.
+  virtual absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
+                                                         int peer) = 0;
+  virtual absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) = 0;
+  // Waits for `r` by the collective's deadline; the error names the
+  // collective.
+  virtual absl::Status Wait(Request* r) = 0;
+  // A persistent buffer of at least `bytes` bytes; slots 0..3 are
+  // independent. Valid until the next call with the same slot.
+  virtual char* Scratch(int slot, size_t bytes) = 0;
+  // Withdraws a pending request on an error path: a receive that nothing
+  // reached is dropped, a send stops using its buffer.
+  virtual void Withdraw(const std::shared_ptr<Request>& r) = 0;
+};
+
+// Tracks the requests an algorithm has in flight. WaitAll waits for every
+// one; if the set is destroyed with requests pending (an error path), they
+// are withdrawn so that no buffer is touched after the algorithm returns.
+class InFlight {
+ public:
+  explicit InFlight(Peers& peers) : peers_(peers) {}
+  ~InFlight();
+  absl::Status Send(const void* buf, size_t bytes, int peer);
+  absl::Status Recv(void* buf, size_t bytes, int peer);
+  // Posts and returns the request (also tracked).
+  absl::StatusOr<Request*> RecvRequest(void* buf, size_t bytes, int peer);
+  absl::Status Wait(Request* r);
+  absl::Status WaitAll();
+
+ private:
+  Peers& peers_;
+  std::vector<std::shared_ptr<Request>> reqs_;
+};
+
+// Splits `count` elements into `parts` nearly equal blocks; block b starts
+// at BlockOffset(count, parts, b) and has BlockCount(count, parts, b) elements.
+inline size_t BlockCount(size_t count, int parts, int b) {
+  size_t base = count / parts, extra = count % parts;
+  return base + (static_cast<size_t>(b) < extra ? 1 : 0);
+}
+inline size_t BlockOffset(size_t count, int parts, int b) {
+  size_t base = count / parts, extra = count % parts;
+  size_t bb = static_cast<size_t>(b);
+  return bb * base + (bb < extra ? bb : extra);
+}
+
+// ---------------------------------------------------------------------------
+// The algorithms. `send == recv` means in place. Counts are elements of `t`.
+// kAvg divides by size() at the end.
+
+// Ring: bandwidth-optimal for large messages (chunked, pipelined).
+absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                           ReduceOp op);
+absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t recvcount,
+                               DataType t, ReduceOp op);
+absl::Status AllGatherRing(Peers& p, const void* send, void* recv, size_t bytes_per_rank);
+absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root);
+absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                        ReduceOp op, int root);
+
+// Tree: latency-optimal (recursive doubling, binomial trees, dissemination).
+absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, size_t count,
+                                        DataType t, ReduceOp op);
+absl::Status BroadcastBinomial(Peers& p, void* buf, size_t bytes, int root);
+absl::Status ReduceBinomial(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                            ReduceOp op, int root);
+absl::Status AllGatherRecursiveDoubling(Peers& p, const void* send, void* recv,
+                                        size_t bytes_per_rank);
+absl::Status GatherBinomial(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                            int root);
+absl::Status ScatterBinomial(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                             int root);
+absl::Status BarrierDissemination(Peers& p);
+
+// Direct: every rank exchanges with every other at once (few ranks, tiny
+// messages; and the natural algorithm for alltoall, gather, scatter).
+absl::Status AllReduceDirect(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                             ReduceOp op);
+absl::Status ReduceScatterDirect(Peers& p, const void* send, void* recv, size_t recvcount,
+                                 DataType t, ReduceOp op);
+absl::Status AllGatherDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank);
+absl::Status BroadcastDirect(Peers& p, void* buf, size_t bytes, int root);
+absl::Status ReduceDirect(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                          ReduceOp op, int root);
+absl::Status AllToAllDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank);
+absl::Status GatherDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                          int root);
+absl::Status ScatterDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                           int root);
+
+}  // namespace hcomm
+
+#endif  // HCOMM_ALGORITHMS_COLLECTIVE_H_

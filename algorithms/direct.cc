@@ -1,0 +1,176 @@
+// Direct algorithms: every rank exchanges with every other at once. Few
+// rounds, n-1 messages per rank: best for tiny messages and few ranks, and
+// the natural shape of alltoall, gather and scatter.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/collective.h"
+#include "core/status.h"
+
+namespace hcomm {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+absl::Status AllReduceDirect(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                             ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t bytes = count * DataTypeSize(t);
+  // Everyone's vector lands in slot i of the scratch; every rank then
+  // reduces in rank order, so all get the same bits.
+  char* all = p.Scratch(0, std::max<size_t>(bytes * n, 1));
+  if (bytes > 0) memcpy(all + r * bytes, send, bytes);
+  InFlight f(p);
+  for (int i = 1; i < n; ++i) {
+    int src = Mod(r - i, n);
+    HCOMM_RETURN_IF_ERROR(f.Recv(all + src * bytes, bytes, src));
+  }
+  for (int i = 1; i < n; ++i) HCOMM_RETURN_IF_ERROR(f.Send(all + r * bytes, bytes, Mod(r + i, n)));
+  HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  char* out = static_cast<char*>(recv);
+  if (bytes > 0) memcpy(out, all, bytes);
+  for (int i = 1; i < n; ++i) ReduceInto(out, all + i * bytes, count, t, op);
+  if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
+  return absl::OkStatus();
+}
+
+absl::Status ReduceScatterDirect(Peers& p, const void* send, void* recv, size_t recvcount,
+                                 DataType t, ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t bytes = recvcount * DataTypeSize(t);
+  const char* in = static_cast<const char*>(send);
+  char* parts = p.Scratch(0, std::max<size_t>(bytes * n, 1));
+  if (bytes > 0) memcpy(parts + r * bytes, in + r * bytes, bytes);
+  InFlight f(p);
+  for (int i = 1; i < n; ++i) {
+    int src = Mod(r - i, n);
+    HCOMM_RETURN_IF_ERROR(f.Recv(parts + src * bytes, bytes, src));
+  }
+  for (int i = 1; i < n; ++i) {
+    int dst = Mod(r + i, n);
+    HCOMM_RETURN_IF_ERROR(f.Send(in + dst * bytes, bytes, dst));
+  }
+  HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  char* out = static_cast<char*>(recv);
+  if (bytes > 0) memcpy(out, parts, bytes);
+  for (int i = 1; i < n; ++i) ReduceInto(out, parts + i * bytes, recvcount, t, op);
+  if (op == ReduceOp::kAvg) DivideBy(out, recvcount, t, n);
+  return absl::OkStatus();
+}
+
+absl::Status AllGatherDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank) {
+  const int n = p.size(), r = p.rank();
+  char* out = static_cast<char*>(recv);
+  if (bytes_per_rank > 0 && send != recv && out + r * bytes_per_rank != send) {
+    memmove(out + r * bytes_per_rank, send, bytes_per_rank);
+  }
+  InFlight f(p);
+  for (int i = 1; i < n; ++i) {
+    int src = Mod(r - i, n);
+    HCOMM_RETURN_IF_ERROR(f.Recv(out + src * bytes_per_rank, bytes_per_rank, src));
+  }
+  for (int i = 1; i < n; ++i) {
+    HCOMM_RETURN_IF_ERROR(f.Send(out + r * bytes_per_rank, bytes_per_rank, Mod(r + i, n)));
+  }
+  return f.WaitAll();
+}
+
+absl::Status BroadcastDirect(Peers& p, void* buf, size_t bytes, int root) {
+  const int n = p.size(), r = p.rank();
+  InFlight f(p);
+  if (r == root) {
+    for (int i = 1; i < n; ++i) HCOMM_RETURN_IF_ERROR(f.Send(buf, bytes, Mod(r + i, n)));
+  } else {
+    HCOMM_RETURN_IF_ERROR(f.Recv(buf, bytes, root));
+  }
+  return f.WaitAll();
+}
+
+absl::Status ReduceDirect(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                          ReduceOp op, int root) {
+  const int n = p.size(), r = p.rank();
+  const size_t bytes = count * DataTypeSize(t);
+  InFlight f(p);
+  if (r != root) {
+    HCOMM_RETURN_IF_ERROR(f.Send(send, bytes, root));
+    return f.WaitAll();
+  }
+  char* all = p.Scratch(0, std::max<size_t>(bytes * n, 1));
+  if (bytes > 0) memcpy(all + r * bytes, send, bytes);
+  for (int i = 0; i < n; ++i) {
+    if (i != r) HCOMM_RETURN_IF_ERROR(f.Recv(all + i * bytes, bytes, i));
+  }
+  HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  char* out = static_cast<char*>(recv);
+  if (bytes > 0) memcpy(out, all, bytes);
+  for (int i = 1; i < n; ++i) ReduceInto(out, all + i * bytes, count, t, op);
+  if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
+  return absl::OkStatus();
+}
+
+absl::Status AllToAllDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank) {
+  const int n = p.size(), r = p.rank();
+  const char* in = static_cast<const char*>(send);
+  if (send == recv) {  // in place: keep a copy of what we send
+    char* copy = p.Scratch(0, std::max<size_t>(bytes_per_rank * n, 1));
+    if (bytes_per_rank > 0) memcpy(copy, send, bytes_per_rank * n);
+    in = copy;
+  }
+  char* out = static_cast<char*>(recv);
+  if (bytes_per_rank > 0) {
+    memmove(out + r * bytes_per_rank, in + r * bytes_per_rank, bytes_per_rank);
+  }
+  InFlight f(p);
+  for (int i = 1; i < n; ++i) {
+    int src = Mod(r - i, n);
+    HCOMM_RETURN_IF_ERROR(f.Recv(out + src * bytes_per_rank, bytes_per_rank, src));
+  }
+  for (int i = 1; i < n; ++i) {
+    int dst = Mod(r + i, n);
+    HCOMM_RETURN_IF_ERROR(f.Send(in + dst * bytes_per_rank, bytes_per_rank, dst));
+  }
+  return f.WaitAll();
+}
+
+absl::Status GatherDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                          int root) {
+  const int n = p.size(), r = p.rank();
+  InFlight f(p);
+  if (r != root) {
+    HCOMM_RETURN_IF_ERROR(f.Send(send, bytes_per_rank, root));
+    return f.WaitAll();
+  }
+  char* out = static_cast<char*>(recv);
+  if (bytes_per_rank > 0 && send != recv && out + r * bytes_per_rank != send) {
+    memmove(out + r * bytes_per_rank, send, bytes_per_rank);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (i != r) HCOMM_RETURN_IF_ERROR(f.Recv(out + i * bytes_per_rank, bytes_per_rank, i));
+  }
+  return f.WaitAll();
+}
+
+absl::Status ScatterDirect(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                           int root) {
+  const int n = p.size(), r = p.rank();
+  InFlight f(p);
+  if (r != root) {
+    HCOMM_RETURN_IF_ERROR(f.Recv(recv, bytes_per_rank, root));
+    return f.WaitAll();
+  }
+  const char* in = static_cast<const char*>(send);
+  for (int i = 1; i < n; ++i) {
+    int dst = Mod(r + i, n);
+    HCOMM_RETURN_IF_ERROR(f.Send(in + dst * bytes_per_rank, bytes_per_rank, dst));
+  }
+  HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  // In place (recv == send): the root's block stays where it is.
+  if (bytes_per_rank > 0 && recv != send && recv != in + r * bytes_per_rank) {
+    memmove(recv, in + r * bytes_per_rank, bytes_per_rank);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hcomm

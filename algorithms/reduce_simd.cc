@@ -1,0 +1,393 @@
+// Vector reduction kernels, written once with GCC/Clang vector extensions and
+// compiled once per ISA level by algorithms/BUILD.bazel, each time with its
+// own -m flags and HCOMM_REDUCE_SIMD_VARIANT:
+//   1: AVX2 + FMA + F16C, 32-byte vectors       -> reduce_internal::Avx2Kernels()
+//   2: AVX-512 F/BW/VL/DQ, 64-byte vectors      -> reduce_internal::Avx512Kernels()
+//   3: test only: the 64-byte (AVX-512) code shape built for AVX2, so the
+//      wide-vector loop/tail logic is exercised on CPUs without AVX-512
+//                                               -> WideEmulationKernelsForTesting()
+// Built without the matching -m flags (e.g. not on x86-64), the getter
+// returns null and dispatch never selects the level.
+//
+// Everything here has internal linkage, and this file includes no header
+// that defines out-of-line inline functions: code compiled with -mavx512f
+// must never be picked by the linker for a call from the scalar path (the
+// classic ODR trap of per-file ISA flags). The tables are constant-initialised
+// so merely taking a getter's result runs no ISA-specific code.
+//
+// Semantics match reduce_scalar.cc bit for bit; see reduce.h.
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "algorithms/reduce.h"
+
+#ifndef HCOMM_REDUCE_SIMD_VARIANT
+#error "build this file through the reduce_avx2 / reduce_avx512 targets"
+#endif
+
+#if HCOMM_REDUCE_SIMD_VARIANT == 1 || HCOMM_REDUCE_SIMD_VARIANT == 3
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define HCOMM_REDUCE_SIMD_ENABLED 1
+#endif
+#elif HCOMM_REDUCE_SIMD_VARIANT == 2
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__)
+#define HCOMM_REDUCE_SIMD_ENABLED 1
+#endif
+#else
+#error "unknown HCOMM_REDUCE_SIMD_VARIANT"
+#endif
+
+#if HCOMM_REDUCE_SIMD_VARIANT == 1
+#define HCOMM_REDUCE_SIMD_GETTER Avx2Kernels
+#define HCOMM_REDUCE_SIMD_NAME "avx2"
+#elif HCOMM_REDUCE_SIMD_VARIANT == 2
+#define HCOMM_REDUCE_SIMD_GETTER Avx512Kernels
+#define HCOMM_REDUCE_SIMD_NAME "avx512"
+#else
+#define HCOMM_REDUCE_SIMD_GETTER WideEmulationKernelsForTesting
+#define HCOMM_REDUCE_SIMD_NAME "avx512-emulated-on-avx2"
+#endif
+
+#ifdef HCOMM_REDUCE_SIMD_ENABLED
+#include <immintrin.h>
+#endif
+
+namespace hcomm {
+namespace reduce_internal {
+
+#if HCOMM_REDUCE_SIMD_VARIANT == 3
+const KernelTable* HCOMM_REDUCE_SIMD_GETTER();  // declared here, not in reduce.h
+#endif
+
+#ifdef HCOMM_REDUCE_SIMD_ENABLED
+namespace {
+
+constexpr size_t kVecBytes = HCOMM_REDUCE_SIMD_VARIANT == 1 ? 32 : 64;
+
+template <typename T, size_t kBytes>
+struct VecOf {
+  typedef T type __attribute__((vector_size(kBytes)));
+};
+// A full vector of T, and a half-width one (the 16-bit storage of
+// float16/bfloat16 lanes that widen into a full float vector).
+template <typename T>
+using Vec = typename VecOf<T, kVecBytes>::type;
+template <typename T>
+using HalfVec = typename VecOf<T, kVecBytes / 2>::type;
+
+using VF = Vec<float>;
+using VU32 = Vec<uint32_t>;
+using VI32 = Vec<int32_t>;
+using VH16 = HalfVec<uint16_t>;
+
+// Reinterprets the bits of one vector type as another of the same size (what
+// a C cast between GCC vector types means).
+template <typename To, typename From>
+inline To BitCast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  return (To)v;  // NOLINT(google-readability-casting): vector bit cast
+}
+
+template <typename V>
+inline V LoadVec(const char* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename V>
+inline void StoreVec(char* p, V v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// ---- lane codecs: how kLanes elements are loaded into a compute vector V ----
+
+template <typename T>
+struct Plain {
+  using V = Vec<T>;
+  using E = T;
+  static constexpr size_t kElemSize = sizeof(T);
+  static constexpr size_t kLanes = kVecBytes / sizeof(T);
+  static V Load(const char* p) { return LoadVec<V>(p); }
+  static void Store(char* p, V v) { StoreVec(p, v); }
+};
+
+// IEEE binary16 via the hardware conversions (F16C / AVX512F), which are
+// exact on widening and round to nearest-even on narrowing, like the scalar
+// FloatToHalf/HalfToFloat.
+struct Half {
+  using V = VF;
+  using E = float;
+  static constexpr size_t kElemSize = 2;
+  static constexpr size_t kLanes = kVecBytes / 4;
+#if HCOMM_REDUCE_SIMD_VARIANT == 1
+  static V Load(const char* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void Store(char* p, V v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+#elif HCOMM_REDUCE_SIMD_VARIANT == 2
+  // The all-lanes maskz forms: the plain ones start from
+  // _mm512_undefined_*(), which GCC 12 reports as uninitialised under -Wall.
+  static V Load(const char* p) {
+    return _mm512_maskz_cvtph_ps(
+        0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void Store(char* p, V v) {
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(p),
+        _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT));
+  }
+#else  // 64-byte vectors from two 32-byte F16C conversions
+  static V Load(const char* p) {
+    const __m256 lo =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 hi = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    V v;
+    __builtin_memcpy(&v, &lo, 32);
+    __builtin_memcpy(reinterpret_cast<char*>(&v) + 32, &hi, 32);
+    return v;
+  }
+  static void Store(char* p, V v) {
+    __m256 lo, hi;
+    __builtin_memcpy(&lo, &v, 32);
+    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + 32, 32);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16),
+                     _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+};
+
+// bfloat16: widening is a 16-bit shift; narrowing rounds to nearest-even with
+// integer arithmetic (not VCVTNEPS2BF16, which flushes subnormals) and turns
+// a NaN into a quiet NaN, exactly like FloatToBFloat16.
+struct BFloat16 {
+  using V = VF;
+  using E = float;
+  static constexpr size_t kElemSize = 2;
+  static constexpr size_t kLanes = kVecBytes / 4;
+  static V Load(const char* p) {
+    return BitCast<V>(__builtin_convertvector(LoadVec<VH16>(p), VU32) << 16);
+  }
+  static void Store(char* p, V v) {
+    const VU32 u = BitCast<VU32>(v);
+    const VI32 is_nan =
+        BitCast<VI32>(u & 0x7fffffffu) > static_cast<int32_t>(0x7f800000);
+    const VU32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const VU32 quiet = (u >> 16) | 0x40u;
+    const VU32 r = is_nan ? quiet : rounded;
+    StoreVec(p, __builtin_convertvector(r, VH16));
+  }
+};
+
+// ---- ops (same definitions as reduce_scalar.cc, lane by lane) ----------------
+
+struct Sum {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return a + b;
+  }
+};
+struct Prod {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return a * b;
+  }
+};
+struct MinInt {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return b < a ? b : a;
+  }
+};
+struct MaxInt {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return a < b ? b : a;
+  }
+};
+
+// Commutative, -0 < +0, NaN-propagating: ordered lanes take the smaller
+// value; equal or unordered lanes take a | b bitwise.
+template <typename V>
+inline V FloatMin(V a, V b) {
+  using M = decltype(a < b);  // signed integer lanes of the same width
+  const M lt = a < b;
+  const M gt = b < a;
+  const V either = BitCast<V>(BitCast<M>(a) | BitCast<M>(b));
+  return lt ? a : (gt ? b : either);
+}
+
+template <typename V>
+inline V Negate(V a) {
+  using M = decltype(a < a);  // signed integer lanes of the same width
+  using Lane = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
+  using MLane = std::conditional_t<sizeof(Lane) == 4, int32_t, int64_t>;
+  using ULane = std::make_unsigned_t<MLane>;
+  // Only the sign bit (conversion to signed is modular in GCC and Clang).
+  const MLane kSign = static_cast<MLane>(~(~ULane{0} >> 1));
+  return BitCast<V>(BitCast<M>(a) ^ kSign);
+}
+
+struct MinFloat {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return FloatMin(a, b);
+  }
+};
+struct MaxFloat {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return Negate(FloatMin(Negate(a), Negate(b)));
+  }
+};
+
+// ---- kernels ---------------------------------------------------------------------
+
+// The last count < kLanes elements: run one vector step on zero-padded copies,
+// so tails compute exactly what full vectors do.
+template <typename Codec, typename Op>
+__attribute__((noinline)) void BinaryTail(char* d, const char* x,
+                                          const char* y, size_t count) {
+  alignas(64) char bx[kVecBytes] = {};
+  alignas(64) char by[kVecBytes] = {};
+  alignas(64) char bd[kVecBytes];
+  const size_t bytes = count * Codec::kElemSize;
+  __builtin_memcpy(bx, x, bytes);
+  __builtin_memcpy(by, y, bytes);
+  Codec::Store(bd, Op::Apply(Codec::Load(bx), Codec::Load(by)));
+  __builtin_memcpy(d, bd, bytes);
+}
+
+// dst = a op b, four vectors per iteration. Every load of an iteration comes
+// before its stores, so dst == a or dst == b is fine.
+template <typename Codec, typename Op>
+void Binary(void* dst, const void* a, const void* b, size_t count) {
+  using V = typename Codec::V;
+  constexpr size_t kLanes = Codec::kLanes;
+  constexpr size_t kStep = kLanes * Codec::kElemSize;
+  char* d = static_cast<char*>(dst);
+  const char* x = static_cast<const char*>(a);
+  const char* y = static_cast<const char*>(b);
+  size_t i = 0;
+  for (; i + 4 * kLanes <= count; i += 4 * kLanes) {
+    const V x0 = Codec::Load(x), x1 = Codec::Load(x + kStep),
+            x2 = Codec::Load(x + 2 * kStep), x3 = Codec::Load(x + 3 * kStep);
+    const V y0 = Codec::Load(y), y1 = Codec::Load(y + kStep),
+            y2 = Codec::Load(y + 2 * kStep), y3 = Codec::Load(y + 3 * kStep);
+    Codec::Store(d, Op::Apply(x0, y0));
+    Codec::Store(d + kStep, Op::Apply(x1, y1));
+    Codec::Store(d + 2 * kStep, Op::Apply(x2, y2));
+    Codec::Store(d + 3 * kStep, Op::Apply(x3, y3));
+    x += 4 * kStep;
+    y += 4 * kStep;
+    d += 4 * kStep;
+  }
+  for (; i + kLanes <= count; i += kLanes) {
+    Codec::Store(d, Op::Apply(Codec::Load(x), Codec::Load(y)));
+    x += kStep;
+    y += kStep;
+    d += kStep;
+  }
+  if (i < count) BinaryTail<Codec, Op>(d, x, y, count - i);
+}
+
+template <typename Codec>
+__attribute__((noinline)) void DivideTail(char* d, size_t count,
+                                          typename Codec::E divisor) {
+  alignas(64) char bd[kVecBytes] = {};
+  const size_t bytes = count * Codec::kElemSize;
+  __builtin_memcpy(bd, d, bytes);
+  Codec::Store(bd, Codec::Load(bd) / divisor);
+  __builtin_memcpy(d, bd, bytes);
+}
+
+// Floating point: IEEE division by n (not a reciprocal multiply), lane by
+// lane, so it equals the scalar x / n exactly.
+template <typename Codec>
+void DivideFloat(void* dst, size_t count, int n) {
+  constexpr size_t kLanes = Codec::kLanes;
+  constexpr size_t kStep = kLanes * Codec::kElemSize;
+  const typename Codec::E divisor = static_cast<typename Codec::E>(n);
+  char* d = static_cast<char*>(dst);
+  size_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    Codec::Store(d, Codec::Load(d) / divisor);
+    d += kStep;
+  }
+  if (i < count) DivideTail<Codec>(d, count - i, divisor);
+}
+
+// Integers: there is no vector integer division; C semantics, as in
+// reduce_scalar.cc.
+template <typename T>
+void DivideInt(void* dst, size_t count, int n) {
+  char* d = static_cast<char*>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    T v;
+    __builtin_memcpy(&v, d + i * sizeof(T), sizeof v);
+    v = static_cast<T>(v / n);
+    __builtin_memcpy(d + i * sizeof(T), &v, sizeof v);
+  }
+}
+
+// ---- the table -------------------------------------------------------------------
+
+template <typename T>
+constexpr void SetIntRow(KernelTable& t, DataType dt) {
+  using U = std::make_unsigned_t<T>;
+  BinaryKernel* row = t.binary[static_cast<int>(dt)];
+  row[static_cast<int>(ReduceOp::kSum)] = &Binary<Plain<U>, Sum>;
+  row[static_cast<int>(ReduceOp::kProd)] = &Binary<Plain<U>, Prod>;
+  row[static_cast<int>(ReduceOp::kMin)] = &Binary<Plain<T>, MinInt>;
+  row[static_cast<int>(ReduceOp::kMax)] = &Binary<Plain<T>, MaxInt>;
+  t.divide[static_cast<int>(dt)] = &DivideInt<T>;
+}
+
+template <typename Codec>
+constexpr void SetFloatRow(KernelTable& t, DataType dt) {
+  BinaryKernel* row = t.binary[static_cast<int>(dt)];
+  row[static_cast<int>(ReduceOp::kSum)] = &Binary<Codec, Sum>;
+  row[static_cast<int>(ReduceOp::kProd)] = &Binary<Codec, Prod>;
+  row[static_cast<int>(ReduceOp::kMin)] = &Binary<Codec, MinFloat>;
+  row[static_cast<int>(ReduceOp::kMax)] = &Binary<Codec, MaxFloat>;
+  t.divide[static_cast<int>(dt)] = &DivideFloat<Codec>;
+}
+
+constexpr KernelTable MakeTable() {
+  KernelTable t{};
+  t.isa = HCOMM_REDUCE_SIMD_NAME;
+  SetIntRow<int8_t>(t, DataType::kInt8);
+  SetIntRow<uint8_t>(t, DataType::kUint8);
+  SetIntRow<int32_t>(t, DataType::kInt32);
+  SetIntRow<uint32_t>(t, DataType::kUint32);
+  SetIntRow<int64_t>(t, DataType::kInt64);
+  SetIntRow<uint64_t>(t, DataType::kUint64);
+  SetFloatRow<Half>(t, DataType::kFloat16);
+  SetFloatRow<BFloat16>(t, DataType::kBFloat16);
+  SetFloatRow<Plain<float>>(t, DataType::kFloat32);
+  SetFloatRow<Plain<double>>(t, DataType::kFloat64);
+  return t;
+}
+
+constexpr KernelTable kTable = MakeTable();
+
+}  // namespace
+
+const KernelTable* HCOMM_REDUCE_SIMD_GETTER() { return &kTable; }
+
+#else  // !HCOMM_REDUCE_SIMD_ENABLED
+
+const KernelTable* HCOMM_REDUCE_SIMD_GETTER() { return nullptr; }
+
+#endif  // HCOMM_REDUCE_SIMD_ENABLED
+
+}  // namespace reduce_internal
+}  // namespace hcomm

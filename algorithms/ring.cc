@@ -1,0 +1,183 @@
+// Ring algorithms: bandwidth-optimal for large messages. Each block moves in
+// chunks so that the transfer of one chunk overlaps the reduction of the
+// previous one.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/collective.h"
+#include "core/status.h"
+
+namespace hcomm {
+namespace {
+
+constexpr size_t kChunkBytes = 512 * 1024;
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// One reduce-scatter step: sends block `send_block` of `work` to the right
+// while receiving block `recv_block` from the left, reducing it into `work`
+// chunk by chunk as it arrives.
+absl::Status ReduceStep(Peers& p, char* work, size_t count, size_t esize, DataType t,
+                        ReduceOp op, int send_block, int recv_block, int parts) {
+  const int n = p.size(), right = Mod(p.rank() + 1, n), left = Mod(p.rank() - 1, n);
+  const size_t s_off = BlockOffset(count, parts, send_block) * esize;
+  const size_t s_len = BlockCount(count, parts, send_block) * esize;
+  const size_t r_off = BlockOffset(count, parts, recv_block) * esize;
+  const size_t r_len = BlockCount(count, parts, recv_block) * esize;
+  const size_t chunk = std::max(esize, kChunkBytes / esize * esize);
+  char* in = p.Scratch(1, std::max<size_t>(r_len, 1));
+  InFlight f(p);
+  std::vector<Request*> recvs;
+  for (size_t o = 0; o < r_len; o += chunk) {
+    HCOMM_ASSIGN_OR_RETURN(Request * r, f.RecvRequest(in + o, std::min(chunk, r_len - o), left));
+    recvs.push_back(r);
+  }
+  for (size_t o = 0; o < s_len; o += chunk) {
+    HCOMM_RETURN_IF_ERROR(f.Send(work + s_off + o, std::min(chunk, s_len - o), right));
+  }
+  size_t o = 0;
+  for (Request* r : recvs) {
+    HCOMM_RETURN_IF_ERROR(f.Wait(r));
+    size_t len = std::min(chunk, r_len - o);
+    ReduceInto(work + r_off + o, in + o, len / esize, t, op);
+    o += len;
+  }
+  return f.WaitAll();
+}
+
+// One allgather step: forwards block `send_block` right, receives block
+// `recv_block` from the left straight into place.
+absl::Status CopyStep(Peers& p, char* work, size_t count, size_t esize, int send_block,
+                      int recv_block, int parts) {
+  const int n = p.size(), right = Mod(p.rank() + 1, n), left = Mod(p.rank() - 1, n);
+  InFlight f(p);
+  HCOMM_RETURN_IF_ERROR(f.Recv(work + BlockOffset(count, parts, recv_block) * esize,
+                               BlockCount(count, parts, recv_block) * esize, left));
+  HCOMM_RETURN_IF_ERROR(f.Send(work + BlockOffset(count, parts, send_block) * esize,
+                               BlockCount(count, parts, send_block) * esize, right));
+  return f.WaitAll();
+}
+
+}  // namespace
+
+absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                           ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t esize = DataTypeSize(t);
+  char* work = static_cast<char*>(recv);
+  if (send != recv && count > 0) memcpy(work, send, count * esize);
+  if (n > 1) {
+    // Reduce-scatter: after n-1 steps rank r holds block r+1 fully reduced.
+    for (int s = 0; s < n - 1; ++s) {
+      HCOMM_RETURN_IF_ERROR(
+          ReduceStep(p, work, count, esize, t, op, Mod(r - s, n), Mod(r - s - 1, n), n));
+    }
+    // Allgather the reduced blocks.
+    for (int s = 0; s < n - 1; ++s) {
+      HCOMM_RETURN_IF_ERROR(CopyStep(p, work, count, esize, Mod(r + 1 - s, n), Mod(r - s, n), n));
+    }
+  }
+  if (op == ReduceOp::kAvg) DivideBy(work, count, t, n);
+  return absl::OkStatus();
+}
+
+absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t recvcount,
+                               DataType t, ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t esize = DataTypeSize(t);
+  const size_t total = recvcount * n;
+  // Accumulate in scratch: the input stays intact and in-place works.
+  char* work = p.Scratch(0, std::max<size_t>(total * esize, 1));
+  if (total > 0) memcpy(work, send, total * esize);
+  for (int s = 0; s < n - 1; ++s) {
+    // Step s: send block r-s-1, receive and reduce block r-s-2; the last
+    // step leaves block r complete here.
+    HCOMM_RETURN_IF_ERROR(
+        ReduceStep(p, work, total, esize, t, op, Mod(r - s - 1, n), Mod(r - s - 2, n), n));
+  }
+  if (recvcount > 0) memmove(recv, work + r * recvcount * esize, recvcount * esize);
+  if (op == ReduceOp::kAvg) DivideBy(recv, recvcount, t, n);
+  return absl::OkStatus();
+}
+
+absl::Status AllGatherRing(Peers& p, const void* send, void* recv, size_t bytes_per_rank) {
+  const int n = p.size(), r = p.rank();
+  char* out = static_cast<char*>(recv);
+  if (bytes_per_rank > 0 && send != recv && out + r * bytes_per_rank != send) {
+    memmove(out + r * bytes_per_rank, send, bytes_per_rank);
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    HCOMM_RETURN_IF_ERROR(CopyStep(p, out, bytes_per_rank * n, 1, Mod(r - s, n),
+                                   Mod(r - s - 1, n), n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root) {
+  // A pipelined chain root -> root+1 -> ... : each chunk is forwarded as
+  // soon as it arrives.
+  const int n = p.size(), vr = Mod(p.rank() - root, n);
+  if (n == 1 || bytes == 0) {
+    if (n > 1) {
+      // Still synchronise as the operation would: pass an empty message on.
+      InFlight f(p);
+      if (vr > 0) HCOMM_RETURN_IF_ERROR(f.Recv(buf, 0, Mod(p.rank() - 1, n)));
+      if (vr < n - 1) HCOMM_RETURN_IF_ERROR(f.Send(buf, 0, Mod(p.rank() + 1, n)));
+      return f.WaitAll();
+    }
+    return absl::OkStatus();
+  }
+  char* b = static_cast<char*>(buf);
+  const int prev = Mod(p.rank() - 1, n), next = Mod(p.rank() + 1, n);
+  InFlight f(p);
+  std::vector<Request*> recvs;
+  if (vr > 0) {
+    for (size_t o = 0; o < bytes; o += kChunkBytes) {
+      HCOMM_ASSIGN_OR_RETURN(Request * r,
+                             f.RecvRequest(b + o, std::min(kChunkBytes, bytes - o), prev));
+      recvs.push_back(r);
+    }
+  }
+  size_t i = 0;
+  for (size_t o = 0; o < bytes; o += kChunkBytes, ++i) {
+    size_t len = std::min(kChunkBytes, bytes - o);
+    if (vr > 0) HCOMM_RETURN_IF_ERROR(f.Wait(recvs[i]));
+    if (vr < n - 1) HCOMM_RETURN_IF_ERROR(f.Send(b + o, len, next));
+  }
+  return f.WaitAll();
+}
+
+absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                        ReduceOp op, int root) {
+  // Reduce-scatter around the ring, then every rank hands its block to the
+  // root.
+  const int n = p.size(), r = p.rank();
+  const size_t esize = DataTypeSize(t);
+  char* work = p.Scratch(0, std::max<size_t>(count * esize, 1));
+  if (count > 0) memcpy(work, send, count * esize);
+  for (int s = 0; s < n - 1; ++s) {
+    HCOMM_RETURN_IF_ERROR(
+        ReduceStep(p, work, count, esize, t, op, Mod(r - s - 1, n), Mod(r - s - 2, n), n));
+  }
+  InFlight f(p);
+  if (r == root) {
+    char* out = static_cast<char*>(recv);
+    for (int b = 0; b < n; ++b) {
+      char* dst = out + BlockOffset(count, n, b) * esize;
+      size_t len = BlockCount(count, n, b) * esize;
+      if (b == r) {
+        if (len > 0) memcpy(dst, work + BlockOffset(count, n, b) * esize, len);
+      } else {
+        HCOMM_RETURN_IF_ERROR(f.Recv(dst, len, b));
+      }
+    }
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
+    return absl::OkStatus();
+  }
+  HCOMM_RETURN_IF_ERROR(f.Send(work + BlockOffset(count, n, r) * esize,
+                               BlockCount(count, n, r) * esize, root));
+  return f.WaitAll();
+}
+
+}  // namespace hcomm

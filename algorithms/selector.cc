@@ -1,0 +1,127 @@
+#include "algorithms/selector.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace hcomm {
+
+const char* CollectiveOpName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return "allreduce";
+    case CollectiveOp::kBroadcast: return "broadcast";
+    case CollectiveOp::kReduce: return "reduce";
+    case CollectiveOp::kAllGather: return "allgather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllToAll: return "alltoall";
+    case CollectiveOp::kGather: return "gather";
+    case CollectiveOp::kScatter: return "scatter";
+    case CollectiveOp::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+LinkModel LinkModelFor(const std::string& transport) {
+  // Measured on the 2-core test machines (see ../shared/peers/BASELINES.md):
+  // loopback TCP ~8 us per message and ~3 GB/s; shared memory ~0.5 us and
+  // ~10 GB/s for a copy through a bounce buffer.
+  if (transport == "shm") return {0.5, 10.0, 10.0};
+  return {10.0, 3.0, 10.0};
+}
+
+bool Supports(CollectiveOp op, Algorithm algo) {
+  switch (op) {
+    case CollectiveOp::kAllToAll: return algo == Algorithm::kDirect;
+    case CollectiveOp::kBarrier: return algo == Algorithm::kTree;
+    case CollectiveOp::kGather:
+    case CollectiveOp::kScatter: return algo == Algorithm::kDirect || algo == Algorithm::kTree;
+    default: return algo != Algorithm::kAuto;
+  }
+}
+
+std::string Choice::Explain() const {
+  std::string out;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect}) {
+    double c = cost_us[static_cast<int>(a)];
+    if (c < 0) continue;
+    if (!out.empty()) out += ", ";
+    out += c >= 1000 ? absl::StrFormat("%s %.2f ms", AlgorithmName(a), c / 1000)
+                     : absl::StrFormat("%s %.1f us", AlgorithmName(a), c);
+  }
+  return out;
+}
+
+Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link,
+                       Algorithm forced) {
+  Choice c;
+  const double n = nranks, S = static_cast<double>(bytes);
+  const double a = link.alpha_us;
+  const double b = 1e-3 / link.gbps;          // us per byte
+  const double g = 1e-3 / link.reduce_gbps;   // us per byte reduced
+  const double lg = nranks > 1 ? std::ceil(std::log2(n)) : 0;
+  const bool pow2 = (nranks & (nranks - 1)) == 0;
+  // Posting to n-1 peers at once costs a fraction of a full message each.
+  const double fan = a + (n - 1) * 0.25 * a;
+  double ring = -1, tree = -1, direct = -1;
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      ring = 2 * (n - 1) * a + 2 * (n - 1) / n * S * b + (n - 1) / n * S * g;
+      tree = (lg + (pow2 ? 0 : 2)) * (a + S * b) + lg * S * g;
+      direct = fan + (n - 1) * S * b + (n - 1) * S * g;
+      break;
+    case CollectiveOp::kBroadcast: {
+      const double chunk = 512 * 1024;
+      double pieces = std::max(1.0, std::ceil(S / chunk));
+      ring = (n - 2 + pieces) * (a + std::min(S, chunk) * b);
+      tree = lg * (a + S * b);
+      direct = fan + (n - 1) * S * b;
+      break;
+    }
+    case CollectiveOp::kReduce:
+      ring = 2 * (n - 1) * a + 2 * (n - 1) / n * S * b + (n - 1) / n * S * g;
+      tree = lg * (a + S * b + S * g);
+      direct = fan + (n - 1) * S * b + (n - 1) * S * g;
+      break;
+    case CollectiveOp::kAllGather:
+      ring = (n - 1) * (a + S / n * b);
+      tree = pow2 ? lg * a + (n - 1) / n * S * b : -1;
+      direct = fan + (n - 1) / n * S * b * 1.1;
+      break;
+    case CollectiveOp::kReduceScatter:
+      ring = (n - 1) * (a + S / n * b + S / n * g);
+      direct = fan + (n - 1) / n * S * (b * 1.1 + g);
+      break;
+    case CollectiveOp::kAllToAll:
+      direct = fan + (n - 1) / n * S * b;
+      break;
+    case CollectiveOp::kGather:
+    case CollectiveOp::kScatter:
+      tree = lg * a + (n - 1) / n * S * b * (1 + 0.1 * lg);
+      direct = fan + (n - 1) / n * S * b;
+      break;
+    case CollectiveOp::kBarrier:
+      tree = lg * a;
+      break;
+  }
+  c.cost_us[static_cast<int>(Algorithm::kRing)] = ring;
+  c.cost_us[static_cast<int>(Algorithm::kTree)] = tree;
+  c.cost_us[static_cast<int>(Algorithm::kDirect)] = direct;
+  if (forced != Algorithm::kAuto && Supports(op, forced) &&
+      c.cost_us[static_cast<int>(forced)] >= 0) {
+    c.algo = forced;
+    c.forced = true;
+    return c;
+  }
+  double best = -1;
+  for (Algorithm alg : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect}) {
+    double cost = c.cost_us[static_cast<int>(alg)];
+    if (cost >= 0 && (best < 0 || cost < best)) {
+      best = cost;
+      c.algo = alg;
+    }
+  }
+  return c;
+}
+
+}  // namespace hcomm

@@ -1,0 +1,54 @@
+// Chooses a collective algorithm with an alpha-beta cost model:
+//   time = messages * alpha + bytes on the critical path / bandwidth
+//          (+ bytes reduced / reduction bandwidth)
+// over the message size, the rank count and the link in use (shm or TCP,
+// whose parameters are in LinkModelFor). A forced algorithm (the `algo`
+// key) wins when the operation has it.
+//
+//   Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 4 << 20, 8,
+//                              LinkModelFor("tcp"), Algorithm::kAuto);
+//   // c.algo == Algorithm::kRing; c.Explain() == "ring 9.1 ms, tree ..."
+#ifndef HCOMM_ALGORITHMS_SELECTOR_H_
+#define HCOMM_ALGORITHMS_SELECTOR_H_
+
+#include <cstddef>
+#include <string>
+
+#include "algorithms/collective.h"
+
+namespace hcomm {
+
+enum class CollectiveOp {
+  kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kGather, kScatter,
+  kBarrier,
+};
+const char* CollectiveOpName(CollectiveOp op);
+
+struct LinkModel {
+  double alpha_us;     // cost of one message
+  double gbps;         // bandwidth of one link, GB/s
+  double reduce_gbps;  // reduction kernel throughput, GB/s of output
+};
+// Parameters for "tcp" or "shm" (anything else: tcp's).
+LinkModel LinkModelFor(const std::string& transport);
+
+// Whether `op` has an implementation for `algo`.
+bool Supports(CollectiveOp op, Algorithm algo);
+
+struct Choice {
+  Algorithm algo = Algorithm::kRing;
+  bool forced = false;
+  double cost_us[4] = {-1, -1, -1, -1};  // by Algorithm value; < 0: not available
+  // "ring 1.20 ms, tree 3.40 ms, direct 9.10 ms"
+  std::string Explain() const;
+};
+
+// `bytes` is the size of one rank's input vector (allreduce, broadcast,
+// reduce) or of the whole output/input (allgather/alltoall/gather: the
+// total over ranks; reduce_scatter: the total input).
+Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link,
+                       Algorithm forced);
+
+}  // namespace hcomm
+
+#endif  // HCOMM_ALGORITHMS_SELECTOR_H_

@@ -1,0 +1,224 @@
+// Latency-optimal algorithms: recursive doubling, binomial trees and the
+// dissemination barrier, each O(log n) rounds.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/collective.h"
+#include "core/status.h"
+
+namespace hcomm {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+int FloorPow2(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, size_t count,
+                                        DataType t, ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t esize = DataTypeSize(t), bytes = count * esize;
+  char* work = static_cast<char*>(recv);
+  if (send != recv && bytes > 0) memcpy(work, send, bytes);
+  char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
+  // Fold the ranks beyond the largest power of two into their neighbours.
+  const int pow2 = FloorPow2(n), rem = n - pow2;
+  int vr;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      InFlight f(p);
+      HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r + 1));
+      HCOMM_RETURN_IF_ERROR(f.WaitAll());
+      HCOMM_RETURN_IF_ERROR(f.Recv(work, bytes, r + 1));  // the final result
+      HCOMM_RETURN_IF_ERROR(f.WaitAll());
+      return absl::OkStatus();
+    }
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, r - 1));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    // Lower rank first, so that every rank reduces in the same order.
+    Reduce2(work, in, work, count, t, op);
+    vr = r / 2;
+  } else {
+    vr = r - rem;
+  }
+  for (int mask = 1; mask < pow2; mask <<= 1) {
+    int vpartner = vr ^ mask;
+    int partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, partner));
+    HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, partner));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    // Combine in rank order so both partners compute the same bits.
+    if (vpartner < vr) {
+      Reduce2(work, in, work, count, t, op);
+    } else {
+      ReduceInto(work, in, count, t, op);
+    }
+  }
+  if (op == ReduceOp::kAvg) DivideBy(work, count, t, n);
+  if (r < 2 * rem) {
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r - 1));
+    return f.WaitAll();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastBinomial(Peers& p, void* buf, size_t bytes, int root) {
+  const int n = p.size(), vr = Mod(p.rank() - root, n);
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      InFlight f(p);
+      HCOMM_RETURN_IF_ERROR(f.Recv(buf, bytes, Mod(p.rank() - mask, n)));
+      HCOMM_RETURN_IF_ERROR(f.WaitAll());
+      break;
+    }
+    mask <<= 1;
+  }
+  InFlight f(p);
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) HCOMM_RETURN_IF_ERROR(f.Send(buf, bytes, Mod(p.rank() + mask, n)));
+  }
+  return f.WaitAll();
+}
+
+absl::Status ReduceBinomial(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                            ReduceOp op, int root) {
+  const int n = p.size(), r = p.rank(), vr = Mod(r - root, n);
+  const size_t esize = DataTypeSize(t), bytes = count * esize;
+  char* acc = r == root ? static_cast<char*>(recv) : p.Scratch(0, std::max<size_t>(bytes, 1));
+  if (acc != send && bytes > 0) memcpy(acc, send, bytes);
+  char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
+  for (int mask = 1; mask < n; mask <<= 1) {
+    InFlight f(p);
+    if ((vr & mask) == 0) {
+      int vsrc = vr | mask;
+      if (vsrc < n) {
+        HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, Mod(vsrc + root, n)));
+        HCOMM_RETURN_IF_ERROR(f.WaitAll());
+        ReduceInto(acc, in, count, t, op);
+      }
+    } else {
+      HCOMM_RETURN_IF_ERROR(f.Send(acc, bytes, Mod((vr & ~mask) + root, n)));
+      return f.WaitAll();
+    }
+  }
+  if (op == ReduceOp::kAvg) DivideBy(acc, count, t, n);
+  return absl::OkStatus();
+}
+
+absl::Status AllGatherRecursiveDoubling(Peers& p, const void* send, void* recv,
+                                        size_t bytes_per_rank) {
+  const int n = p.size(), r = p.rank();
+  if ((n & (n - 1)) != 0) return AllGatherRing(p, send, recv, bytes_per_rank);
+  char* out = static_cast<char*>(recv);
+  if (bytes_per_rank > 0 && send != recv && out + r * bytes_per_rank != send) {
+    memmove(out + r * bytes_per_rank, send, bytes_per_rank);
+  }
+  // After the round with `mask`, each rank holds the aligned group of 2*mask
+  // blocks around its own.
+  for (int mask = 1; mask < n; mask <<= 1) {
+    int partner = r ^ mask;
+    int mine = r & ~(mask - 1), theirs = partner & ~(mask - 1);
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(out + theirs * bytes_per_rank, mask * bytes_per_rank, partner));
+    HCOMM_RETURN_IF_ERROR(f.Send(out + mine * bytes_per_rank, mask * bytes_per_rank, partner));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GatherBinomial(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                            int root) {
+  // Each subtree's blocks travel up as one message, in virtual-rank order.
+  const int n = p.size(), r = p.rank(), vr = Mod(r - root, n);
+  char* tmp = p.Scratch(0, std::max<size_t>(bytes_per_rank * n, 1));
+  const char* mine = static_cast<const char*>(send);
+  if (vr == 0 && send == recv) mine += r * bytes_per_rank;  // in place at the root
+  if (bytes_per_rank > 0) memcpy(tmp, mine, bytes_per_rank);
+  int have = 1;  // blocks vr .. vr+have-1 are in tmp
+  for (int mask = 1; mask < n; mask <<= 1) {
+    InFlight f(p);
+    if ((vr & mask) == 0) {
+      int vsrc = vr | mask;
+      if (vsrc < n) {
+        int blocks = std::min(mask, n - vsrc);
+        HCOMM_RETURN_IF_ERROR(
+            f.Recv(tmp + have * bytes_per_rank, blocks * bytes_per_rank, Mod(vsrc + root, n)));
+        HCOMM_RETURN_IF_ERROR(f.WaitAll());
+        have += blocks;
+      }
+    } else {
+      HCOMM_RETURN_IF_ERROR(f.Send(tmp, have * bytes_per_rank, Mod((vr & ~mask) + root, n)));
+      return f.WaitAll();
+    }
+  }
+  // Root: tmp holds blocks of virtual ranks 0..n-1; rotate into rank order.
+  char* out = static_cast<char*>(recv);
+  for (int v = 0; v < n && bytes_per_rank > 0; ++v) {
+    memcpy(out + Mod(v + root, n) * bytes_per_rank, tmp + v * bytes_per_rank, bytes_per_rank);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScatterBinomial(Peers& p, const void* send, void* recv, size_t bytes_per_rank,
+                             int root) {
+  const int n = p.size(), r = p.rank(), vr = Mod(r - root, n);
+  char* tmp = p.Scratch(0, std::max<size_t>(bytes_per_rank * n, 1));
+  int have = 0;  // blocks of virtual ranks vr .. vr+have-1 are in tmp
+  int mask = 1;
+  if (vr == 0) {
+    const char* in = static_cast<const char*>(send);
+    for (int v = 0; v < n && bytes_per_rank > 0; ++v) {
+      memcpy(tmp + v * bytes_per_rank, in + Mod(v + root, n) * bytes_per_rank, bytes_per_rank);
+    }
+    have = n;
+    while (mask < n) mask <<= 1;
+  } else {
+    while (mask < n) {
+      if (vr & mask) {
+        int blocks = std::min(mask, n - vr);
+        InFlight f(p);
+        HCOMM_RETURN_IF_ERROR(
+            f.Recv(tmp, blocks * bytes_per_rank, Mod(vr - mask + root, n)));
+        HCOMM_RETURN_IF_ERROR(f.WaitAll());
+        have = blocks;
+        break;
+      }
+      mask <<= 1;
+    }
+  }
+  InFlight f(p);
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n && mask < have) {
+      int blocks = std::min(have - mask, n - vr - mask);
+      HCOMM_RETURN_IF_ERROR(f.Send(tmp + mask * bytes_per_rank, blocks * bytes_per_rank,
+                                   Mod(vr + mask + root, n)));
+    }
+    have = std::min(have, mask);  // what stays is our own half
+  }
+  HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  const bool root_in_place = vr == 0 && recv == send;
+  if (bytes_per_rank > 0 && recv != nullptr && !root_in_place) memcpy(recv, tmp, bytes_per_rank);
+  return absl::OkStatus();
+}
+
+absl::Status BarrierDissemination(Peers& p) {
+  const int n = p.size(), r = p.rank();
+  for (int k = 1; k < n; k <<= 1) {
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(nullptr, 0, Mod(r - k, n)));
+    HCOMM_RETURN_IF_ERROR(f.Send(nullptr, 0, Mod(r + k, n)));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hcomm

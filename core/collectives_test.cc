@@ -1,0 +1,299 @@
+// Every collective x algorithm x dtype x op over 1..8 ranks (threads of this
+// process over TCP), in place and out of place, every root, counts
+// {0, 1, 7, 1023} and 1M+3 for float32; results checked against a reference.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "algorithms/reduce.h"
+#include "core/communicator.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+#include "testing/multirank.h"
+
+namespace hcomm {
+namespace {
+
+const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,
+                              DataType::kUint32,  DataType::kInt64,   DataType::kUint64,
+                              DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                              DataType::kFloat64};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kAvg};
+const size_t kSmallCounts[] = {0, 1, 7, 1023};
+constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
+
+bool IsSigned(DataType t) {
+  return t != DataType::kUint8 && t != DataType::kUint32 && t != DataType::kUint64;
+}
+bool IsFloat(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
+         t == DataType::kFloat64;
+}
+
+double Get(const void* buf, DataType t, size_t i) {
+  switch (t) {
+    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kUint8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kUint32: return static_cast<const uint32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
+    case DataType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+  }
+  return 0;
+}
+
+void Put(void* buf, DataType t, size_t i, double v) {
+  switch (t) {
+    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+  }
+}
+
+// Rank r's value at element i: small integers, exact in every dtype; powers
+// of two for products so they stay exact too.
+double Value(int r, size_t i, DataType t, ReduceOp op) {
+  if (op == ReduceOp::kProd) return 1 + static_cast<double>((i + r) % 2);
+  double v = static_cast<double>((i * 7 + r * 3) % 5);
+  return IsSigned(t) ? v - 2 : v;
+}
+
+double Expected(int n, size_t i, DataType t, ReduceOp op) {
+  double acc = Value(0, i, t, op);
+  for (int r = 1; r < n; ++r) {
+    double v = Value(r, i, t, op);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = IsFloat(t) ? acc / n : std::trunc(acc / n);
+  return acc;
+}
+
+std::vector<char> Fill(int r, size_t count, DataType t, ReduceOp op) {
+  std::vector<char> v(std::max<size_t>(count * DataTypeSize(t), 1));
+  for (size_t i = 0; i < count; ++i) Put(v.data(), t, i, Value(r, i, t, op));
+  return v;
+}
+
+bool Close(double got, double want, DataType t) {
+  if (!IsFloat(t)) return got == want;
+  double tol = (t == DataType::kFloat16 || t == DataType::kBFloat16) ? 1e-2 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+// Checks `count` reduced elements of `buf` (element offset `first` of the
+// full vector); returns a description of the first difference.
+std::string CheckReduced(const void* buf, size_t first, size_t count, int n, DataType t,
+                         ReduceOp op) {
+  for (size_t i = 0; i < count; ++i) {
+    double got = Get(buf, t, i), want = Expected(n, first + i, t, op);
+    if (!Close(got, want, t)) {
+      return absl::StrCat("element ", first + i, ": got ", got, " want ", want);
+    }
+  }
+  return "";
+}
+
+std::string Label(const char* what, int n, Algorithm a, DataType t, ReduceOp op, size_t count,
+                  bool in_place, int root = -1) {
+  return absl::StrCat(what, " n=", n, " algo=", AlgorithmName(a), " ", DataTypeName(t), " ",
+                      ReduceOpName(op), " count=", count, in_place ? " in-place" : "",
+                      root >= 0 ? absl::StrCat(" root=", root) : "");
+}
+
+class CollectivesTest : public ::testing::TestWithParam<std::tuple<int, Algorithm>> {};
+
+void RunMatrix(Communicator& c, Algorithm algo) {
+  const int n = c.size(), r = c.rank();
+  // --- allreduce: every dtype x op x small count, in and out of place.
+  for (DataType t : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
+      if (t == DataType::kFloat32 && op == ReduceOp::kSum) counts.push_back(kLargeCount);
+      for (size_t count : counts) {
+        for (bool in_place : {false, true}) {
+          std::vector<char> in = Fill(r, count, t, op), out(in.size());
+          void* dst = in_place ? in.data() : out.data();
+          absl::Status s = c.AllReduce(in.data(), dst, count, t, op);
+          std::string label = Label("allreduce", n, algo, t, op, count, in_place);
+          ASSERT_TRUE(s.ok()) << label << ": " << s;
+          std::string diff = CheckReduced(dst, 0, count, n, t, op);
+          ASSERT_EQ(diff, "") << label;
+        }
+      }
+    }
+  }
+  // --- reduce: every dtype x op at root n-1; float32 sum at every root.
+  for (DataType t : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (size_t count : {size_t{1}, size_t{1023}}) {
+        int root = n - 1;
+        std::vector<char> in = Fill(r, count, t, op), out(in.size());
+        absl::Status s = c.Reduce(in.data(), r == root ? out.data() : nullptr, count, t, op, root);
+        std::string label = Label("reduce", n, algo, t, op, count, false, root);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        if (r == root) ASSERT_EQ(CheckReduced(out.data(), 0, count, n, t, op), "") << label;
+      }
+    }
+  }
+  for (int root = 0; root < n; ++root) {
+    for (size_t count : {size_t{0}, size_t{7}, kLargeCount}) {
+      for (bool in_place : {false, true}) {
+        DataType t = DataType::kFloat32;
+        ReduceOp op = ReduceOp::kSum;
+        std::vector<char> in = Fill(r, count, t, op), out(in.size());
+        void* dst = r == root ? (in_place ? in.data() : out.data()) : nullptr;
+        absl::Status s = c.Reduce(in.data(), dst, count, t, op, root);
+        std::string label = Label("reduce", n, algo, t, op, count, in_place, root);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        if (r == root) ASSERT_EQ(CheckReduced(dst, 0, count, n, t, op), "") << label;
+      }
+    }
+  }
+  // --- reduce_scatter: every dtype x op; float32 sum large; in place.
+  for (DataType t : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      std::vector<size_t> counts = {0, 1, 7};
+      if (t == DataType::kFloat32 && op == ReduceOp::kSum) counts.push_back(kLargeCount / n + 1);
+      for (size_t count : counts) {
+        for (bool in_place : {false, true}) {
+          std::vector<char> in = Fill(r, count * n, t, op);
+          std::vector<char> out(std::max<size_t>(count * DataTypeSize(t), 1));
+          void* dst = in_place ? in.data() : out.data();
+          absl::Status s = c.ReduceScatter(in.data(), dst, count, t, op);
+          std::string label = Label("reduce_scatter", n, algo, t, op, count, in_place);
+          ASSERT_TRUE(s.ok()) << label << ": " << s;
+          ASSERT_EQ(CheckReduced(dst, r * count, count, n, t, op), "") << label;
+        }
+      }
+    }
+  }
+  // Byte-moving collectives: one dtype is enough (they move bytes), with
+  // element-size 1, 2, 8 for alignment.
+  for (DataType t : {DataType::kUint8, DataType::kFloat16, DataType::kFloat64}) {
+    const size_t es = DataTypeSize(t);
+    std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
+    if (t == DataType::kUint8) counts.push_back(kLargeCount);
+    auto pattern = [](int rank, size_t i) { return static_cast<char>((rank * 31 + i * 7) & 0x7f); };
+    for (size_t count : counts) {
+      const size_t bytes = count * es;
+      // broadcast, every root
+      for (int root = 0; root < n; ++root) {
+        std::vector<char> buf(std::max<size_t>(bytes, 1));
+        for (size_t i = 0; i < bytes; ++i) buf[i] = r == root ? pattern(root, i) : 0;
+        absl::Status s = c.Broadcast(buf.data(), count, t, root);
+        std::string label = Label("broadcast", n, algo, t, ReduceOp::kSum, count, false, root);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(buf[i], pattern(root, i)) << label << " byte " << i;
+      }
+      // allgather, in and out of place
+      for (bool in_place : {false, true}) {
+        std::vector<char> out(std::max<size_t>(bytes * n, 1), 0), in(std::max<size_t>(bytes, 1));
+        for (size_t i = 0; i < bytes; ++i) in[i] = pattern(r, i);
+        const void* src = in.data();
+        if (in_place) {
+          memcpy(out.data() + r * bytes, in.data(), bytes);
+          src = out.data();
+        }
+        absl::Status s = c.AllGather(src, out.data(), count, t);
+        std::string label = Label("allgather", n, algo, t, ReduceOp::kSum, count, in_place);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < bytes; ++i) {
+            ASSERT_EQ(out[q * bytes + i], pattern(q, i)) << label << " block " << q << " byte " << i;
+          }
+        }
+      }
+      // alltoall, in and out of place
+      for (bool in_place : {false, true}) {
+        std::vector<char> in(std::max<size_t>(bytes * n, 1)), out(in.size(), 0);
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < bytes; ++i) in[q * bytes + i] = pattern(r * n + q, i);
+        }
+        void* dst = in_place ? in.data() : out.data();
+        absl::Status s = c.AllToAll(in.data(), dst, count, t);
+        std::string label = Label("alltoall", n, algo, t, ReduceOp::kSum, count, in_place);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        const char* got = static_cast<const char*>(dst);
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < bytes; ++i) {
+            ASSERT_EQ(got[q * bytes + i], pattern(q * n + r, i)) << label << " block " << q;
+          }
+        }
+      }
+      if (count == kLargeCount) continue;  // rooted gathers: small counts, every root
+      for (int root = 0; root < n; ++root) {
+        // gather
+        std::vector<char> in(std::max<size_t>(bytes, 1)), out(std::max<size_t>(bytes * n, 1), 0);
+        for (size_t i = 0; i < bytes; ++i) in[i] = pattern(r, i);
+        absl::Status s = c.Gather(in.data(), r == root ? out.data() : nullptr, count, t, root);
+        std::string label = Label("gather", n, algo, t, ReduceOp::kSum, count, false, root);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        if (r == root) {
+          for (int q = 0; q < n; ++q) {
+            for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(out[q * bytes + i], pattern(q, i)) << label;
+          }
+        }
+        // scatter
+        std::vector<char> all(std::max<size_t>(bytes * n, 1)), mine(std::max<size_t>(bytes, 1), 0);
+        if (r == root) {
+          for (int q = 0; q < n; ++q) {
+            for (size_t i = 0; i < bytes; ++i) all[q * bytes + i] = pattern(q + 100, i);
+          }
+        }
+        s = c.Scatter(r == root ? all.data() : nullptr, mine.data(), count, t, root);
+        label = Label("scatter", n, algo, t, ReduceOp::kSum, count, false, root);
+        ASSERT_TRUE(s.ok()) << label << ": " << s;
+        for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(mine[i], pattern(r + 100, i)) << label;
+      }
+    }
+  }
+  ASSERT_TRUE(c.Barrier().ok());
+}
+
+TEST_P(CollectivesTest, EveryOperation) {
+  const int n = std::get<0>(GetParam());
+  const Algorithm algo = std::get<1>(GetParam());
+  testing::RunRanks(n, [&](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->SetOption("algo", AlgorithmName(algo)).ok());
+    RunMatrix(**c, algo);
+    EXPECT_TRUE((*c)->Destroy().ok());
+  }, /*timeout_ms=*/120000);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RanksAndAlgorithms, CollectivesTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect)),
+    [](const ::testing::TestParamInfo<std::tuple<int, Algorithm>>& info) {
+      return absl::StrCat(std::get<0>(info.param), "ranks_", AlgorithmName(std::get<1>(info.param)));
+    });
+
+}  // namespace
+}  // namespace hcomm

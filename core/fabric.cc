@@ -1,0 +1,1175 @@
+#include "core/fabric.h"
+
+#include <string.h>
+#include <sched.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "core/handshake.h"
+#include "core/net.h"
+#include "core/status.h"
+#include "core/store_client.h"
+#include "core/store_server.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace hcomm {
+namespace {
+
+// Frame kinds of the point-to-point protocol.
+enum Kind : uint8_t {
+  kEager = 1,      // header + payload
+  kRts = 2,        // request-to-send: id = send id, size = bytes
+  kCts = 3,        // clear-to-send: id = send id, id2 = receive id
+  kReject = 4,     // receiver's buffer too small: id = send id
+  kData = 5,       // payload of a rendezvous: id = receive id
+  kCancelRts = 6,  // sender withdrew an RTS: id = send id
+  kDataAbort = 7,  // sender cannot honour a CTS: id = receive id
+  kGoodbye = 8,    // the sender is destroying its communicator
+};
+
+struct Meta {
+  uint8_t kind;
+  uint8_t flags;
+  uint16_t reserved;
+  uint32_t comm_id;
+  int32_t tag;
+  int32_t src;
+  uint64_t size;
+  uint64_t id;
+  uint64_t id2;
+};
+static_assert(sizeof(Meta) == kFrameMetaBytes, "Meta must fill FrameMeta exactly");
+
+FrameMeta Pack(const Meta& m) {
+  FrameMeta f;
+  memcpy(f.bytes, &m, sizeof m);
+  return f;
+}
+
+Meta Unpack(const FrameMeta& f) {
+  Meta m;
+  memcpy(&m, f.bytes, sizeof m);
+  return m;
+}
+
+Meta MakeMeta(Kind kind, uint32_t ctx, int src, int tag, uint64_t size, uint64_t id,
+              uint64_t id2 = 0) {
+  Meta m;
+  memset(&m, 0, sizeof m);
+  m.kind = kind;
+  m.comm_id = ctx;
+  m.tag = tag;
+  m.src = src;
+  m.size = size;
+  m.id = id;
+  m.id2 = id2;
+  return m;
+}
+
+std::string PeerName(int peer) {
+  return peer == kAnySource ? std::string("any rank") : absl::StrCat("rank ", peer);
+}
+
+std::string TagName(int tag) {
+  return tag == kAnyTag ? std::string("any tag") : absl::StrCat("tag ", tag);
+}
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrCat(absl::ToDoubleSeconds(d) < 10 ? absl::StrFormat("%.2f", absl::ToDoubleSeconds(d))
+                                                     : absl::StrFormat("%.0f", absl::ToDoubleSeconds(d)),
+                      " s");
+}
+
+// Peer-connection hello, sent by the connecting side after the handshake.
+struct Hello {
+  uint64_t job_id;
+  int32_t rank;
+  int32_t world_size;
+};
+
+absl::StatusOr<uint64_t> RandomU64() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != sizeof v) return Internal("getrandom failed");
+  return v;
+}
+
+int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
+
+}  // namespace
+
+Fabric::Fabric(const Options& opts)
+    : rank_(opts.rank),
+      size_(opts.world_size),
+      host_id_(opts.host_id),
+      timeout_ms_(opts.timeout_ms),
+      spin_(absl::Microseconds(50)) {
+  peers_.reserve(size_);
+  for (int i = 0; i < size_; ++i) peers_.push_back(std::make_unique<PeerInfo>());
+  if (const char* s = getenv("HCOMM_SPIN_US")) {
+    int us = 0;
+    if (absl::SimpleAtoi(s, &us) && us >= 0) spin_ = absl::Microseconds(us);
+  }
+}
+
+Fabric::~Fabric() { Destroy().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
+  if (opts.rank < 0 || opts.world_size < 1 || opts.rank >= opts.world_size) {
+    return InvalidArgument(
+        absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
+  }
+  if (!opts.transports.empty() && opts.world_size > 1 &&
+      std::find(opts.transports.begin(), opts.transports.end(), "tcp") == opts.transports.end()) {
+    return NoDevice(absl::StrCat("transports=", absl::StrJoin(opts.transports, ","),
+                                 ": only tcp is available in this build, so ranks cannot reach "
+                                 "each other"));
+  }
+  std::unique_ptr<Fabric> comm(new Fabric(opts));
+  HCOMM_RETURN_IF_ERROR(comm->Bootstrap(opts));
+  comm->StartProgressThread();
+  return comm;
+}
+
+absl::Status Fabric::Bootstrap(const Options& opts) {
+  if (size_ == 1) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(opts.timeout_ms);
+  HCOMM_ASSIGN_OR_RETURN(net::HostPort store_hp, net::ParseHostPort(opts.store_addr, "store_addr"));
+  const std::string where = absl::StrCat("rank ", rank_, " of ", size_);
+
+  if (rank_ == 0) {
+    auto server = StoreServer::Start(store_hp.host, store_hp.port, opts.job_token);
+    if (!server.ok()) server = StoreServer::Start("0.0.0.0", store_hp.port, opts.job_token);
+    if (!server.ok()) {
+      return Annotate(server.status(),
+                      absl::StrCat(where, ": cannot serve the store at ", store_hp.ToString()));
+    }
+    store_server_ = std::move(server).value();
+  }
+  auto client = StoreClient::Connect(store_hp, opts.job_token, deadline);
+  if (!client.ok()) {
+    return Annotate(client.status(),
+                    absl::StrCat(where, ": cannot join the store at ", store_hp.ToString()));
+  }
+  store_client_ = std::move(client).value();
+
+  // Job identity, so that connections from another job are refused.
+  uint64_t job_id = 0;
+  if (rank_ == 0) {
+    HCOMM_ASSIGN_OR_RETURN(job_id, RandomU64());
+    HCOMM_RETURN_IF_ERROR(store_client_->Set("hcomm/job_id", absl::StrCat(job_id), deadline));
+  } else {
+    auto v = store_client_->Get("hcomm/job_id", deadline);
+    if (!v.ok()) {
+      return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
+                                      store_hp.ToString(), ": ", v.status().message()));
+    }
+    if (!absl::SimpleAtoi(*v, &job_id)) return Internal("store holds a malformed job id");
+  }
+
+  // Listen for higher ranks on the address that routes towards the store.
+  std::string my_ip = "127.0.0.1";
+  {
+    auto local = net::LocalAddressToward(store_hp);
+    if (local.ok()) my_ip = *local;
+  }
+  int my_port = 0;
+  HCOMM_ASSIGN_OR_RETURN(net::Fd listener, net::Listen(my_ip, 0, &my_port));
+  HCOMM_RETURN_IF_ERROR(store_client_->Set(
+      absl::StrCat("hcomm/addr/", rank_),
+      absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid()),
+      deadline));
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/addr/", r));
+  absl::Status joined = store_client_->Wait(keys, deadline);
+  if (!joined.ok()) {
+    auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(2));
+    std::vector<int> missing;
+    if (have.ok()) {
+      for (int r = 0; r < size_; ++r) {
+        if (!(*have)[r]) missing.push_back(r);
+      }
+    }
+    if (CodeOf(joined) == ErrorCode::kTimeout || !missing.empty()) {
+      return Unavailable(absl::StrCat(
+          where, ": init timed out after ", Seconds(absl::Milliseconds(opts.timeout_ms)), ": ",
+          size_ - static_cast<int>(missing.size()), " of ", size_, " ranks joined the store at ",
+          store_hp.ToString(), "; missing: ",
+          missing.empty() ? std::string("unknown") : absl::StrJoin(missing, ", ")));
+    }
+    return Annotate(joined, where);
+  }
+
+  // Connections: every rank dials the lower ranks and accepts the higher.
+  std::vector<net::Fd> fds(size_);
+  absl::Mutex accept_mu;
+  absl::Status accept_status;
+  std::thread acceptor([&] {
+    int expected = size_ - 1 - rank_;
+    while (expected > 0) {
+      auto c = net::Accept(listener.get(), deadline);
+      if (!c.ok()) {
+        absl::MutexLock l(&accept_mu);
+        accept_status = c.status();
+        return;
+      }
+      absl::Time hs_deadline = std::min(deadline, absl::Now() + absl::Seconds(5));
+      absl::Status hs = HandshakeAsServer(c->get(), opts.job_token, hs_deadline);
+      if (!hs.ok()) continue;  // a stranger or a wrong token: drop it
+      auto frame = net::ReadFrame(c->get(), sizeof(Hello), hs_deadline);
+      if (!frame.ok() || frame->size() != sizeof(Hello)) continue;
+      Hello h;
+      memcpy(&h, frame->data(), sizeof h);
+      absl::MutexLock l(&accept_mu);
+      if (h.job_id != job_id || h.world_size != size_ || h.rank <= rank_ || h.rank >= size_ ||
+          fds[h.rank].valid()) {
+        continue;
+      }
+      fds[h.rank] = std::move(*c);
+      --expected;
+    }
+  });
+  absl::Status dial_status;
+  for (int r = 0; r < rank_ && dial_status.ok(); ++r) {
+    auto addr = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
+    if (!addr.ok()) {
+      dial_status = addr.status();
+      break;
+    }
+    std::vector<std::string> parts = absl::StrSplit(*addr, ' ');
+    auto hp = net::ParseHostPort(parts[0], "peer address");
+    if (!hp.ok()) {
+      dial_status = hp.status();
+      break;
+    }
+    auto fd = net::ConnectWithRetry(*hp, deadline);
+    if (!fd.ok()) {
+      dial_status = Annotate(fd.status(), absl::StrCat("connecting to rank ", r, " at ",
+                                                       hp->ToString()));
+      break;
+    }
+    absl::Status hs = HandshakeAsClient(fd->get(), opts.job_token, deadline);
+    if (!hs.ok()) {
+      dial_status = Annotate(hs, absl::StrCat("handshake with rank ", r));
+      break;
+    }
+    Hello h{job_id, rank_, size_};
+    absl::Status w = net::WriteFrame(
+        fd->get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), deadline);
+    if (!w.ok()) {
+      dial_status = Annotate(w, absl::StrCat("hello to rank ", r));
+      break;
+    }
+    absl::MutexLock l(&accept_mu);
+    fds[r] = std::move(*fd);
+  }
+  if (!dial_status.ok()) {
+    listener.reset();  // the acceptor's wait ends at once
+    ::shutdown(listener.get(), SHUT_RDWR);
+  }
+  acceptor.join();
+  if (!dial_status.ok()) return Annotate(dial_status, where);
+  {
+    absl::MutexLock l(&accept_mu);
+    if (!accept_status.ok()) {
+      std::vector<int> missing;
+      for (int r = rank_ + 1; r < size_; ++r) {
+        if (!fds[r].valid()) missing.push_back(r);
+      }
+      return Unavailable(absl::StrCat(where, ": ranks ", absl::StrJoin(missing, ", "),
+                                      " did not connect: ", accept_status.message()));
+    }
+  }
+
+  auto tcp = std::make_unique<TcpTransport>(rank_, size_, this);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    HCOMM_RETURN_IF_ERROR(tcp->AddConnection(r, std::move(fds[r])));
+  }
+  transport_ = std::move(tcp);
+  return absl::OkStatus();
+}
+
+std::string Fabric::TransportName() const {
+  return transport_ ? transport_->name() : "self";
+}
+
+absl::Status Fabric::SetOption(absl::string_view key, absl::string_view value) {
+  if (key != "timeout_ms") {
+    Options probe;
+    HCOMM_RETURN_IF_ERROR(ParseOption(key, value, &probe));
+    return InvalidArgument(absl::StrCat("config key '", key,
+                                        "' is fixed at init; only timeout_ms can change on a "
+                                        "live communicator"));
+  }
+  Options o;
+  HCOMM_RETURN_IF_ERROR(ParseOption(key, value, &o));
+  timeout_ms_.store(o.timeout_ms, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Progress
+
+void Fabric::StartProgressThread() {
+  if (!transport_) return;
+  progress_thread_ = std::thread([this] { ProgressLoop(); });
+}
+
+void Fabric::ProgressLoop() {
+  // Polls only while no caller is waiting (a waiting caller polls itself),
+  // and stays out of the way for a moment after each wait so that a
+  // ping-pong loop does not wake this thread on every message.
+  const int64_t quiet_ns = 2'000'000;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (active_waiters_.load(std::memory_order_acquire) > 0 ||
+        NowNs() - last_wait_end_ns_.load(std::memory_order_relaxed) < quiet_ns) {
+      absl::MutexLock l(&bg_mu_);
+      bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(2));
+      continue;
+    }
+    if (progress_mu_.TryLock()) {
+      transport_->Poll(absl::Milliseconds(10));
+      progress_mu_.Unlock();
+    } else {
+      absl::MutexLock l(&bg_mu_);
+      bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(1));
+    }
+  }
+}
+
+void Fabric::PollOnce(absl::Duration block) {
+  if (!transport_) return;
+  transport_->Poll(block);
+}
+
+absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
+  if (!r->done.load(std::memory_order_acquire)) {
+    active_waiters_.fetch_add(1, std::memory_order_acq_rel);
+    const absl::Time start = absl::Now();
+    absl::Time spin_until = start + spin_;
+    while (!r->done.load(std::memory_order_acquire)) {
+      absl::Time now = absl::Now();
+      if (now >= deadline) break;
+      if (transport_ && progress_mu_.TryLock()) {
+        absl::Duration block = now < spin_until
+                                   ? absl::ZeroDuration()
+                                   : std::min(deadline - now, absl::Milliseconds(50));
+        int events = transport_->Poll(block);
+        progress_mu_.Unlock();
+        // Keep spinning while data flows (a large transfer is a stream of
+        // events); sleep in the kernel only after spin_ of silence.
+        if (events > 0) {
+          spin_until = absl::Now() + spin_;
+        } else if (block == absl::ZeroDuration()) {
+          // Nothing yet: give the core to any other runnable thread (the
+          // peer we wait for may share it when ranks outnumber cores).
+          sched_yield();
+        }
+        continue;
+      }
+      // Someone else is polling (or there is no transport): sleep until a
+      // completion or a short while, then try to become the poller.
+      absl::MutexLock l(&mu_);
+      if (r->done.load(std::memory_order_acquire)) break;
+      ++sleepers_;
+      cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(2)));
+      --sleepers_;
+    }
+    last_wait_end_ns_.store(NowNs(), std::memory_order_relaxed);
+    active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  absl::MutexLock l(&mu_);
+  if (!r->done.load(std::memory_order_acquire)) {
+    return TimeoutStatus(*r, absl::Now() - r->started);
+  }
+  return r->status;
+}
+
+bool Fabric::Test(Request* r) {
+  if (r->done.load(std::memory_order_acquire)) return true;
+  if (transport_ && progress_mu_.TryLock()) {
+    transport_->Poll(absl::ZeroDuration());
+    progress_mu_.Unlock();
+  }
+  return r->done.load(std::memory_order_acquire);
+}
+
+void Fabric::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
+  if (r->done.load(std::memory_order_relaxed)) return;
+  r->status = std::move(s);
+  r->phase = Request::Phase::kDone;
+  if (r->kind == Request::Kind::kSend) {
+    r->out_source = r->peer;
+    r->out_tag = r->tag;
+    r->out_bytes = r->bytes;
+  }
+  r->done.store(true, std::memory_order_release);
+  if (sleepers_ > 0) cv_.SignalAll();
+}
+
+void Fabric::CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s) {
+  absl::MutexLock l(&mu_);
+  Complete(r, std::move(s));
+}
+
+uint32_t Fabric::NextFreeContext() {
+  absl::MutexLock l(&mu_);
+  return next_free_ctx_;
+}
+
+void Fabric::ReserveContexts(uint32_t first, uint32_t count) {
+  absl::MutexLock l(&mu_);
+  next_free_ctx_ = std::max(next_free_ctx_, first + count);
+}
+
+// ---------------------------------------------------------------------------
+// Posting
+
+Matcher& Fabric::MatcherFor(uint32_t ctx) {
+  std::unique_ptr<Matcher>& m = contexts_[ctx];
+  if (!m) m = std::make_unique<Matcher>();
+  return *m;
+}
+
+absl::Status Fabric::CheckUsable(int peer) {
+  if (aborted_) return Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
+  if (destroyed_) return Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+  if (peer != kAnySource && peer != rank_ && peers_[peer]->state != PeerState::kUp) {
+    return peers_[peer]->failure;
+  }
+  return absl::OkStatus();
+}
+
+std::string Fabric::Describe(const Request& r) const {
+  if (r.kind == Request::Kind::kSend) {
+    return absl::StrCat("send to rank ", r.peer, " ", TagName(r.tag), " (", r.bytes, " bytes)");
+  }
+  return absl::StrCat("recv from ", PeerName(r.peer), " ", TagName(r.tag), " (capacity ", r.bytes,
+                      " bytes)");
+}
+
+absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void* buf,
+                                                       size_t bytes, size_t elem_size, int peer,
+                                                       int tag) {
+  auto r = std::make_shared<Request>();
+  r->kind = Request::Kind::kSend;
+  r->ctx = ctx;
+  r->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  r->peer = peer;
+  r->tag = tag;
+  r->send_buf = static_cast<const char*>(buf);
+  r->bytes = bytes;
+  r->elem_size = elem_size;
+  r->started = absl::Now();
+  {
+    absl::MutexLock l(&mu_);
+    HCOMM_RETURN_IF_ERROR(Annotate(CheckUsable(peer), Describe(*r)));
+    if (peer == rank_) {
+      SelfSend(r);
+      return r;
+    }
+    if (bytes > kEagerBytes) {
+      r->rendezvous = true;
+      awaiting_cts_[r->id] = r;
+    } else {
+      sending_[r->id] = r;
+    }
+  }
+  if (r->rendezvous) {
+    Meta m = MakeMeta(kRts, r->ctx, rank_, tag, bytes, r->id);
+    transport_->Send(peer, Pack(m), nullptr, 0, [this, r](absl::Status s) {
+      if (s.ok()) return;
+      absl::MutexLock l(&mu_);
+      awaiting_cts_.erase(r->id);
+      Complete(r, Annotate(s, Describe(*r)));
+    });
+  } else {
+    Meta m = MakeMeta(kEager, r->ctx, rank_, tag, bytes, r->id);
+    uint64_t h = transport_->Send(peer, Pack(m), buf, bytes, [this, r](absl::Status s) {
+      absl::MutexLock l(&mu_);
+      sending_.erase(r->id);
+      Complete(r, s.ok() ? s : Annotate(s, Describe(*r)));
+    });
+    absl::MutexLock l(&mu_);
+    r->frame = h;
+  }
+  return r;
+}
+
+void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
+  Matcher& matcher = MatcherFor(r->ctx);
+  std::shared_ptr<Request> recv = matcher.TakePosted(rank_, r->tag);
+  if (recv) {
+    recv->out_source = rank_;
+    recv->out_tag = r->tag;
+    if (r->bytes > recv->bytes) {
+      Complete(recv, Mismatch(absl::StrCat("rank ", rank_, ": message of ", r->bytes,
+                                           " bytes from rank ", rank_, " ", TagName(r->tag),
+                                           " exceeds the receive buffer of ", recv->bytes,
+                                           " bytes")));
+    } else {
+      if (r->bytes > 0) memcpy(recv->recv_buf, r->send_buf, r->bytes);
+      recv->out_bytes = r->bytes;
+      Complete(recv, absl::OkStatus());
+    }
+    Complete(r, absl::OkStatus());
+    return;
+  }
+  Unexpected u;
+  u.source = rank_;
+  u.tag = r->tag;
+  u.bytes = r->bytes;
+  if (r->bytes <= kEagerBytes) {
+    u.kind = Unexpected::Kind::kEager;
+    u.data.reset(new char[std::max<size_t>(r->bytes, 1)]);
+    if (r->bytes > 0) memcpy(u.data.get(), r->send_buf, r->bytes);
+    u.complete = true;
+    matcher.AddUnexpected(std::move(u));
+    Complete(r, absl::OkStatus());
+  } else {
+    u.kind = Unexpected::Kind::kSelf;
+    u.sender = r;
+    matcher.AddUnexpected(std::move(u));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, size_t bytes,
+                                                       size_t elem_size, int peer, int tag) {
+  auto r = std::make_shared<Request>();
+  r->kind = Request::Kind::kRecv;
+  r->ctx = ctx;
+  r->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  r->peer = peer;
+  r->tag = tag;
+  r->recv_buf = static_cast<char*>(buf);
+  r->bytes = bytes;
+  r->elem_size = elem_size;
+  r->started = absl::Now();
+  std::vector<Outgoing> out;
+  {
+    absl::MutexLock l(&mu_);
+    if (aborted_ || destroyed_) return Annotate(CheckUsable(kAnySource), Describe(*r));
+    Matcher& matcher = MatcherFor(ctx);
+    auto it = matcher.FindUnexpected(peer, tag);
+    if (it != matcher.unexpected().end()) {
+      DeliverUnexpected(matcher, it, r, &out);
+    } else {
+      // Nothing has arrived: a dead peer can no longer send it.
+      absl::Status usable = CheckUsable(peer);
+      if (!usable.ok()) return Annotate(usable, Describe(*r));
+      if (peer == kAnySource) {
+        bool any_up = false;
+        for (int p = 0; p < size_; ++p) {
+          if (p == rank_ || peers_[p]->state == PeerState::kUp) any_up = true;
+        }
+        if (!any_up) {
+          return PeerFailure(absl::StrCat(Describe(*r), ": every other rank has failed or left"));
+        }
+      }
+      matcher.Post(r);
+    }
+  }
+  Flush(&out);
+  return r;
+}
+
+void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it,
+                                     const std::shared_ptr<Request>& r,
+                                     std::vector<Outgoing>* out) {
+  Unexpected& u = *it;
+  r->out_source = u.source;
+  r->out_tag = u.tag;
+  switch (u.kind) {
+    case Unexpected::Kind::kEager: {
+      if (u.bytes > r->bytes) {
+        Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", u.bytes,
+                                          " bytes from rank ", u.source, " tag ", u.tag,
+                                          " exceeds the receive buffer of ", r->bytes, " bytes")));
+        if (u.complete) {
+          matcher.EraseUnexpected(it);
+        } else {
+          // Still arriving: let it finish into the staging buffer, then drop it.
+          u.claimed = r;
+        }
+        return;
+      }
+      if (!u.complete) {
+        r->phase = Request::Phase::kMatched;
+        u.claimed = r;
+        return;
+      }
+      if (u.bytes > 0) memcpy(r->recv_buf, u.data.get(), u.bytes);
+      r->out_bytes = u.bytes;
+      Complete(r, absl::OkStatus());
+      matcher.EraseUnexpected(it);
+      return;
+    }
+    case Unexpected::Kind::kRts: {
+      int source = u.source, tag = u.tag;
+      uint64_t bytes = u.bytes, send_id = u.send_id;
+      matcher.EraseUnexpected(it);
+      MatchRts(source, tag, bytes, send_id, r, out);
+      return;
+    }
+    case Unexpected::Kind::kSelf: {
+      std::shared_ptr<Request> sender = u.sender;
+      matcher.EraseUnexpected(it);
+      if (sender->bytes > r->bytes) {
+        Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", sender->bytes,
+                                          " bytes from rank ", rank_, " tag ", sender->tag,
+                                          " exceeds the receive buffer of ", r->bytes, " bytes")));
+      } else {
+        memcpy(r->recv_buf, sender->send_buf, sender->bytes);
+        r->out_bytes = sender->bytes;
+        Complete(r, absl::OkStatus());
+      }
+      Complete(sender, absl::OkStatus());
+      return;
+    }
+  }
+}
+
+void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id,
+                            const std::shared_ptr<Request>& r, std::vector<Outgoing>* out) {
+  r->out_source = peer;
+  r->out_tag = tag;
+  if (bytes > r->bytes) {
+    out->push_back({peer, Pack(MakeMeta(kReject, r->ctx, rank_, tag, bytes, send_id))});
+    Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", bytes, " bytes from rank ",
+                                      peer, " tag ", tag, " exceeds the receive buffer of ",
+                                      r->bytes, " bytes")));
+    return;
+  }
+  r->phase = Request::Phase::kMatched;
+  r->out_bytes = bytes;
+  awaiting_data_[r->id] = r;
+  out->push_back({peer, Pack(MakeMeta(kCts, r->ctx, rank_, tag, bytes, send_id, r->id))});
+}
+
+void Fabric::Flush(std::vector<Outgoing>* out) {
+  for (Outgoing& o : *out) {
+    std::shared_ptr<Request> r = std::move(o.complete_on_sent);
+    uint64_t h = transport_->Send(o.peer, o.meta, o.payload, o.len, [this, r](absl::Status s) {
+      if (!r) return;
+      absl::MutexLock l(&mu_);
+      sending_.erase(r->id);
+      Complete(r, s.ok() ? s : Annotate(s, Describe(*r)));
+    });
+    if (r) {
+      absl::MutexLock l(&mu_);
+      r->frame = h;
+    }
+  }
+  out->clear();
+}
+
+// ---------------------------------------------------------------------------
+// Blocking forms, timeouts
+
+std::string Fabric::PendingReason(const Request& r) {
+  std::string heard;
+  if (r.peer != kAnySource && r.peer != rank_) {
+    int64_t last = peers_[r.peer]->last_rx_ns.load(std::memory_order_relaxed);
+    heard = last == 0 ? absl::StrCat("; nothing has arrived from rank ", r.peer, " yet")
+                      : absl::StrCat("; last frame from rank ", r.peer, " arrived ",
+                                     Seconds(absl::Nanoseconds(NowNs() - last)), " ago");
+  }
+  if (r.kind == Request::Kind::kRecv) {
+    if (r.phase == Request::Phase::kMatched) {
+      return absl::StrCat("the message (", r.out_bytes, " bytes from rank ", r.out_source,
+                          ") was still arriving", heard);
+    }
+    return absl::StrCat("no matching message arrived", heard);
+  }
+  if (r.rendezvous && awaiting_cts_.contains(r.id)) {
+    return absl::StrCat("rank ", r.peer, " has not posted a matching receive", heard);
+  }
+  return absl::StrCat("the connection to rank ", r.peer,
+                      " did not take the data (rank ", r.peer, " is not reading)", heard);
+}
+
+absl::Status Fabric::TimeoutStatus(const Request& r, absl::Duration waited) {
+  return Timeout(absl::StrCat("rank ", rank_, ": ", Describe(r), " timed out after ",
+                              Seconds(waited), ": ", PendingReason(r)));
+}
+
+absl::Status Fabric::Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size,
+                          int peer, int tag, absl::Duration timeout) {
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
+                         Isend(ctx, buf, bytes, elem_size, peer, tag));
+  absl::Status s = Wait(r.get(), r->started + timeout);
+  if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
+  // Withdraw the send so that the caller may reuse its buffer at once.
+  absl::Status why;
+  {
+    absl::MutexLock l(&mu_);
+    if (r->done.load()) return r->status;
+    why = TimeoutStatus(*r, absl::Now() - r->started);
+  }
+  return Withdraw(r, why);
+}
+
+absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Status& why) {
+  std::vector<Outgoing> out;
+  absl::Status result = why;
+  {
+    absl::MutexLock l(&mu_);
+    if (r->done.load()) return r->status;
+    if (r->kind == Request::Kind::kRecv) {
+      if (!MatcherFor(r->ctx).RemovePosted(r.get())) return why;  // data is arriving
+      Complete(r, why);
+      return why;
+    }
+    if (r->peer == rank_) {
+      // A send to ourselves waiting in our own unexpected queue.
+      Matcher& m = MatcherFor(r->ctx);
+      for (auto it = m.unexpected().begin(); it != m.unexpected().end(); ++it) {
+        if (it->sender == r) {
+          m.EraseUnexpected(it);
+          break;
+        }
+      }
+    } else if (awaiting_cts_.erase(r->id) > 0) {
+      out.push_back({r->peer, Pack(MakeMeta(kCancelRts, r->ctx, rank_, r->tag, r->bytes, r->id))});
+    } else if (transport_ && !transport_->Cancel(r->peer, r->frame)) {
+      result = MakeError(CodeOf(why), absl::StrCat(why.message(),
+                                      " (part of it had left; the rest will still be delivered)"));
+    }
+    sending_.erase(r->id);
+    Complete(r, result);
+  }
+  Flush(&out);
+  return result;
+}
+
+absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer,
+                          int tag, absl::Duration timeout, std::shared_ptr<Request>* out) {
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
+                         Irecv(ctx, buf, bytes, elem_size, peer, tag));
+  if (out != nullptr) *out = r;
+  absl::Status s = Wait(r.get(), r->started + timeout);
+  if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
+  {
+    absl::MutexLock l(&mu_);
+    if (MatcherFor(r->ctx).RemovePosted(r.get())) {
+      absl::Status t = TimeoutStatus(*r, absl::Now() - r->started);
+      Complete(r, t);
+      return t;
+    }
+  }
+  // The message is arriving into the buffer: let it finish, but not forever.
+  s = Wait(r.get(), absl::Now() + timeout);
+  if (CodeOf(s) == ErrorCode::kTimeout && !r->done.load()) {
+    int src;
+    {
+      absl::MutexLock l(&mu_);
+      src = r->out_source;
+    }
+    if (src >= 0 && src != rank_ && transport_) {
+      transport_->FailPeer(src, PeerFailure(absl::StrCat("rank ", src, " stalled mid-message")));
+    }
+    s = Wait(r.get(), absl::Now() + absl::Seconds(1));
+  }
+  return s;
+}
+
+void Fabric::Release(const std::shared_ptr<Request>& r) {
+  if (r->kind != Request::Kind::kRecv || r->done.load()) return;
+  absl::MutexLock l(&mu_);
+  if (MatcherFor(r->ctx).RemovePosted(r.get())) {
+    Complete(r, Aborted("receive was freed before a message arrived"));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Inbound frames (on the polling thread, under the transport's receive lock
+// for `peer`).
+
+void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
+  Meta m = Unpack(fm);
+  PeerInfo& p = *peers_[peer];
+  p.last_rx_ns.store(NowNs(), std::memory_order_relaxed);
+  if (payload_len == 0) return nullptr;
+  absl::MutexLock l(&mu_);
+  p.rx_req.reset();
+  p.rx_unexpected = nullptr;
+  p.rx_truncated = false;
+  if (aborted_) return nullptr;
+  if (m.kind == kEager) {
+    std::shared_ptr<Request> r = MatcherFor(m.comm_id).TakePosted(peer, m.tag);
+    if (r) {
+      r->out_source = peer;
+      r->out_tag = m.tag;
+      r->out_bytes = payload_len;
+      p.rx_req = r;
+      if (payload_len > r->bytes) {
+        p.rx_truncated = true;
+        return nullptr;
+      }
+      r->phase = Request::Phase::kMatched;
+      return r->recv_buf;
+    }
+    Unexpected u;
+    u.kind = Unexpected::Kind::kEager;
+    u.source = peer;
+    u.tag = m.tag;
+    u.bytes = payload_len;
+    u.data.reset(new char[payload_len]);
+    p.rx_unexpected = MatcherFor(m.comm_id).AddUnexpected(std::move(u));
+    return p.rx_unexpected->data.get();
+  }
+  if (m.kind == kData) {
+    auto it = awaiting_data_.find(m.id);
+    if (it == awaiting_data_.end()) return nullptr;
+    std::shared_ptr<Request> r = it->second;
+    if (payload_len != r->out_bytes || payload_len > r->bytes) {
+      awaiting_data_.erase(it);
+      Complete(r, PeerFailure(absl::StrCat("rank ", peer, " sent ", payload_len,
+                                           " bytes where ", r->out_bytes, " were announced")));
+      return nullptr;
+    }
+    p.rx_req = r;
+    return r->recv_buf;
+  }
+  return nullptr;  // a payload on a frame kind that has none: discard it
+}
+
+void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
+  Meta m = Unpack(fm);
+  PeerInfo& p = *peers_[peer];
+  std::vector<Outgoing> out;
+  {
+    absl::MutexLock l(&mu_);
+    Matcher& matcher = MatcherFor(m.comm_id);
+    switch (m.kind) {
+      case kEager: {
+        if (payload_len == 0) {
+          // Zero-byte message: match it now.
+          std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+          if (r) {
+            r->out_source = peer;
+            r->out_tag = m.tag;
+            r->out_bytes = 0;
+            Complete(r, absl::OkStatus());
+          } else {
+            Unexpected u;
+            u.kind = Unexpected::Kind::kEager;
+            u.source = peer;
+            u.tag = m.tag;
+            u.bytes = 0;
+            u.complete = true;
+            matcher.AddUnexpected(std::move(u));
+          }
+          break;
+        }
+        if (p.rx_req) {
+          std::shared_ptr<Request> r = std::move(p.rx_req);
+          if (p.rx_truncated) {
+            Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", payload_len,
+                                              " bytes from rank ", peer, " tag ", m.tag,
+                                              " exceeds the receive buffer of ", r->bytes,
+                                              " bytes")));
+          } else {
+            Complete(r, absl::OkStatus());
+          }
+        } else if (p.rx_unexpected != nullptr) {
+          Unexpected* u = p.rx_unexpected;
+          u->complete = true;
+          if (u->claimed) {
+            std::shared_ptr<Request> r = std::move(u->claimed);
+            if (!r->done.load()) {
+              memcpy(r->recv_buf, u->data.get(), u->bytes);
+              r->out_bytes = u->bytes;
+              Complete(r, absl::OkStatus());
+            }
+            matcher.EraseUnexpected(u);
+          }
+        }
+        p.rx_unexpected = nullptr;
+        p.rx_truncated = false;
+        break;
+      }
+      case kData: {
+        if (p.rx_req) {
+          std::shared_ptr<Request> r = std::move(p.rx_req);
+          awaiting_data_.erase(r->id);
+          Complete(r, absl::OkStatus());
+        }
+        break;
+      }
+      case kRts: {
+        std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+        if (r) {
+          MatchRts(peer, m.tag, m.size, m.id, r, &out);
+        } else {
+          Unexpected u;
+          u.kind = Unexpected::Kind::kRts;
+          u.source = peer;
+          u.tag = m.tag;
+          u.bytes = m.size;
+          u.send_id = m.id;
+          matcher.AddUnexpected(std::move(u));
+        }
+        break;
+      }
+      case kCts: {
+        auto it = awaiting_cts_.find(m.id);
+        if (it == awaiting_cts_.end()) {
+          // We withdrew this send (timeout): tell the receiver.
+          out.push_back({peer, Pack(MakeMeta(kDataAbort, m.comm_id, rank_, m.tag, 0, m.id2))});
+          break;
+        }
+        std::shared_ptr<Request> r = it->second;
+        awaiting_cts_.erase(it);
+        r->phase = Request::Phase::kMatched;
+        sending_[r->id] = r;
+        Outgoing o{peer, Pack(MakeMeta(kData, r->ctx, rank_, r->tag, r->bytes, m.id2))};
+        o.payload = r->send_buf;
+        o.len = r->bytes;
+        o.complete_on_sent = r;
+        out.push_back(std::move(o));
+        break;
+      }
+      case kReject: {
+        auto it = awaiting_cts_.find(m.id);
+        if (it != awaiting_cts_.end()) {
+          std::shared_ptr<Request> r = it->second;
+          awaiting_cts_.erase(it);
+          Complete(r, absl::OkStatus());  // as in MPI, the receiver is the one told
+        }
+        break;
+      }
+      case kCancelRts: {
+        for (auto it = matcher.unexpected().begin(); it != matcher.unexpected().end(); ++it) {
+          if (it->kind == Unexpected::Kind::kRts && it->source == peer && it->send_id == m.id) {
+            matcher.EraseUnexpected(it);
+            break;
+          }
+        }
+        break;
+      }
+      case kDataAbort: {
+        auto it = awaiting_data_.find(m.id);
+        if (it != awaiting_data_.end()) {
+          std::shared_ptr<Request> r = it->second;
+          awaiting_data_.erase(it);
+          Complete(r, PeerFailure(absl::StrCat("rank ", peer, " withdrew the message (",
+                                               r->out_bytes, " bytes, tag ", r->out_tag,
+                                               ") after its send timed out")));
+        }
+        break;
+      }
+      case kGoodbye: {
+        p.got_goodbye = true;
+        if (p.state == PeerState::kUp) {
+          FailPeerLocked(peer,
+                         PeerFailure(absl::StrCat("rank ", peer,
+                                                  " destroyed its communicator while this was "
+                                                  "pending")),
+                         /*any_source=*/false);
+          p.state = PeerState::kClosed;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (m.kind == kGoodbye) {
+    transport_->CloseWrite(peer);
+  }
+  Flush(&out);
+}
+
+void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source) {
+  PeerInfo& p = *peers_[peer];
+  p.state = PeerState::kFailed;
+  p.failure = why;
+  auto fails = [&](const Request& r) { return r.peer == peer || (any_source && r.peer == kAnySource); };
+  for (auto& [ctx, matcher] : contexts_) {
+    for (auto it = matcher->posted().begin(); it != matcher->posted().end();) {
+      if (fails(**it)) {
+        std::shared_ptr<Request> r = *it;
+        it = matcher->posted().erase(it);
+        Complete(r, Annotate(why, Describe(*r)));
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
+    for (auto it = table->begin(); it != table->end();) {
+      std::shared_ptr<Request> r = it->second;
+      bool hit = r->kind == Request::Kind::kSend ? r->peer == peer : r->out_source == peer;
+      if (hit) {
+        table->erase(it++);
+        Complete(r, Annotate(why, Describe(*r)));
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Arrivals still incomplete can never complete; complete ones stay deliverable.
+  for (auto& [ctx, matcher] : contexts_) {
+    auto& unexpected = matcher->unexpected();
+    for (auto it = unexpected.begin(); it != unexpected.end();) {
+      bool drop = it->source == peer && (it->kind == Unexpected::Kind::kRts ||
+                                         (it->kind == Unexpected::Kind::kEager && !it->complete));
+      if (drop) {
+        if (it->claimed) Complete(it->claimed, Annotate(why, Describe(*it->claimed)));
+        it = unexpected.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (p.rx_req) {
+    Complete(p.rx_req, Annotate(why, Describe(*p.rx_req)));
+    p.rx_req.reset();
+  }
+  p.rx_unexpected = nullptr;
+}
+
+void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
+  absl::MutexLock l(&mu_);
+  PeerInfo& p = *peers_[peer];
+  if (aborted_ || p.state != PeerState::kUp) return;
+  if (p.said_goodbye || p.got_goodbye || destroyed_) {
+    // An orderly close: either side's goodbye came first.
+    p.state = PeerState::kClosed;
+    p.failure = PeerFailure(absl::StrCat("rank ", peer, " has closed its connection"));
+    return;
+  }
+  FailPeerLocked(peer,
+                 PeerFailure(absl::StrCat("rank ", rank_, ": connection to rank ", peer,
+                                          " lost (", status.message(),
+                                          "); the peer process died or the network broke")),
+                 /*any_source=*/true);
+}
+
+// ---------------------------------------------------------------------------
+// Abort and destroy
+
+void Fabric::Abort() {
+  {
+    absl::MutexLock l(&mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    aborted_flag_ = true;
+    absl::Status why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
+    for (auto& [ctx, matcher] : contexts_) {
+      for (auto& r : matcher->posted()) Complete(r, why);
+      matcher->posted().clear();
+    }
+    for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
+      for (auto& [id, r] : *table) Complete(r, why);
+      table->clear();
+    }
+    for (auto& [ctx, matcher] : contexts_) {
+      for (auto& u : matcher->unexpected()) {
+        if (u.claimed) Complete(u.claimed, why);
+        if (u.sender) Complete(u.sender, why);
+      }
+    }
+    for (auto& p : peers_) {
+      if (p->rx_req) Complete(p->rx_req, why);
+    }
+  }
+  if (transport_) transport_->ShutdownAll();
+}
+
+absl::Status Fabric::Destroy() {
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return absl::OkStatus();
+  }
+  absl::Status result;
+  if (transport_ && !aborted_flag_.load()) {
+    // 1. Let our own sends reach their peers.
+    const absl::Time deadline = Deadline();
+    for (;;) {
+      bool pending;
+      {
+        absl::MutexLock l(&mu_);
+        pending = !awaiting_cts_.empty() || !sending_.empty() || transport_->PendingSends() > 0;
+      }
+      if (!pending || absl::Now() >= deadline) break;
+      PollOnce(absl::Milliseconds(5));
+    }
+    // 2. Goodbye to every peer still up, then close our side.
+    std::vector<int> up;
+    {
+      absl::MutexLock l(&mu_);
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_ && peers_[p]->state == PeerState::kUp) {
+          peers_[p]->said_goodbye = true;
+          up.push_back(p);
+        }
+      }
+    }
+    for (int p : up) {
+      transport_->Send(p, Pack(MakeMeta(kGoodbye, 0, rank_, 0, 0, 0)), nullptr, 0, nullptr);
+      transport_->CloseWrite(p);
+    }
+    // 3. Wait (briefly) for each peer to close its side, which it does as
+    //    soon as it reads our goodbye: everything we sent has been read.
+    const absl::Time close_deadline = std::min(deadline, absl::Now() + absl::Seconds(10));
+    for (;;) {
+      bool open = false;
+      {
+        absl::MutexLock l(&mu_);
+        for (int p : up) {
+          if (peers_[p]->state == PeerState::kUp && !peers_[p]->got_goodbye) open = true;
+        }
+        destroyed_ = !open;  // EOFs after the goodbyes are not failures
+      }
+      if (!open || absl::Now() >= close_deadline) break;
+      PollOnce(absl::Milliseconds(5));
+    }
+  }
+  stop_ = true;
+  {
+    absl::MutexLock l(&bg_mu_);
+    bg_cv_.SignalAll();
+  }
+  if (progress_thread_.joinable()) progress_thread_.join();
+  {
+    absl::MutexLock l(&mu_);
+    destroyed_ = true;
+    absl::Status why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+    for (auto& [ctx, matcher] : contexts_) {
+      for (auto& r : matcher->posted()) Complete(r, why);
+      matcher->posted().clear();
+    }
+    for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
+      for (auto& [id, r] : *table) Complete(r, why);
+      table->clear();
+    }
+    for (auto& [ctx, matcher] : contexts_) {
+      for (auto& u : matcher->unexpected()) {
+        if (u.claimed) Complete(u.claimed, why);
+        if (u.sender) Complete(u.sender, why);
+      }
+    }
+    for (auto& [ctx, matcher] : contexts_) matcher->unexpected().clear();
+  }
+  if (transport_) transport_->ShutdownAll();
+  transport_.reset();
+  store_client_.reset();
+  store_server_.reset();
+  return result;
+}
+
+}  // namespace hcomm

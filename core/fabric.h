@@ -1,0 +1,222 @@
+// A communicator: this process's membership in a job, its connections to the
+// other ranks, and the point-to-point engine over them.
+//
+//   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Fabric> comm,
+//                          Fabric::Init(options));
+//   HCOMM_ASSIGN_OR_RETURN(auto req, comm->Isend(buf, bytes, 4, /*peer=*/1, /*tag=*/7));
+//   HCOMM_RETURN_IF_ERROR(comm->Wait(req.get(), comm->Deadline()));
+//   comm->Destroy();
+//
+// Protocol (frames on a transport connection, see transports/transport.h):
+// messages up to kEagerBytes travel with their header (EAGER) and land in
+// the matched receive buffer, or in a staging buffer if no receive is posted
+// yet. Larger ones send a request-to-send (RTS); the receiver answers with a
+// clear-to-send (CTS) once a receive matches, or a REJECT if the receive is
+// too small; only then does the payload (DATA) move, straight from the
+// sender's buffer into the receiver's. Unexpected data is therefore bounded
+// by kEagerBytes per message.
+//
+// Progress: a thread that waits drives the transport itself (spinning
+// briefly, then sleeping in the kernel until data arrives), so a message
+// costs no thread handoff. A background thread keeps things moving while no
+// caller waits (answering RTS, noticing dead peers).
+//
+// THREAD SAFETY: all methods may be called from several threads, except
+// Destroy (no other call may be running or follow).
+#ifndef HCOMM_CORE_FABRIC_H_
+#define HCOMM_CORE_FABRIC_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/config.h"
+#include "core/matcher.h"
+#include "core/request.h"
+#include "transports/transport.h"
+
+namespace hcomm {
+
+class StoreServer;
+class StoreClient;
+
+class Fabric : public FrameSink {
+ public:
+  // Messages up to this size go eagerly; larger ones by rendezvous.
+  static constexpr size_t kEagerBytes = 64 * 1024;
+
+  // Joins the job described by `opts` (see core/config.h): rank 0 serves the
+  // rendezvous store, every rank connects to every other. Blocks until all
+  // ranks joined or opts.timeout_ms passed.
+  static absl::StatusOr<std::unique_ptr<Fabric>> Init(const Options& opts);
+
+  ~Fabric() override;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  absl::Duration timeout() const {
+    return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
+  }
+  absl::Time Deadline() const { return absl::Now() + timeout(); }
+  // The transport in use towards other ranks ("tcp"), or "self" alone.
+  std::string TransportName() const;
+
+  // Changes a live setting (only timeout_ms).
+  absl::Status SetOption(absl::string_view key, absl::string_view value);
+
+  // Starts a send / receive of `bytes` bytes (`elem_size` only scales the
+  // counts reported back). Fails at once (no request) for a peer known to be
+  // dead or an aborted communicator.
+  // `ctx` is the matching context: messages only match receives of the
+  // same context (a communicator has one for point-to-point and one for
+  // collectives). Ranks are world ranks.
+  absl::StatusOr<std::shared_ptr<Request>> Isend(uint32_t ctx, const void* buf, size_t bytes,
+                                                 size_t elem_size, int peer, int tag);
+  absl::StatusOr<std::shared_ptr<Request>> Irecv(uint32_t ctx, void* buf, size_t bytes,
+                                                 size_t elem_size, int peer, int tag);
+
+  // Blocking forms. On timeout the operation is withdrawn where the protocol
+  // allows it, and the message names what was pending.
+  absl::Status Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size, int peer,
+                    int tag, absl::Duration timeout);
+  absl::Status Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer, int tag,
+                    absl::Duration timeout, std::shared_ptr<Request>* out = nullptr);
+
+  // Completes a request that the fabric does not drive (a nonblocking
+  // collective run elsewhere), waking its waiters.
+  void CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s);
+
+  // Context ids: every communicator takes two (point-to-point and
+  // collectives). NextFreeContext() is this process's lowest unused id; a
+  // new communicator's members agree on the maximum of theirs and then
+  // ReserveContexts(agreed, 2).
+  uint32_t NextFreeContext();
+  void ReserveContexts(uint32_t first, uint32_t count);
+
+  // Waits for `r` until `deadline`. Returns the operation's status, or
+  // Timeout (naming what is pending) with the request still pending.
+  absl::Status Wait(Request* r, absl::Time deadline);
+  // Makes progress once without blocking; true if `r` is done.
+  bool Test(Request* r);
+  // The caller drops its handle: a receive that nothing has reached yet is
+  // withdrawn; anything else completes in the background.
+  void Release(const std::shared_ptr<Request>& r);
+  // Withdraws a pending request on an error path and completes it with
+  // `why`: a receive nothing has reached is dropped; a send is withdrawn if
+  // none of it has left, else the transport keeps a copy of the rest; a
+  // receive already being written into is left to finish. Returns the
+  // request's final status if it completed anyway.
+  absl::Status Withdraw(const std::shared_ptr<Request>& r, const absl::Status& why);
+
+  // Fails every pending and later operation with Aborted and tears the
+  // connections down. Any thread, any time.
+  void Abort();
+
+  // Orderly shutdown: waits (up to timeout) for this rank's sends to be
+  // delivered, says goodbye to every peer, fails what is still pending with
+  // Aborted. Called by the destructor if not called before.
+  absl::Status Destroy();
+
+  // FrameSink (called by the transport on a polling thread).
+  void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) override;
+  void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) override;
+  void OnConnectionLost(int peer, const absl::Status& status) override;
+
+ private:
+  enum class PeerState { kUp, kClosed, kFailed };
+  struct PeerInfo {
+    PeerState state = PeerState::kUp;
+    absl::Status failure;       // why, when not kUp
+    bool said_goodbye = false;  // we sent ours
+    bool got_goodbye = false;   // theirs arrived
+    std::atomic<int64_t> last_rx_ns{0};
+    // The frame whose payload is arriving now (touched only by the thread
+    // holding the transport's receive lock for this peer, under mu_).
+    std::shared_ptr<Request> rx_req;
+    Unexpected* rx_unexpected = nullptr;
+    bool rx_truncated = false;
+  };
+  // A frame to send once mu_ is released.
+  struct Outgoing {
+    int peer;
+    FrameMeta meta;
+    const void* payload = nullptr;
+    size_t len = 0;
+    std::shared_ptr<Request> complete_on_sent;  // completes with the send's status
+  };
+
+  Fabric(const Options& opts);
+  absl::Status Bootstrap(const Options& opts);
+  void StartProgressThread();
+  void ProgressLoop();
+  // One round of progress; blocks in the kernel for up to `block`.
+  void PollOnce(absl::Duration block);
+
+  void Complete(const std::shared_ptr<Request>& r, absl::Status s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailPeerLocked(int peer, const absl::Status& why, bool any_source)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delivers an unexpected arrival to a matching receive.
+  Matcher& MatcherFor(uint32_t ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it, const std::shared_ptr<Request>& r,
+                         std::vector<Outgoing>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id,
+                const std::shared_ptr<Request>& r, std::vector<Outgoing>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SelfSend(const std::shared_ptr<Request>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Flush(std::vector<Outgoing>* out);
+  absl::Status CheckUsable(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Describe(const Request& r) const;
+  std::string PendingReason(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status TimeoutStatus(const Request& r, absl::Duration waited)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int rank_;
+  const int size_;
+  const std::string host_id_;
+  std::atomic<int64_t> timeout_ms_;
+  absl::Duration spin_;
+
+  std::unique_ptr<StoreServer> store_server_;
+  std::unique_ptr<StoreClient> store_client_;
+  std::unique_ptr<Transport> transport_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0
+  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
+  // Matching state per context, created on first use (a peer may send on a
+  // context before this rank has set up the communicator it belongs to).
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Matcher>> contexts_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<PeerInfo>> peers_;  // fixed size; fields under mu_
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Request>> awaiting_cts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Request>> awaiting_data_ ABSL_GUARDED_BY(mu_);
+  // Sends whose payload is queued on the transport (eager or DATA).
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Request>> sending_ ABSL_GUARDED_BY(mu_);
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> aborted_flag_{false};
+  std::atomic<uint64_t> next_id_{1};
+  uint32_t next_free_ctx_ ABSL_GUARDED_BY(mu_) = 2;  // the world uses 0 and 1
+
+  // Progress: whoever holds progress_mu_ polls the transport.
+  absl::Mutex progress_mu_;
+  std::atomic<int> active_waiters_{0};
+  std::atomic<int64_t> last_wait_end_ns_{0};
+  std::atomic<bool> stop_{false};
+  absl::Mutex bg_mu_;
+  absl::CondVar bg_cv_;
+  std::thread progress_thread_;
+};
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_FABRIC_H_

@@ -1,0 +1,197 @@
+// Shared-memory transport between processes on one host.
+//
+//   // Every local rank:
+//   HCOMM_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(rank, size, local_peers, job_key, sink));
+//   store.Set("shm/" + rank, shm->Address());
+//   for (int p : local_peers) HCOMM_RETURN_IF_ERROR(shm->Connect(p, store.Get("shm/" + p), deadline));
+//   store.Barrier();                          // every local peer has attached to us
+//   HCOMM_RETURN_IF_ERROR(shm->FinishSetup());  // nothing is left in /dev/shm from here on
+//   shm->Send(peer, meta, buf, len, done);
+//   shm->Poll(absl::Milliseconds(10));
+//
+// Each rank owns one inbound segment in /dev/shm ("/hcomm-<job_key>-<rank>",
+// mode 0600) holding one single-producer/single-consumer ring per local peer
+// (the writer is that peer). A frame is a 56-byte record header (kind,
+// length, FrameMeta) followed inline by its payload, padded to 64 bytes; the
+// ring is a byte stream, so a frame larger than the free space (or than the
+// whole ring) streams through it in pieces while the reader copies each
+// piece out: that is the pipelined two-copy path. Payloads above
+// kCmaMinBytes move with one copy instead: the sender puts only the record
+// header into the ring and the buffer's address into a per-ring slot table;
+// the receiver reads the payload with process_vm_readv straight into the
+// destination the sink chose, then bumps an acknowledgement counter in the
+// shared ring control block, upon which the sender's Poll runs the frame's
+// SendCallback. No syscall is made on the small-frame path unless the other
+// side sleeps.
+//
+// Waiting: Poll(timeout > 0) spins briefly, then yields, then sleeps on a
+// futex word in this rank's segment ("doorbell"); writers ring it only
+// when a sleeper has announced itself. Sleeps are cut into slices of at
+// most kLivenessIntervalMs so that a dead peer is noticed even then.
+//
+// Failure: each peer's death is watched through a pidfd (checked from Poll
+// every kLivenessIntervalMs) and through flags in the shared segments
+// (ShutdownAll, FailPeer, a peer's destruction). Everything that fully
+// arrived from a failed peer is delivered before OnConnectionLost.
+//
+// THREAD SAFETY: Create, Connect and FinishSetup are setup calls: run them
+// from one thread, before the first Send/Poll towards the peers concerned.
+// All Transport methods may then be called from any number of threads.
+// Lock order: a ring's receive lock (held while the sink runs) may be
+// followed by any connection's send lock, never the other way round; no
+// lock is held while SendCallbacks or OnConnectionLost run.
+#ifndef HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
+#define HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transports/transport.h"
+
+namespace hcomm {
+
+class ShmTransport : public Transport {
+ public:
+  // Payloads longer than this move by cross-memory attach where it works;
+  // up to it (the core's eager limit) they are copied through the ring.
+  static constexpr size_t kCmaMinBytes = 64 * 1024;
+  // process_vm_readv moves a CMA payload in pieces of this size; one ring
+  // visit by Poll moves at most kCmaBudgetBytes of it.
+  static constexpr size_t kCmaPieceBytes = 4 * 1024 * 1024;
+  static constexpr size_t kCmaBudgetBytes = 16 * 1024 * 1024;
+  // CMA frames in flight (sent, not yet acknowledged) per peer; more wait.
+  static constexpr uint32_t kCmaSlots = 64;
+  // Ring data area per peer: this much with up to kFullRingPeers peers,
+  // then shrinking so one segment holds about kSegmentBudgetBytes, but not
+  // below kMinRingBytes. 8 local ranks: 8 x 7 x 1 MiB = 56 MiB in all.
+  static constexpr size_t kMaxRingBytes = 1024 * 1024;
+  static constexpr size_t kMinRingBytes = 128 * 1024;
+  static constexpr size_t kSegmentBudgetBytes = 8 * 1024 * 1024;
+  // The writer publishes (and the reader releases) ring space in steps of
+  // at most this many bytes, so that a streamed payload is copied in and
+  // out at the same time.
+  static constexpr size_t kPipeChunkBytes = 64 * 1024;
+  // Peers' liveness (pidfd) is checked at most this often from Poll, and
+  // no futex sleep lasts longer.
+  static constexpr int kLivenessIntervalMs = 50;
+  // Poll(timeout > 0) spins (pause) this long, then yields the CPU between
+  // checks until kYieldNs, then sleeps on the futex.
+  static constexpr int64_t kSpinNs = 10'000;
+  static constexpr int64_t kYieldNs = 40'000;
+  // Largest number of local peers one segment serves.
+  static constexpr int kMaxLocalPeers = 255;
+
+  // Creates this rank's inbound segment ("/hcomm-<job_key>-<self>", with
+  // characters outside [A-Za-z0-9_.-] of job_key replaced), sized for
+  // `local_peers` (world ranks on this host, excluding self), pre-faulted.
+  // `sink` must outlive the transport. Fails (leaving nothing in /dev/shm)
+  // with InvalidArgument for bad ranks or an empty job_key, Unavailable if
+  // the name exists already (another job with the same key, or a crash
+  // before FinishSetup), OutOfMem if /dev/shm is full.
+  static absl::StatusOr<std::unique_ptr<ShmTransport>> Create(int self, int world_size,
+                                                              const std::vector<int>& local_peers,
+                                                              const std::string& job_key,
+                                                              FrameSink* sink);
+
+  ~ShmTransport() override;
+
+  // What peers need to attach to us: "shm1:<pid>:<rank>:<segment address
+  // in our process, hex>:<segment name>". Opaque to the core.
+  std::string Address() const;
+
+  // Attaches to local peer `peer`'s segment given its Address(): maps its
+  // ring for us, opens a pidfd on it, and checks whether we may read its
+  // memory with process_vm_readv (the result, published in our segment,
+  // decides whether the peer sends to us by CMA). Retries a segment that
+  // does not exist yet until `deadline`. Fails with InvalidArgument (bad
+  // address, unknown peer), Unavailable (segment missing/invalid, peer gone)
+  // or Timeout.
+  absl::Status Connect(int peer, const std::string& peer_address, absl::Time deadline);
+
+  // Call once every local peer has Connect()ed to us: unlinks our segment
+  // name, so that nothing is left in /dev/shm even if we are killed. Fails
+  // with Unavailable (after unlinking) if some local peer never attached.
+  absl::Status FinishSetup();
+
+  // Whether frames above kCmaMinBytes to `peer` go by single-copy CMA
+  // (false: pipelined copy through the ring). Known once the peer has
+  // Connect()ed to us (i.e. after the setup barrier); false before, and
+  // false for everyone when HCOMM_SHM_CMA=0 here or at the peer.
+  bool UsesCma(int peer) const;
+
+  const char* name() const override { return "shm"; }
+  FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
+                   SendCallback done) override;
+  bool Cancel(int peer, FrameHandle handle) override;
+  int Poll(absl::Duration timeout) override;
+  size_t PendingSends() const override { return pending_.load(std::memory_order_relaxed); }
+  void CloseWrite(int peer) override;
+  void ShutdownAll() override;
+  void FailPeer(int peer, const absl::Status& why) override;
+
+ private:
+  struct Conn;
+  struct OutFrame;
+  struct Segment;
+  using Completions = std::vector<std::pair<SendCallback, absl::Status>>;
+
+  ShmTransport(int self, int world_size, FrameSink* sink);
+
+  Conn* ConnFor(int peer) const;
+  // One pass over every connection: liveness, inbound rings, outbound
+  // queues and acknowledgements. Returns the number of events.
+  int PollOnce();
+  // Whether PollOnce would find something to do (used before sleeping).
+  bool AnythingReady();
+  // Reads what is available on c's inbound ring. `drain`: the writer is
+  // gone; read every complete record regardless of budgets.
+  int ReadRing(Conn* c, bool drain, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
+  // Writes what fits of c's queue; completed frames go to *done.
+  void FlushLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  // Completes CMA frames the peer has acknowledged.
+  int ReapAcksLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  // Takes away the peer's access to every in-flight CMA payload and fails
+  // the queue; callbacks go to *done.
+  void AbortSendsLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  // Records that c's connection ended because of `why` (first reason
+  // wins); `local`: ended here (report at once, no draining).
+  void NoteLoss(Conn* c, const absl::Status& why);
+  // Fails c for good and reports it once. No lock may be held.
+  void MarkDead(Conn* c, const absl::Status& why);
+  // Tells the peer, through the shared segments, that the connection is
+  // over, and wakes it.
+  void SignalPeerGone(Conn* c);
+  void CheckLiveness(bool force);
+  bool PeerAlive(Conn* c);
+  void WakeOwnerOf(void* header);
+
+  const int self_;
+  const int world_size_;
+  FrameSink* const sink_;
+  bool cma_enabled_ = true;
+  std::unique_ptr<Segment> seg_;
+  std::vector<std::unique_ptr<Conn>> conns_;  // by world rank; null if not local
+  std::vector<Conn*> local_;                  // the non-null entries of conns_
+  std::atomic<uint64_t> next_handle_{1};
+  std::atomic<size_t> pending_{0};
+  std::atomic<bool> shutdown_{false};
+  std::atomic<int64_t> next_liveness_ns_{0};
+  std::atomic<uint32_t> attention_seen_{0};
+  absl::Mutex liveness_mu_;
+};
+
+}  // namespace hcomm
+
+#endif  // HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
