@@ -45,11 +45,6 @@ uint32_t Bits(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
-uint64_t Bits(double f) {
-  uint64_t u;
-  std::memcpy(&u, &f, 8);
-  return u;
-}
 float FloatFromBits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -734,7 +729,7 @@ std::vector<T> Apply(const Backend& be, DataType t, ReduceOp op, T a, T b) {
   be.Reduce2(d.data(), x.data(), y.data(), kN, t, op);
   for (size_t i = 1; i < kN; ++i) {
     if (std::memcmp(&d[i], &d[0], sizeof(T)) != 0) {
-      ADD_FAILURE() << "lane " << i << " differs from lane 0";
+      ADD_FAILURE() << "lane " << i << " differs from lane 0 (" << DataTypeName(t) << " " << ReduceOpName(op) << " " << Hex(reinterpret_cast<const unsigned char*>(&d[i]), sizeof(T)) << " vs " << Hex(reinterpret_cast<const unsigned char*>(&d[0]), sizeof(T)) << ")";
     }
   }
   return d;

@@ -297,3 +297,109 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+TEST(GroupsTest, SplitAndCreateGroupHaveTheirOwnMessageSpace) {
+  testing::RunRanks(5, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    Communicator& w = **world;
+    // Split by parity, rank 4 opts out; keys reverse the order.
+    auto half = w.Split(rank == 4 ? -1 : rank % 2, -rank);
+    ASSERT_TRUE(half.ok()) << half.status();
+    if (rank == 4) {
+      EXPECT_EQ(*half, nullptr);
+    } else {
+      Communicator& h = **half;
+      ASSERT_EQ(h.size(), 2);
+      // Keys -rank: the higher parent rank comes first.
+      EXPECT_EQ(h.rank(), rank >= 2 ? 0 : 1);
+      int v = rank, sum = 0;
+      ASSERT_TRUE(h.AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+      EXPECT_EQ(sum, rank % 2 == 0 ? 0 + 2 : 1 + 3);
+    }
+    // A group of {0, 2, 4}; the others get nullptr.
+    auto g = w.CreateGroup({4, 0, 2});
+    ASSERT_TRUE(g.ok()) << g.status();
+    if (rank % 2 == 1) {
+      EXPECT_EQ(*g, nullptr);
+    } else {
+      Communicator& c = **g;
+      EXPECT_EQ(c.size(), 3);
+      EXPECT_EQ(c.rank(), rank == 4 ? 0 : rank == 0 ? 1 : 2);
+      // Same tag on the parent and the child: each lands in its own space.
+      if (c.rank() == 0) {
+        int a = 111, b = 222;
+        ASSERT_TRUE(w.Send(&a, sizeof a, 4, 0, 7).ok());  // parent: to world rank 0
+        ASSERT_TRUE(c.Send(&b, sizeof b, 4, 1, 7).ok());  // child: to group rank 1 = world 0
+      } else if (c.rank() == 1) {
+        int got = 0;
+        ASSERT_TRUE(c.Recv(&got, sizeof got, 4, 0, 7).ok());
+        EXPECT_EQ(got, 222);
+        ASSERT_TRUE(w.Recv(&got, sizeof got, 4, 4, 7).ok());
+        EXPECT_EQ(got, 111);
+      }
+      ASSERT_TRUE(c.Barrier().ok());
+    }
+    ASSERT_TRUE(w.Barrier().ok());
+  });
+}
+
+TEST(GroupsTest, CreateGroupWithDifferentListsIsMismatch) {
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok());
+    std::vector<int> list = rank == 2 ? std::vector<int>{0, 2} : std::vector<int>{0, 1};
+    auto g = (*world)->CreateGroup(list);
+    EXPECT_EQ(CodeOf(g.status()), ErrorCode::kMismatch) << g.status();
+    ASSERT_TRUE((*world)->Barrier().ok());  // still usable
+  });
+}
+
+TEST(CollectiveErrorsTest, DifferentCountsAreMismatchAndTimeoutsNameTheCollective) {
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->SetOption("algo", "ring").ok());
+    std::vector<float> v(rank == 0 ? 100 : 200, 1.0f);
+    absl::Status s = (*c)->AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
+                                     ReduceOp::kSum);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
+    EXPECT_NE(s.message().find("allreduce seq 0"), absl::string_view::npos) << s;
+    ASSERT_TRUE((*c)->Barrier().ok());
+    // Rank 1 never calls the broadcast: rank 0 times out naming it.
+    ASSERT_TRUE((*c)->SetOption("timeout_ms", "300").ok());
+    if (rank == 0) {
+      int x = 0;
+      absl::Status b = (*c)->Broadcast(&x, 1, DataType::kInt32, 1);
+      EXPECT_EQ(CodeOf(b), ErrorCode::kTimeout) << b;
+      EXPECT_NE(b.message().find("broadcast seq 2"), absl::string_view::npos) << b;
+      ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+      ASSERT_TRUE((*c)->Send(&x, sizeof x, 4, 1, 99).ok());  // release rank 1
+    } else {
+      ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+      int x = 0;
+      ASSERT_TRUE((*c)->Recv(&x, sizeof x, 4, 0, 99).ok());  // stay until rank 0 timed out
+    }
+  });
+}
+
+TEST(CollectiveErrorsTest, IAllReduceKeepsCallOrder) {
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok());
+    std::vector<int> a(1000, rank + 1), b(10, rank + 10);
+    auto req = (*c)->IAllReduce(a.data(), a.data(), a.size(), DataType::kInt32, ReduceOp::kSum);
+    ASSERT_TRUE(req.ok());
+    ASSERT_TRUE((*c)->AllReduce(b.data(), b.data(), b.size(), DataType::kInt32,
+                                ReduceOp::kMax).ok());
+    ASSERT_TRUE((*c)->Wait(req->get(), (*c)->Deadline()).ok());
+    EXPECT_EQ(a[999], 6);
+    EXPECT_EQ(b[0], 12);
+  });
+}
+
+}  // namespace
+}  // namespace hcomm

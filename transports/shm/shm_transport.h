@@ -153,29 +153,42 @@ class ShmTransport : public Transport {
   // One pass over every connection: liveness, inbound rings, outbound
   // queues and acknowledgements. Returns the number of events.
   int PollOnce();
-  // Whether PollOnce would find something to do (used before sleeping).
+  // Whether PollOnce would find something to do (checked before sleeping).
   bool AnythingReady();
-  // Reads what is available on c's inbound ring. `drain`: the writer is
-  // gone; read every complete record regardless of budgets.
-  int ReadRing(Conn* c, bool drain, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
-  // Writes what fits of c's queue; completed frames go to *done.
-  void FlushLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
-  // Completes CMA frames the peer has acknowledged.
-  int ReapAcksLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
-  // Takes away the peer's access to every in-flight CMA payload and fails
-  // the queue; callbacks go to *done.
-  void AbortSendsLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
-  // Records that c's connection ended because of `why` (first reason
-  // wins); `local`: ended here (report at once, no draining).
-  void NoteLoss(Conn* c, const absl::Status& why);
-  // Fails c for good and reports it once. No lock may be held.
+
+  // Receiving (c->recv_mu held). ReadRing reads what is available on c's
+  // inbound ring; `drain`: the writer is gone, read every complete record
+  // regardless of budgets. Returns the number of events.
+  int ReadRing(Conn* c, bool drain);
+  int ReadCmaLocked(Conn* c, uint64_t budget);
+  void PublishHeadLocked(Conn* c);
+
+  // Sending (c->send_mu held). FlushLocked writes what fits of c's queue;
+  // completed frames' callbacks go to *done for the caller to run unlocked.
+  void FlushLocked(Conn* c, Completions* done);
+  void PublishLocked(Conn* c);
+  int ReapAcksLocked(Conn* c, Completions* done);
+  void UpdateOutStateLocked(Conn* c);
+  bool OutReady(Conn* c, uint32_t state);
+  // Fails the queue and the in-flight CMA frames (after taking the peer's
+  // access to their payloads away).
+  void AbortSendsLocked(Conn* c, Completions* done);
+  void CancelSlotLocked(Conn* c, OutFrame* f);
+  // Takes a CMA slot's cross-process spinlock; false if the peer died.
+  bool LockSlot(Conn* c, void* slot, uint32_t who);
+
+  // Failure. NoteLoss records why c's connection ended (first reason wins,
+  // except that a close record read while draining explains a remote loss
+  // better); `drain`: deliver what fully arrived first. HandleLoss then
+  // drains and calls MarkDead, which fails c for good and reports it once
+  // (no lock may be held). SignalPeerGone tells the peer through the
+  // shared segments and wakes it.
+  void NoteLoss(Conn* c, const absl::Status& why, bool drain, bool closed);
+  int HandleLoss(Conn* c);
   void MarkDead(Conn* c, const absl::Status& why);
-  // Tells the peer, through the shared segments, that the connection is
-  // over, and wakes it.
   void SignalPeerGone(Conn* c);
   void CheckLiveness(bool force);
   bool PeerAlive(Conn* c);
-  void WakeOwnerOf(void* header);
 
   const int self_;
   const int world_size_;
