@@ -29,21 +29,16 @@ inline float BitsFloat(uint32_t u) {
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
+  const uint32_t man = h & 0x3ffu;
   if (exp == 0x1f) {
     // inf, or NaN: keep the payload and set the quiet bit (VCVTPH2PS does).
     return BitsFloat(sign | 0x7f800000u | (man << 13) |
                      (man != 0 ? 0x00400000u : 0u));
   }
   if (exp == 0) {
-    if (man == 0) return BitsFloat(sign);  // +-0
-    // Subnormal: value = man * 2^-24. Normalise it.
-    uint32_t e = 113;  // biased float exponent of 2^-14, the half min normal
-    while ((man & 0x400u) == 0) {
-      man <<= 1;
-      --e;
-    }
-    return BitsFloat(sign | (e << 23) | ((man & 0x3ffu) << 13));
+    // Zero or subnormal: man * 2^-24, exact in float (a normal float).
+    const float mag = static_cast<float>(man) * 0x1p-24f;
+    return sign != 0 ? -mag : mag;
   }
   return BitsFloat(sign | ((exp + 112) << 23) | (man << 13));
 }

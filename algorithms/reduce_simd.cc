@@ -66,21 +66,17 @@ namespace {
 
 constexpr size_t kVecBytes = HCOMM_REDUCE_SIMD_VARIANT == 1 ? 32 : 64;
 
-template <typename T, size_t kBytes>
+template <typename T>
 struct VecOf {
-  typedef T type __attribute__((vector_size(kBytes)));
+  typedef T type __attribute__((vector_size(kVecBytes)));
 };
-// A full vector of T, and a half-width one (the 16-bit storage of
-// float16/bfloat16 lanes that widen into a full float vector).
+// A full vector of T.
 template <typename T>
-using Vec = typename VecOf<T, kVecBytes>::type;
-template <typename T>
-using HalfVec = typename VecOf<T, kVecBytes / 2>::type;
+using Vec = typename VecOf<T>::type;
 
 using VF = Vec<float>;
 using VU32 = Vec<uint32_t>;
 using VI32 = Vec<int32_t>;
-using VH16 = HalfVec<uint16_t>;
 
 // Reinterprets the bits of one vector type as another of the same size (what
 // a C cast between GCC vector types means).
@@ -102,10 +98,27 @@ inline void StoreVec(char* p, V v) {
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-// ---- lane codecs: how kLanes elements are loaded into a compute vector V ----
+// ---- codecs: how one chunk of kLanes elements is computed ----------------------
+//
+// Each codec has Step<Op>(d, x, y): d = x op y for the kLanes elements at
+// those addresses, and DivStep(d, divisor): d = d / divisor. A Step loads all
+// of its inputs before it stores, so d == x or d == y is fine.
+
+// Codecs whose chunk is one compute vector V (Load/Store from the codec).
+template <typename Codec>
+struct OneVector {
+  template <typename Op>
+  static void Step(char* d, const char* x, const char* y) {
+    Codec::Store(d, Op::Apply(Codec::Load(x), Codec::Load(y)));
+  }
+  template <typename E>
+  static void DivStep(char* d, E divisor) {
+    Codec::Store(d, Codec::Load(d) / divisor);
+  }
+};
 
 template <typename T>
-struct Plain {
+struct Plain : OneVector<Plain<T>> {
   using V = Vec<T>;
   using E = T;
   static constexpr size_t kElemSize = sizeof(T);
@@ -117,7 +130,7 @@ struct Plain {
 // IEEE binary16 via the hardware conversions (F16C / AVX512F), which are
 // exact on widening and round to nearest-even on narrowing, like the scalar
 // FloatToHalf/HalfToFloat.
-struct Half {
+struct Half : OneVector<Half> {
   using V = VF;
   using E = float;
   static constexpr size_t kElemSize = 2;
@@ -165,25 +178,44 @@ struct Half {
 #endif
 };
 
-// bfloat16: widening is a 16-bit shift; narrowing rounds to nearest-even with
+// bfloat16, a full vector of elements per chunk, with no shuffles: read as
+// 32-bit words, the even elements are the low halves and the odd ones the
+// high halves (little-endian), so `w << 16` and `w & 0xffff0000` are the even
+// and odd elements widened to float. Narrowing rounds to nearest-even with
 // integer arithmetic (not VCVTNEPS2BF16, which flushes subnormals) and turns
 // a NaN into a quiet NaN, exactly like FloatToBFloat16.
 struct BFloat16 {
-  using V = VF;
   using E = float;
   static constexpr size_t kElemSize = 2;
-  static constexpr size_t kLanes = kVecBytes / 4;
-  static V Load(const char* p) {
-    return BitCast<V>(__builtin_convertvector(LoadVec<VH16>(p), VU32) << 16);
+  static constexpr size_t kLanes = kVecBytes / 2;
+
+  static void Widen(const char* p, VF* even, VF* odd) {
+    const VU32 w = LoadVec<VU32>(p);
+    *even = BitCast<VF>(w << 16);
+    *odd = BitCast<VF>(w & 0xffff0000u);
   }
-  static void Store(char* p, V v) {
-    const VU32 u = BitCast<VU32>(v);
+  // The bfloat16 of each lane, in the high 16 bits.
+  static VU32 RoundHigh(VF f) {
+    const VU32 u = BitCast<VU32>(f);
     const VI32 is_nan =
         BitCast<VI32>(u & 0x7fffffffu) > static_cast<int32_t>(0x7f800000);
-    const VU32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const VU32 quiet = (u >> 16) | 0x40u;
-    const VU32 r = is_nan ? quiet : rounded;
-    StoreVec(p, __builtin_convertvector(r, VH16));
+    return is_nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
+  }
+  static void Narrow(char* p, VF even, VF odd) {
+    StoreVec(p, (RoundHigh(odd) & 0xffff0000u) | (RoundHigh(even) >> 16));
+  }
+
+  template <typename Op>
+  static void Step(char* d, const char* x, const char* y) {
+    VF xe, xo, ye, yo;
+    Widen(x, &xe, &xo);
+    Widen(y, &ye, &yo);
+    Narrow(d, Op::Apply(xe, ye), Op::Apply(xo, yo));
+  }
+  static void DivStep(char* d, float divisor) {
+    VF e, o;
+    Widen(d, &e, &o);
+    Narrow(d, e / divisor, o / divisor);
   }
 };
 
@@ -251,8 +283,8 @@ struct MaxFloat {
 
 // ---- kernels ---------------------------------------------------------------------
 
-// The last count < kLanes elements: run one vector step on zero-padded copies,
-// so tails compute exactly what full vectors do.
+// The last count < kLanes elements: one Step on zero-padded copies, so tails
+// compute exactly what full chunks do.
 template <typename Codec, typename Op>
 __attribute__((noinline)) void BinaryTail(char* d, const char* x,
                                           const char* y, size_t count) {
@@ -262,15 +294,13 @@ __attribute__((noinline)) void BinaryTail(char* d, const char* x,
   const size_t bytes = count * Codec::kElemSize;
   __builtin_memcpy(bx, x, bytes);
   __builtin_memcpy(by, y, bytes);
-  Codec::Store(bd, Op::Apply(Codec::Load(bx), Codec::Load(by)));
+  Codec::template Step<Op>(bd, bx, by);
   __builtin_memcpy(d, bd, bytes);
 }
 
-// dst = a op b, four vectors per iteration. Every load of an iteration comes
-// before its stores, so dst == a or dst == b is fine.
+// dst = a op b, four chunks per iteration.
 template <typename Codec, typename Op>
 void Binary(void* dst, const void* a, const void* b, size_t count) {
-  using V = typename Codec::V;
   constexpr size_t kLanes = Codec::kLanes;
   constexpr size_t kStep = kLanes * Codec::kElemSize;
   char* d = static_cast<char*>(dst);
@@ -278,20 +308,16 @@ void Binary(void* dst, const void* a, const void* b, size_t count) {
   const char* y = static_cast<const char*>(b);
   size_t i = 0;
   for (; i + 4 * kLanes <= count; i += 4 * kLanes) {
-    const V x0 = Codec::Load(x), x1 = Codec::Load(x + kStep),
-            x2 = Codec::Load(x + 2 * kStep), x3 = Codec::Load(x + 3 * kStep);
-    const V y0 = Codec::Load(y), y1 = Codec::Load(y + kStep),
-            y2 = Codec::Load(y + 2 * kStep), y3 = Codec::Load(y + 3 * kStep);
-    Codec::Store(d, Op::Apply(x0, y0));
-    Codec::Store(d + kStep, Op::Apply(x1, y1));
-    Codec::Store(d + 2 * kStep, Op::Apply(x2, y2));
-    Codec::Store(d + 3 * kStep, Op::Apply(x3, y3));
+    Codec::template Step<Op>(d, x, y);
+    Codec::template Step<Op>(d + kStep, x + kStep, y + kStep);
+    Codec::template Step<Op>(d + 2 * kStep, x + 2 * kStep, y + 2 * kStep);
+    Codec::template Step<Op>(d + 3 * kStep, x + 3 * kStep, y + 3 * kStep);
     x += 4 * kStep;
     y += 4 * kStep;
     d += 4 * kStep;
   }
   for (; i + kLanes <= count; i += kLanes) {
-    Codec::Store(d, Op::Apply(Codec::Load(x), Codec::Load(y)));
+    Codec::template Step<Op>(d, x, y);
     x += kStep;
     y += kStep;
     d += kStep;
@@ -305,7 +331,7 @@ __attribute__((noinline)) void DivideTail(char* d, size_t count,
   alignas(64) char bd[kVecBytes] = {};
   const size_t bytes = count * Codec::kElemSize;
   __builtin_memcpy(bd, d, bytes);
-  Codec::Store(bd, Codec::Load(bd) / divisor);
+  Codec::DivStep(bd, divisor);
   __builtin_memcpy(d, bd, bytes);
 }
 
@@ -319,7 +345,7 @@ void DivideFloat(void* dst, size_t count, int n) {
   char* d = static_cast<char*>(dst);
   size_t i = 0;
   for (; i + kLanes <= count; i += kLanes) {
-    Codec::Store(d, Codec::Load(d) / divisor);
+    Codec::DivStep(d, divisor);
     d += kStep;
   }
   if (i < count) DivideTail<Codec>(d, count - i, divisor);

@@ -125,7 +125,12 @@ std::string Label(const char* what, int n, Algorithm a, DataType t, ReduceOp op,
                       root >= 0 ? absl::StrCat(" root=", root) : "");
 }
 
-class CollectivesTest : public ::testing::TestWithParam<std::tuple<int, Algorithm>> {};
+class CollectivesTest
+    : public ::testing::TestWithParam<std::tuple<int, Algorithm, testing::TransportMode>> {
+ protected:
+  void SetUp() override { testing::SetTransportMode(std::get<2>(GetParam())); }
+  void TearDown() override { testing::SetTransportMode(testing::TransportMode::kDefault); }
+};
 
 void RunMatrix(Communicator& c, Algorithm algo) {
   const int n = c.size(), r = c.rank();
@@ -287,13 +292,32 @@ TEST_P(CollectivesTest, EveryOperation) {
   }, /*timeout_ms=*/120000);
 }
 
+std::string CaseName(
+    const ::testing::TestParamInfo<std::tuple<int, Algorithm, testing::TransportMode>>& info) {
+  return absl::StrCat(std::get<0>(info.param), "ranks_", AlgorithmName(std::get<1>(info.param)),
+                      "_", testing::TransportModeName(std::get<2>(info.param)));
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    RanksAndAlgorithms, CollectivesTest,
+    Shm, CollectivesTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
-                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect)),
-    [](const ::testing::TestParamInfo<std::tuple<int, Algorithm>>& info) {
-      return absl::StrCat(std::get<0>(info.param), "ranks_", AlgorithmName(std::get<1>(info.param)));
-    });
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect),
+                       ::testing::Values(testing::TransportMode::kShm)),
+    CaseName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Tcp, CollectivesTest,
+    ::testing::Combine(::testing::Values(2, 5),
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect),
+                       ::testing::Values(testing::TransportMode::kTcp)),
+    CaseName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Mixed, CollectivesTest,
+    ::testing::Combine(::testing::Values(4),
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect),
+                       ::testing::Values(testing::TransportMode::kMixed)),
+    CaseName);
 
 }  // namespace
 }  // namespace hcomm

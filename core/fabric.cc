@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "core/store_client.h"
 #include "core/store_server.h"
+#include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace hcomm {
@@ -129,12 +130,6 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
     return InvalidArgument(
         absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
   }
-  if (!opts.transports.empty() && opts.world_size > 1 &&
-      std::find(opts.transports.begin(), opts.transports.end(), "tcp") == opts.transports.end()) {
-    return NoDevice(absl::StrCat("transports=", absl::StrJoin(opts.transports, ","),
-                                 ": only tcp is available in this build, so ranks cannot reach "
-                                 "each other"));
-  }
   std::unique_ptr<Fabric> comm(new Fabric(opts));
   HCOMM_RETURN_IF_ERROR(comm->Bootstrap(opts));
   comm->StartProgressThread();
@@ -211,12 +206,82 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     return Annotate(joined, where);
   }
 
-  // Connections: every rank dials the lower ranks and accepts the higher.
+  // Routes: shared memory to ranks on our host, TCP to the others, as the
+  // `transports` key allows (in its order of preference).
+  std::vector<std::string> host_of(size_);
+  for (int r = 0; r < size_; ++r) {
+    auto entry = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
+    if (!entry.ok()) return Annotate(entry.status(), where);
+    std::vector<std::string> parts = absl::StrSplit(*entry, ' ');
+    host_of[r] = parts.size() > 1 ? parts[1] : "";
+  }
+  const std::vector<std::string> allowed =
+      opts.transports.empty() ? std::vector<std::string>{"shm", "tcp"} : opts.transports;
+  enum class Route { kNone, kShm, kTcp };
+  std::vector<Route> route(size_, Route::kNone);
+  std::vector<int> local_peers, unreachable;
+  int tcp_higher = 0;
+  bool any_tcp = false;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const bool same_host = host_of[r] == host_id_;
+    for (const std::string& t : allowed) {
+      if (t == "shm" && same_host) {
+        route[r] = Route::kShm;
+        break;
+      }
+      if (t == "tcp") {
+        route[r] = Route::kTcp;
+        break;
+      }
+    }
+    if (route[r] == Route::kShm) local_peers.push_back(r);
+    if (route[r] == Route::kTcp) {
+      any_tcp = true;
+      if (r > rank_) ++tcp_higher;
+    }
+    if (route[r] == Route::kNone) unreachable.push_back(r);
+  }
+  if (!unreachable.empty()) {
+    return NoDevice(absl::StrCat(
+        where, ": transports=", absl::StrJoin(allowed, ","), " cannot reach ranks ",
+        absl::StrJoin(unreachable, ","), " (host ", host_of[unreachable[0]],
+        ", we are on host ", host_id_, "); allow tcp to reach other hosts",
+        std::find(allowed.begin(), allowed.end(), "ibverbs") != allowed.end()
+            ? " (ibverbs is not available in this build)"
+            : ""));
+  }
+
+  // Shared memory first: create our segment, publish it, attach to every
+  // local peer's, and unlink ours once all have attached to it.
+  std::unique_ptr<ShmTransport> shm;
+  if (!local_peers.empty()) {
+    auto created = ShmTransport::Create(rank_, size_, local_peers, absl::StrFormat("%016x", job_id),
+                                        this);
+    if (!created.ok()) return Annotate(created.status(), absl::StrCat(where, ": shared memory"));
+    shm = std::move(created).value();
+    HCOMM_RETURN_IF_ERROR(
+        store_client_->Set(absl::StrCat("hcomm/shm/", rank_), shm->Address(), deadline));
+    for (int p : local_peers) {
+      auto addr = store_client_->Get(absl::StrCat("hcomm/shm/", p), deadline);
+      if (!addr.ok()) return Annotate(addr.status(), absl::StrCat(where, ": shm address of rank ", p));
+      HCOMM_RETURN_IF_ERROR(Annotate(shm->Connect(p, *addr, deadline),
+                                     absl::StrCat(where, ": attaching to rank ", p, "'s segment")));
+    }
+    HCOMM_RETURN_IF_ERROR(store_client_->Set(absl::StrCat("hcomm/shm_ok/", rank_), "1", deadline));
+    std::vector<std::string> ok_keys;
+    for (int p : local_peers) ok_keys.push_back(absl::StrCat("hcomm/shm_ok/", p));
+    HCOMM_RETURN_IF_ERROR(Annotate(store_client_->Wait(ok_keys, deadline),
+                                   absl::StrCat(where, ": waiting for local ranks to attach")));
+    HCOMM_RETURN_IF_ERROR(shm->FinishSetup());
+  }
+
+  // TCP: every rank dials the lower ranks and accepts the higher.
   std::vector<net::Fd> fds(size_);
   absl::Mutex accept_mu;
   absl::Status accept_status;
   std::thread acceptor([&] {
-    int expected = size_ - 1 - rank_;
+    int expected = tcp_higher;
     while (expected > 0) {
       auto c = net::Accept(listener.get(), deadline);
       if (!c.ok()) {
@@ -233,7 +298,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
       memcpy(&h, frame->data(), sizeof h);
       absl::MutexLock l(&accept_mu);
       if (h.job_id != job_id || h.world_size != size_ || h.rank <= rank_ || h.rank >= size_ ||
-          fds[h.rank].valid()) {
+          route[h.rank] != Route::kTcp || fds[h.rank].valid()) {
         continue;
       }
       fds[h.rank] = std::move(*c);
@@ -242,6 +307,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   });
   absl::Status dial_status;
   for (int r = 0; r < rank_ && dial_status.ok(); ++r) {
+    if (route[r] != Route::kTcp) continue;
     auto addr = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
     if (!addr.ok()) {
       dial_status = addr.status();
@@ -275,8 +341,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     fds[r] = std::move(*fd);
   }
   if (!dial_status.ok()) {
-    listener.reset();  // the acceptor's wait ends at once
-    ::shutdown(listener.get(), SHUT_RDWR);
+    ::shutdown(listener.get(), SHUT_RDWR);  // ends the acceptor's wait at once
   }
   acceptor.join();
   if (!dial_status.ok()) return Annotate(dial_status, where);
@@ -285,24 +350,35 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     if (!accept_status.ok()) {
       std::vector<int> missing;
       for (int r = rank_ + 1; r < size_; ++r) {
-        if (!fds[r].valid()) missing.push_back(r);
+        if (route[r] == Route::kTcp && !fds[r].valid()) missing.push_back(r);
       }
       return Unavailable(absl::StrCat(where, ": ranks ", absl::StrJoin(missing, ", "),
                                       " did not connect: ", accept_status.message()));
     }
   }
 
-  auto tcp = std::make_unique<TcpTransport>(rank_, size_, this);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    HCOMM_RETURN_IF_ERROR(tcp->AddConnection(r, std::move(fds[r])));
+  route_.assign(size_, nullptr);
+  if (shm) {
+    for (int p : local_peers) route_[p] = shm.get();
+    transports_.push_back(std::move(shm));
   }
-  transport_ = std::move(tcp);
+  if (any_tcp) {
+    auto tcp = std::make_unique<TcpTransport>(rank_, size_, this);
+    for (int r = 0; r < size_; ++r) {
+      if (route[r] != Route::kTcp) continue;
+      HCOMM_RETURN_IF_ERROR(tcp->AddConnection(r, std::move(fds[r])));
+      route_[r] = tcp.get();
+    }
+    transports_.push_back(std::move(tcp));
+  }
   return absl::OkStatus();
 }
 
 std::string Fabric::TransportName() const {
-  return transport_ ? transport_->name() : "self";
+  if (transports_.empty()) return "self";
+  std::string out;
+  for (auto& t : transports_) out += out.empty() ? t->name() : std::string("+") + t->name();
+  return out;
 }
 
 absl::Status Fabric::SetOption(absl::string_view key, absl::string_view value) {
@@ -323,7 +399,7 @@ absl::Status Fabric::SetOption(absl::string_view key, absl::string_view value) {
 // Progress
 
 void Fabric::StartProgressThread() {
-  if (!transport_) return;
+  if (transports_.empty()) return;
   progress_thread_ = std::thread([this] { ProgressLoop(); });
 }
 
@@ -340,7 +416,7 @@ void Fabric::ProgressLoop() {
       continue;
     }
     if (progress_mu_.TryLock()) {
-      transport_->Poll(absl::Milliseconds(10));
+      PollAll(absl::Milliseconds(10));
       progress_mu_.Unlock();
     } else {
       absl::MutexLock l(&bg_mu_);
@@ -349,9 +425,26 @@ void Fabric::ProgressLoop() {
   }
 }
 
+int Fabric::PollAll(absl::Duration block) {
+  if (transports_.size() == 1) return transports_[0]->Poll(block);
+  int events = 0;
+  for (auto& t : transports_) events += t->Poll(absl::ZeroDuration());
+  if (events == 0 && block > absl::ZeroDuration() && !transports_.empty()) {
+    // Each transport sleeps in its own way (epoll, futex): take short naps
+    // on the last one and look at the others between them.
+    events = transports_.back()->Poll(std::min(block, absl::Milliseconds(1)));
+  }
+  return events;
+}
+
+size_t Fabric::PendingSendsAll() const {
+  size_t n = 0;
+  for (auto& t : transports_) n += t->PendingSends();
+  return n;
+}
+
 void Fabric::PollOnce(absl::Duration block) {
-  if (!transport_) return;
-  transport_->Poll(block);
+  PollAll(block);
 }
 
 absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
@@ -362,11 +455,11 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
     while (!r->done.load(std::memory_order_acquire)) {
       absl::Time now = absl::Now();
       if (now >= deadline) break;
-      if (transport_ && progress_mu_.TryLock()) {
+      if (!transports_.empty() && progress_mu_.TryLock()) {
         absl::Duration block = now < spin_until
                                    ? absl::ZeroDuration()
                                    : std::min(deadline - now, absl::Milliseconds(50));
-        int events = transport_->Poll(block);
+        int events = PollAll(block);
         progress_mu_.Unlock();
         // Keep spinning while data flows (a large transfer is a stream of
         // events); sleep in the kernel only after spin_ of silence.
@@ -399,8 +492,8 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
 
 bool Fabric::Test(Request* r) {
   if (r->done.load(std::memory_order_acquire)) return true;
-  if (transport_ && progress_mu_.TryLock()) {
-    transport_->Poll(absl::ZeroDuration());
+  if (!transports_.empty() && progress_mu_.TryLock()) {
+    PollAll(absl::ZeroDuration());
     progress_mu_.Unlock();
   }
   return r->done.load(std::memory_order_acquire);
@@ -489,7 +582,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
   }
   if (r->rendezvous) {
     Meta m = MakeMeta(kRts, r->ctx, rank_, tag, bytes, r->id);
-    transport_->Send(peer, Pack(m), nullptr, 0, [this, r](absl::Status s) {
+    route_[peer]->Send(peer, Pack(m), nullptr, 0, [this, r](absl::Status s) {
       if (s.ok()) return;
       absl::MutexLock l(&mu_);
       awaiting_cts_.erase(r->id);
@@ -497,7 +590,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
     });
   } else {
     Meta m = MakeMeta(kEager, r->ctx, rank_, tag, bytes, r->id);
-    uint64_t h = transport_->Send(peer, Pack(m), buf, bytes, [this, r](absl::Status s) {
+    uint64_t h = route_[peer]->Send(peer, Pack(m), buf, bytes, [this, r](absl::Status s) {
       absl::MutexLock l(&mu_);
       sending_.erase(r->id);
       Complete(r, s.ok() ? s : Annotate(s, Describe(*r)));
@@ -661,7 +754,7 @@ void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id,
 void Fabric::Flush(std::vector<Outgoing>* out) {
   for (Outgoing& o : *out) {
     std::shared_ptr<Request> r = std::move(o.complete_on_sent);
-    uint64_t h = transport_->Send(o.peer, o.meta, o.payload, o.len, [this, r](absl::Status s) {
+    uint64_t h = route_[o.peer]->Send(o.peer, o.meta, o.payload, o.len, [this, r](absl::Status s) {
       if (!r) return;
       absl::MutexLock l(&mu_);
       sending_.erase(r->id);
@@ -743,7 +836,7 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
       }
     } else if (awaiting_cts_.erase(r->id) > 0) {
       out.push_back({r->peer, Pack(MakeMeta(kCancelRts, r->ctx, rank_, r->tag, r->bytes, r->id))});
-    } else if (transport_ && !transport_->Cancel(r->peer, r->frame)) {
+    } else if (route_[r->peer] != nullptr && !route_[r->peer]->Cancel(r->peer, r->frame)) {
       result = MakeError(CodeOf(why), absl::StrCat(why.message(),
                                       " (part of it had left; the rest will still be delivered)"));
     }
@@ -777,8 +870,8 @@ absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
       absl::MutexLock l(&mu_);
       src = r->out_source;
     }
-    if (src >= 0 && src != rank_ && transport_) {
-      transport_->FailPeer(src, PeerFailure(absl::StrCat("rank ", src, " stalled mid-message")));
+    if (src >= 0 && src != rank_ && route_[src] != nullptr) {
+      route_[src]->FailPeer(src, PeerFailure(absl::StrCat("rank ", src, " stalled mid-message")));
     }
     s = Wait(r.get(), absl::Now() + absl::Seconds(1));
   }
@@ -974,11 +1067,14 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
       case kGoodbye: {
         p.got_goodbye = true;
         if (p.state == PeerState::kUp) {
+          // Sends whose payload is already with the transport are left to
+          // it: they complete once the data is out (or fail if it cannot
+          // be), whatever the peer does next.
           FailPeerLocked(peer,
                          PeerFailure(absl::StrCat("rank ", peer,
                                                   " destroyed its communicator while this was "
                                                   "pending")),
-                         /*any_source=*/false);
+                         /*any_source=*/false, /*keep_queued_sends=*/true);
           p.state = PeerState::kClosed;
         }
         break;
@@ -988,12 +1084,13 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
     }
   }
   if (m.kind == kGoodbye) {
-    transport_->CloseWrite(peer);
+    route_[peer]->CloseWrite(peer);
   }
   Flush(&out);
 }
 
-void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source) {
+void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
+                            bool keep_queued_sends) {
   PeerInfo& p = *peers_[peer];
   p.state = PeerState::kFailed;
   p.failure = why;
@@ -1010,6 +1107,7 @@ void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source) 
     }
   }
   for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
+    if (keep_queued_sends && table == &sending_) continue;
     for (auto it = table->begin(); it != table->end();) {
       std::shared_ptr<Request> r = it->second;
       bool hit = r->kind == Request::Kind::kSend ? r->peer == peer : r->out_source == peer;
@@ -1087,7 +1185,7 @@ void Fabric::Abort() {
       if (p->rx_req) Complete(p->rx_req, why);
     }
   }
-  if (transport_) transport_->ShutdownAll();
+  for (auto& t : transports_) t->ShutdownAll();
 }
 
 absl::Status Fabric::Destroy() {
@@ -1096,14 +1194,14 @@ absl::Status Fabric::Destroy() {
     if (destroyed_) return absl::OkStatus();
   }
   absl::Status result;
-  if (transport_ && !aborted_flag_.load()) {
+  if (!transports_.empty() && !aborted_flag_.load()) {
     // 1. Let our own sends reach their peers.
     const absl::Time deadline = Deadline();
     for (;;) {
       bool pending;
       {
         absl::MutexLock l(&mu_);
-        pending = !awaiting_cts_.empty() || !sending_.empty() || transport_->PendingSends() > 0;
+        pending = !awaiting_cts_.empty() || !sending_.empty() || PendingSendsAll() > 0;
       }
       if (!pending || absl::Now() >= deadline) break;
       PollOnce(absl::Milliseconds(5));
@@ -1120,8 +1218,8 @@ absl::Status Fabric::Destroy() {
       }
     }
     for (int p : up) {
-      transport_->Send(p, Pack(MakeMeta(kGoodbye, 0, rank_, 0, 0, 0)), nullptr, 0, nullptr);
-      transport_->CloseWrite(p);
+      route_[p]->Send(p, Pack(MakeMeta(kGoodbye, 0, rank_, 0, 0, 0)), nullptr, 0, nullptr);
+      route_[p]->CloseWrite(p);
     }
     // 3. Wait (briefly) for each peer to close its side, which it does as
     //    soon as it reads our goodbye: everything we sent has been read.
@@ -1165,8 +1263,9 @@ absl::Status Fabric::Destroy() {
     }
     for (auto& [ctx, matcher] : contexts_) matcher->unexpected().clear();
   }
-  if (transport_) transport_->ShutdownAll();
-  transport_.reset();
+  for (auto& t : transports_) t->ShutdownAll();
+  transports_.clear();
+  route_.clear();
   store_client_.reset();
   store_server_.reset();
   return result;

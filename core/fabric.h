@@ -160,10 +160,13 @@ class Fabric : public FrameSink {
   void ProgressLoop();
   // One round of progress; blocks in the kernel for up to `block`.
   void PollOnce(absl::Duration block);
+  int PollAll(absl::Duration block);
+  size_t PendingSendsAll() const;
 
   void Complete(const std::shared_ptr<Request>& r, absl::Status s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailPeerLocked(int peer, const absl::Status& why, bool any_source)
+  void FailPeerLocked(int peer, const absl::Status& why, bool any_source,
+                      bool keep_queued_sends = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delivers an unexpected arrival to a matching receive.
   Matcher& MatcherFor(uint32_t ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -188,7 +191,10 @@ class Fabric : public FrameSink {
 
   std::unique_ptr<StoreServer> store_server_;
   std::unique_ptr<StoreClient> store_client_;
-  std::unique_ptr<Transport> transport_;
+  // Every transport in use, and the one that reaches each peer (null for
+  // ourselves). Fixed after Bootstrap.
+  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<Transport*> route_;
 
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0

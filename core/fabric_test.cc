@@ -16,7 +16,19 @@
 namespace hcomm {
 namespace {
 
+#define ASSERT_OK(expr)                    \
+  do {                                     \
+    absl::Status st_ = (expr);             \
+    ASSERT_TRUE(st_.ok()) << st_;          \
+  } while (0)
+
 using testing::RunRanks;
+
+class FabricTest : public ::testing::TestWithParam<testing::TransportMode> {
+ protected:
+  void SetUp() override { testing::SetTransportMode(GetParam()); }
+  void TearDown() override { testing::SetTransportMode(testing::TransportMode::kDefault); }
+};
 
 std::unique_ptr<Fabric> MustInit(const Options& o) {
   auto c = Fabric::Init(o);
@@ -30,19 +42,19 @@ std::vector<char> Pattern(size_t n, int seed) {
   return v;
 }
 
-TEST(FabricTest, SingleRankNeedsNoStore) {
+TEST_P(FabricTest, SingleRankNeedsNoStore) {
   Options o;
   o.rank = 0;
   o.world_size = 1;
   auto c = MustInit(o);
   ASSERT_NE(c, nullptr);
   int v = 5, got = 0;
-  ASSERT_TRUE(c->Send(0, &v, sizeof v, 4, 0, 1, c->timeout()).ok());
-  ASSERT_TRUE(c->Recv(0, &got, sizeof got, 4, 0, 1, c->timeout()).ok());
+  ASSERT_OK(c->Send(0, &v, sizeof v, 4, 0, 1, c->timeout()));
+  ASSERT_OK(c->Recv(0, &got, sizeof got, 4, 0, 1, c->timeout()));
   EXPECT_EQ(got, 5);
 }
 
-TEST(FabricTest, PingPongSmallAndLarge) {
+TEST_P(FabricTest, PingPongSmallAndLarge) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -51,9 +63,9 @@ TEST(FabricTest, PingPongSmallAndLarge) {
       std::vector<char> msg = Pattern(n, static_cast<int>(n));
       std::vector<char> buf(n + 1, 0);
       if (rank == 0) {
-        ASSERT_TRUE(c->Send(0, msg.data(), n, 1, 1, 5, c->timeout()).ok());
+        ASSERT_OK(c->Send(0, msg.data(), n, 1, 1, 5, c->timeout()));
         std::shared_ptr<Request> r;
-        ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, 1, 6, c->timeout(), &r).ok());
+        ASSERT_OK(c->Recv(0, buf.data(), n, 1, 1, 6, c->timeout(), &r));
         EXPECT_EQ(r->out_bytes, n);
         EXPECT_EQ(0, memcmp(buf.data(), msg.data(), n)) << n;
       } else {
@@ -63,14 +75,14 @@ TEST(FabricTest, PingPongSmallAndLarge) {
         EXPECT_EQ(r->out_bytes, n);
         EXPECT_EQ(r->out_source, 0);
         EXPECT_EQ(r->out_tag, 5);
-        ASSERT_TRUE(c->Send(0, buf.data(), n, 1, 0, 6, c->timeout()).ok());
+        ASSERT_OK(c->Send(0, buf.data(), n, 1, 0, 6, c->timeout()));
       }
     }
     EXPECT_TRUE(c->Destroy().ok());
   });
 }
 
-TEST(FabricTest, TagsReceivedOutOfOrder) {
+TEST_P(FabricTest, TagsReceivedOutOfOrder) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -86,18 +98,18 @@ TEST(FabricTest, TagsReceivedOutOfOrder) {
         ASSERT_TRUE(r.ok());
         reqs.push_back(*r);
       }
-      for (auto& r : reqs) ASSERT_TRUE(c->Wait(r.get(), c->Deadline()).ok());
+      for (auto& r : reqs) ASSERT_OK(c->Wait(r.get(), c->Deadline()));
     } else {
       for (int tag : {3, 1, 2}) {
         std::vector<char> buf(sizes[tag - 1]);
-        ASSERT_TRUE(c->Recv(0, buf.data(), buf.size(), 1, 0, tag, c->timeout()).ok());
+        ASSERT_OK(c->Recv(0, buf.data(), buf.size(), 1, 0, tag, c->timeout()));
         EXPECT_EQ(buf, Pattern(sizes[tag - 1], tag));
       }
     }
   });
 }
 
-TEST(FabricTest, NonOvertakingAcrossEagerAndRendezvous) {
+TEST_P(FabricTest, NonOvertakingAcrossEagerAndRendezvous) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -113,12 +125,12 @@ TEST(FabricTest, NonOvertakingAcrossEagerAndRendezvous) {
         ASSERT_TRUE(r.ok());
         reqs.push_back(*r);
       }
-      for (auto& r : reqs) ASSERT_TRUE(c->Wait(r.get(), c->Deadline()).ok());
+      for (auto& r : reqs) ASSERT_OK(c->Wait(r.get(), c->Deadline()));
     } else {
       std::vector<char> buf(100000);
       for (int i = 0; i < kMsgs; ++i) {
         std::shared_ptr<Request> r;
-        ASSERT_TRUE(c->Recv(0, buf.data(), buf.size(), 1, kAnySource, kAnyTag, c->timeout(), &r).ok());
+        ASSERT_OK(c->Recv(0, buf.data(), buf.size(), 1, kAnySource, kAnyTag, c->timeout(), &r));
         ASSERT_EQ(r->out_bytes, i % 2 ? 100000u : 8u);
         EXPECT_EQ(buf[0], static_cast<char>(i)) << "message " << i << " overtaken";
       }
@@ -126,7 +138,7 @@ TEST(FabricTest, NonOvertakingAcrossEagerAndRendezvous) {
   });
 }
 
-TEST(FabricTest, AnySourceAnyTagFromEveryRank) {
+TEST_P(FabricTest, AnySourceAnyTagFromEveryRank) {
   RunRanks(4, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -135,7 +147,7 @@ TEST(FabricTest, AnySourceAnyTagFromEveryRank) {
       for (int i = 0; i < 3; ++i) {
         int v = -1;
         std::shared_ptr<Request> r;
-        ASSERT_TRUE(c->Recv(0, &v, sizeof v, 4, kAnySource, kAnyTag, c->timeout(), &r).ok());
+        ASSERT_OK(c->Recv(0, &v, sizeof v, 4, kAnySource, kAnyTag, c->timeout(), &r));
         EXPECT_EQ(v, r->out_source * 10);
         EXPECT_EQ(r->out_tag, 100 + r->out_source);
         seen[r->out_source] = true;
@@ -143,12 +155,12 @@ TEST(FabricTest, AnySourceAnyTagFromEveryRank) {
       EXPECT_TRUE(seen[1] && seen[2] && seen[3]);
     } else {
       int v = rank * 10;
-      ASSERT_TRUE(c->Send(0, &v, sizeof v, 4, 0, 100 + rank, c->timeout()).ok());
+      ASSERT_OK(c->Send(0, &v, sizeof v, 4, 0, 100 + rank, c->timeout()));
     }
   });
 }
 
-TEST(FabricTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
+TEST_P(FabricTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -157,7 +169,7 @@ TEST(FabricTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
         std::vector<char> m = Pattern(n, 3);
         absl::Status s = c->Send(0, m.data(), n, 1, 1, 7, c->timeout());
         EXPECT_TRUE(s.ok()) << s;  // the receiver is the one told
-        ASSERT_TRUE(c->Send(0, m.data(), 4, 1, 1, 8, c->timeout()).ok());
+        ASSERT_OK(c->Send(0, m.data(), 4, 1, 1, 8, c->timeout()));
       } else {
         std::vector<char> buf(n, 'G');
         absl::Status s = c->Recv(0, buf.data(), n / 2, 1, 0, 7, c->timeout());
@@ -165,13 +177,13 @@ TEST(FabricTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
         EXPECT_NE(s.message().find("exceeds the receive buffer"), absl::string_view::npos) << s;
         for (size_t i = n / 2; i < n; ++i) ASSERT_EQ(buf[i], 'G') << "byte " << i << " written";
         char small[4];
-        ASSERT_TRUE(c->Recv(0, small, 4, 1, 0, 8, c->timeout()).ok());  // still usable
+        ASSERT_OK(c->Recv(0, small, 4, 1, 0, 8, c->timeout()));  // still usable
       }
     }
   });
 }
 
-TEST(FabricTest, SendToSelf) {
+TEST_P(FabricTest, SendToSelf) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -179,14 +191,14 @@ TEST(FabricTest, SendToSelf) {
       std::vector<char> m = Pattern(n, rank), buf(n);
       auto s = c->Isend(0, m.data(), n, 1, rank, 3);
       ASSERT_TRUE(s.ok());
-      ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, rank, 3, c->timeout()).ok());
-      ASSERT_TRUE(c->Wait(s->get(), c->Deadline()).ok());
+      ASSERT_OK(c->Recv(0, buf.data(), n, 1, rank, 3, c->timeout()));
+      ASSERT_OK(c->Wait(s->get(), c->Deadline()));
       EXPECT_EQ(buf, m);
     }
   });
 }
 
-TEST(FabricTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
+TEST_P(FabricTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -203,21 +215,21 @@ TEST(FabricTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
       EXPECT_GE(took, absl::Milliseconds(250));
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
       int go = 1;
-      ASSERT_TRUE(c->Send(0, &go, sizeof go, 4, 0, 1, c->timeout()).ok());
+      ASSERT_OK(c->Send(0, &go, sizeof go, 4, 0, 1, c->timeout()));
       // A message sent with the timed-out tag now lands in a new receive.
-      ASSERT_TRUE(c->Recv(0, buf, sizeof buf, 1, 0, 4242, c->timeout()).ok());
+      ASSERT_OK(c->Recv(0, buf, sizeof buf, 1, 0, 4242, c->timeout()));
       EXPECT_EQ(buf[0], 'x');
     } else {
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
       int go = 0;
-      ASSERT_TRUE(c->Recv(0, &go, sizeof go, 4, 1, 1, c->timeout()).ok());
+      ASSERT_OK(c->Recv(0, &go, sizeof go, 4, 1, 1, c->timeout()));
       char x = 'x';
-      ASSERT_TRUE(c->Send(0, &x, 1, 1, 1, 4242, c->timeout()).ok());
+      ASSERT_OK(c->Send(0, &x, 1, 1, 1, 4242, c->timeout()));
     }
   });
 }
 
-TEST(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
+TEST_P(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -230,23 +242,23 @@ TEST(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
           << s;
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
       int done = 1;
-      ASSERT_TRUE(c->Send(0, &done, sizeof done, 4, 1, 12, c->timeout()).ok());
-      ASSERT_TRUE(c->Recv(0, &done, sizeof done, 4, 1, 13, c->timeout()).ok());  // stay until rank 1 checked
+      ASSERT_OK(c->Send(0, &done, sizeof done, 4, 1, 12, c->timeout()));
+      ASSERT_OK(c->Recv(0, &done, sizeof done, 4, 1, 13, c->timeout()));  // stay until rank 1 checked
     } else {
       int done = 0;
-      ASSERT_TRUE(c->Recv(0, &done, sizeof done, 4, 0, 12, c->timeout()).ok());
+      ASSERT_OK(c->Recv(0, &done, sizeof done, 4, 0, 12, c->timeout()));
       // The withdrawn message must not be delivered.
       std::vector<char> buf(1 << 20);
       ASSERT_TRUE(c->SetOption("timeout_ms", "200").ok());
       absl::Status s = c->Recv(0, buf.data(), buf.size(), 1, 0, 11, c->timeout());
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
-      ASSERT_TRUE(c->Send(0, &done, sizeof done, 4, 0, 13, c->timeout()).ok());
+      ASSERT_OK(c->Send(0, &done, sizeof done, 4, 0, 13, c->timeout()));
     }
   });
 }
 
-TEST(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
+TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -271,13 +283,13 @@ TEST(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
   });
 }
 
-TEST(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
+TEST_P(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     if (rank == 1) {
       int v = 77;
-      ASSERT_TRUE(c->Send(0, &v, sizeof v, 4, 0, 1, c->timeout()).ok());
+      ASSERT_OK(c->Send(0, &v, sizeof v, 4, 0, 1, c->timeout()));
       EXPECT_TRUE(c->Destroy().ok());
     } else {
       int v = 0;
@@ -286,14 +298,14 @@ TEST(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
       EXPECT_NE(s.message().find("rank 1"), absl::string_view::npos) << s;
       // What rank 1 sent before leaving is still delivered.
-      ASSERT_TRUE(c->Recv(0, &v, sizeof v, 4, 1, 1, c->timeout()).ok());
+      ASSERT_OK(c->Recv(0, &v, sizeof v, 4, 1, 1, c->timeout()));
       EXPECT_EQ(v, 77);
       EXPECT_EQ(CodeOf(c->Send(0, &v, sizeof v, 4, 1, 1, c->timeout())), ErrorCode::kPeerFailure);
     }
   });
 }
 
-TEST(FabricTest, ManyThreadsShareOneFabric) {
+TEST_P(FabricTest, ManyThreadsShareOneFabric) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
@@ -304,11 +316,11 @@ TEST(FabricTest, ManyThreadsShareOneFabric) {
           size_t n = (i % 5 == 0) ? 70000 : 16;
           std::vector<char> m(n, static_cast<char>(t * 50 + i)), buf(n);
           if (rank == 0) {
-            ASSERT_TRUE(c->Send(0, m.data(), n, 1, 1, t, c->timeout()).ok());
-            ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, 1, t, c->timeout()).ok());
+            ASSERT_OK(c->Send(0, m.data(), n, 1, 1, t, c->timeout()));
+            ASSERT_OK(c->Recv(0, buf.data(), n, 1, 1, t, c->timeout()));
           } else {
-            ASSERT_TRUE(c->Recv(0, buf.data(), n, 1, 0, t, c->timeout()).ok());
-            ASSERT_TRUE(c->Send(0, buf.data(), n, 1, 0, t, c->timeout()).ok());
+            ASSERT_OK(c->Recv(0, buf.data(), n, 1, 0, t, c->timeout()));
+            ASSERT_OK(c->Send(0, buf.data(), n, 1, 0, t, c->timeout()));
           }
           if (rank == 0) ASSERT_EQ(buf, m);
         }
@@ -318,7 +330,7 @@ TEST(FabricTest, ManyThreadsShareOneFabric) {
   });
 }
 
-TEST(FabricTest, WrongTokenIsRefused) {
+TEST_P(FabricTest, WrongTokenIsRefused) {
   int port = testing::FreePort();
   std::thread good([&] {
     auto c = Fabric::Init(testing::RankOptions(0, 2, port, 1500, "right"));
@@ -334,6 +346,14 @@ TEST(FabricTest, WrongTokenIsRefused) {
   EXPECT_EQ(CodeOf(bad.status()), ErrorCode::kPermissionDenied) << bad.status();
   good.join();
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, FabricTest,
+    ::testing::Values(testing::TransportMode::kTcp, testing::TransportMode::kShm,
+                      testing::TransportMode::kMixed),
+    [](const ::testing::TestParamInfo<testing::TransportMode>& info) {
+      return std::string(testing::TransportModeName(info.param));
+    });
 
 }  // namespace
 }  // namespace hcomm

@@ -12,6 +12,22 @@
 namespace hcomm {
 namespace testing {
 
+namespace {
+TransportMode g_mode = TransportMode::kDefault;
+}  // namespace
+
+void SetTransportMode(TransportMode mode) { g_mode = mode; }
+
+const char* TransportModeName(TransportMode mode) {
+  switch (mode) {
+    case TransportMode::kDefault: return "default";
+    case TransportMode::kTcp: return "tcp";
+    case TransportMode::kShm: return "shm";
+    case TransportMode::kMixed: return "mixed";
+  }
+  return "?";
+}
+
 int FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {};
@@ -34,6 +50,12 @@ Options RankOptions(int rank, int world_size, int port, int64_t timeout_ms,
   o.job_token = token;
   o.timeout_ms = timeout_ms;
   o.host_id = "testhost";
+  switch (g_mode) {
+    case TransportMode::kTcp: o.transports = {"tcp"}; break;
+    case TransportMode::kShm: o.transports = {"shm"}; break;
+    case TransportMode::kMixed: o.host_id = absl::StrCat("testhost", rank % 2); break;
+    case TransportMode::kDefault: break;
+  }
   return o;
 }
 

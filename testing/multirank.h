@@ -17,6 +17,13 @@
 namespace hcomm {
 namespace testing {
 
+// Which transports the ranks of the following RunRanks calls use:
+// kDefault (shared memory, as all ranks share a host id), kTcp, kShm, or
+// kMixed (ranks on two pretend hosts: shm within, TCP between).
+enum class TransportMode { kDefault, kTcp, kShm, kMixed };
+void SetTransportMode(TransportMode mode);
+const char* TransportModeName(TransportMode mode);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
 

@@ -5,41 +5,71 @@
 // stay quiet:
 //
 //   hcomm_run -n 2 -- hcomm_bench p2p -b 8 -e 64M -f 2
+//   hcomm_run -n 4 -- hcomm_bench allreduce -b 8 -e 64M -f 8 -d float -o sum -a ring
 //
 // Operations are rows of kOps (an OpDesc each): a name, how many ranks it
-// needs, which ranks move data, how to run `iters` untimed-checked or timed
-// iterations, and how to turn times into algorithm/bus bandwidth. Only `p2p`
-// exists today; collectives plug in as further rows.
+// needs, which ranks move data, how to run `iters` unchecked (timed) or one
+// checked iteration, how sizes map to element counts, and how to turn times
+// into algorithm/bus bandwidth.
 //
 // p2p: ping-pong between rank 0 and rank 1 (other ranks only join the job,
 // meet the others in a message barrier, and leave). One iteration is one
-// round trip; the reported time is the one-way time (round trip / 2).
+// round trip; the reported time is the one-way time (round trip / 2), rank
+// 0's. -d/-o/-a/-r do not apply to it (accepted and ignored).
+//
+// Collectives (allreduce, broadcast, reduce, allgather, reduce_scatter,
+// alltoall): every rank takes part; -d dtype (default float), -o redop
+// (default sum; reductions only), -a algorithm (hcomm_comm_set "algo"; by
+// default the library's choice or HCOMM_ALGO), -r root (default 0; broadcast
+// and reduce only). Sizes and counts follow nccl-tests:
+//   allreduce, broadcast, reduce: size = the bytes of each rank's vector,
+//     count = size / sizeof(dtype);
+//   allgather, reduce_scatter, alltoall: size = the bytes of the whole
+//     (gathered / scattered / exchanged) vector, count = the elements per
+//     rank = size / sizeof(dtype) / nranks (per peer block for alltoall); the
+//     size column shows count * nranks * sizeof(dtype) (size rounded down).
+//   algbw = size / time; busbw = algbw x factor: allreduce 2(n-1)/n,
+//   reduce_scatter, allgather, alltoall (n-1)/n, broadcast, reduce 1.
+// Only the out-of-place variant is measured (broadcast is in place by API).
 //
 // Measurement, per message size:
 //   iters  = min(-n, max(1, 5e7 / bytes))   (-n for 0 bytes): small messages
 //            run -n iterations, large ones fewer, so that one run moves about
-//            1e8 bytes (both directions) and a point of 5 runs takes roughly
-//            0.1-0.5 s at 1-5 GB/s (longer only when one round trip alone
-//            takes longer);
-//   warmup = min(-w, iters) untimed iterations; with -c 1 these warm-up
+//            5e7 bytes and a point of 5 runs takes roughly 0.1-0.5 s at
+//            1-5 GB/s (longer only when one iteration alone takes longer);
+//   warmup = min(-w, iters) untimed iterations. With -c 1, p2p's warm-up
 //            iterations carry data that the receivers verify (a pattern that
-//            depends on size, iteration and direction), at least one per size
-//            even with -w 0. The timed runs never fill or verify buffers, so
-//            checking costs nothing in the times;
-//   runs   = --runs (default 5) timed runs of `iters` iterations each; the
-//            table shows min/median/max over runs of the per-iteration time.
+//            depends on size, iteration and direction), at least one per
+//            size even with -w 0; a collective's first warm-up iteration is
+//            the checked one (inputs filled with a rank- and index-dependent
+//            pattern that is exact for the dtype and op, the output compared
+//            with a reference computed here), the others run unchecked. The
+//            timed runs never fill or verify buffers, so checking costs
+//            nothing in the times;
+//   runs   = --runs (default 5) timed runs of `iters` iterations each.
+//            p2p: rank 0's time per iteration. Collectives: every run starts
+//            after hcomm_barrier; a run's time is the maximum over ranks
+//            (hcomm_allreduce MAX) of each rank's mean time per operation.
+//            The tables show the median over runs (p2p also min and max).
 //   algbw  = bytes / median time (GB/s, 1e9 B/s); busbw = algbw x the op's
 //            bus factor (1 for p2p).
+//   #wrong = wrong bytes (p2p) or wrong elements (collectives), summed over
+//            ranks.
 //
 // Output: a table on rank 0's stdout, or with --json one JSON object per
 // line INSTEAD of the table (nothing else on stdout), keys in this order:
 //   {"op":"p2p","bytes":N,"time_us":MEDIAN,"algbw_gbs":X,"busbw_gbs":X,
 //    "wrong":W,"time_min_us":..,"time_max_us":..,"iters":..,"runs":..,
 //    "ranks":..,"transport":"..","checked":true}
+//   {"op":"allreduce","bytes":N,"time_us":MEDIAN,"algbw_gbs":X,"busbw_gbs":Y,
+//    "wrong":W,"count":C,"type":"float","redop":"sum","root":-1,"algo":"auto",
+//    "nranks":..,"time_min_us":..,"time_max_us":..,"iters":..,"runs":..,
+//    "transport":"..","checked":true,"in_place":false}
 //
 // Exit status: 0 on success; 1 when an hcomm call fails (stderr:
 // "hcomm_bench: <call> failed: <status>: <hcomm_last_error()>") or when the
-// data check found wrong bytes; 2 on bad usage or too few ranks.
+// data check found wrong data; 2 on bad usage (also a bad -d/-o/-a, or -r
+// not below the number of ranks) or too few ranks.
 
 #include <algorithm>
 #include <cctype>
@@ -84,11 +114,23 @@ constexpr char kUsage[] =
     "  -n, --iters N         iterations per timed run, an upper bound: large sizes use\n"
     "                        min(N, max(1, 5e7 / bytes)) (default 100)\n"
     "  -w, --warmup_iters N  untimed warm-up iterations, at most the timed count (default 10)\n"
-    "  -c, --check 0|1       verify the data in the warm-up iterations, at least one per\n"
-    "                        size; wrong bytes go to the #wrong column (default 1)\n"
-    "      --runs N          timed runs per size; min/median/max over runs (default 5)\n"
+    "  -c, --check 0|1       verify the data of warm-up iterations (p2p: all of them;\n"
+    "                        collectives: the first), at least one per size; wrong bytes\n"
+    "                        (p2p) or elements (collectives) go to #wrong (default 1)\n"
+    "  -d, --datatype T      collectives: int8, uint8, int32, uint32, int64, uint64,\n"
+    "                        half (float16), bfloat16, float (float32), double (float64)\n"
+    "                        (default float)\n"
+    "  -o, --op OP           reductions: sum, prod, min, max, avg (default sum)\n"
+    "  -a, --algo A          collectives: auto, ring, tree, direct (hcomm_comm_set \"algo\";\n"
+    "                        default: the library's choice, or HCOMM_ALGO)\n"
+    "  -r, --root R          broadcast, reduce: the root rank (default 0)\n"
+    "      --runs N          timed runs per size; the median is reported (default 5)\n"
     "      --json            one JSON object per size on stdout instead of the table\n"
-    "  -h, --help            this text\n";
+    "  -h, --help            this text\n"
+    "\n"
+    "Collectives measure the out-of-place variant; sizes as in nccl-tests: allreduce,\n"
+    "broadcast, reduce: bytes per rank; allgather, reduce_scatter, alltoall: bytes of\n"
+    "the whole vector, count = elements per rank = size / sizeof(T) / nranks.\n";
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -119,7 +161,85 @@ struct Options {
   int check = 1;
   int runs = 5;
   bool json = false;
+  hcomm_dtype_t dtype = HCOMM_FLOAT32;
+  hcomm_reduce_op_t redop = HCOMM_SUM;
+  std::string algo;  // empty: not set (the library's choice or HCOMM_ALGO)
+  int root = 0;
 };
+
+// ---------------------------------------------------------------------------
+// Element types and reduction operations (names as nccl-tests prints them)
+
+struct DtypeName {
+  const char* name;  // as printed
+  hcomm_dtype_t dtype;
+  size_t size;
+  const char* aliases[3];
+};
+
+const DtypeName kDtypes[] = {
+    {"int8", HCOMM_INT8, 1, {"char", nullptr, nullptr}},
+    {"uint8", HCOMM_UINT8, 1, {nullptr, nullptr, nullptr}},
+    {"int32", HCOMM_INT32, 4, {"int", nullptr, nullptr}},
+    {"uint32", HCOMM_UINT32, 4, {nullptr, nullptr, nullptr}},
+    {"int64", HCOMM_INT64, 8, {nullptr, nullptr, nullptr}},
+    {"uint64", HCOMM_UINT64, 8, {nullptr, nullptr, nullptr}},
+    {"half", HCOMM_FLOAT16, 2, {"float16", "fp16", nullptr}},
+    {"bfloat16", HCOMM_BFLOAT16, 2, {"bf16", nullptr, nullptr}},
+    {"float", HCOMM_FLOAT32, 4, {"float32", "fp32", nullptr}},
+    {"double", HCOMM_FLOAT64, 8, {"float64", "fp64", nullptr}},
+};
+
+const DtypeName& DtypeInfo(hcomm_dtype_t t) {
+  for (const DtypeName& d : kDtypes) {
+    if (d.dtype == t) return d;
+  }
+  return kDtypes[8];
+}
+
+bool ParseDtype(const std::string& text, hcomm_dtype_t* out) {
+  for (const DtypeName& d : kDtypes) {
+    bool match = text == d.name;
+    for (const char* alias : d.aliases) match = match || (alias != nullptr && text == alias);
+    if (match) {
+      *out = d.dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct RedopName {
+  const char* name;
+  hcomm_reduce_op_t op;
+};
+
+const RedopName kRedops[] = {{"sum", HCOMM_SUM},
+                             {"prod", HCOMM_PROD},
+                             {"min", HCOMM_MIN},
+                             {"max", HCOMM_MAX},
+                             {"avg", HCOMM_AVG}};
+
+const char* RedopString(hcomm_reduce_op_t op) {
+  for (const RedopName& r : kRedops) {
+    if (r.op == op) return r.name;
+  }
+  return "?";
+}
+
+bool ParseRedop(const std::string& text, hcomm_reduce_op_t* out) {
+  for (const RedopName& r : kRedops) {
+    if (text == r.name) {
+      *out = r.op;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ValidAlgo(const std::string& text) {
+  return text == "auto" || text == "ring" || text == "tree" || text == "direct";
+}
 
 // Parses "8", "64K", "1M", "2G" (suffix case-insensitive, optional trailing
 // "B"/"iB"). Returns false on junk or overflow.
@@ -219,6 +339,7 @@ struct Bench {
   // Allocated once at the largest size, by participating ranks only.
   unsigned char* sendbuf = nullptr;
   unsigned char* recvbuf = nullptr;
+  std::string algo;  // the algorithm in effect, as printed
 };
 
 struct OpDesc {
@@ -237,8 +358,15 @@ struct OpDesc {
   // Runs `iters` iterations without touching the data (the timed path).
   void (*run)(Bench& b, size_t bytes, int iters);
   // Runs iteration `iter` with a pattern in flight and returns the number of
-  // wrong bytes this rank received.
+  // wrong bytes (p2p) or elements (collectives) this rank received.
   uint64_t (*checked_iter)(Bench& b, size_t bytes, int iter);
+  // Collectives only (nullptr for p2p, which is then timed by rank 0 alone):
+  // nccl-tests' count for a size of `bytes` with elements of `esize` bytes on
+  // `n` ranks, and the bytes the size column shows for that count.
+  size_t (*count_for)(size_t bytes, size_t esize, int n);
+  size_t (*shown_bytes)(size_t count, size_t esize, int n);
+  bool uses_redop;  // prints -o as its redop (else "none")
+  bool uses_root;   // prints -r as its root (else -1)
 };
 
 // --- p2p: ping-pong between ranks 0 and 1 ---
@@ -286,10 +414,361 @@ uint64_t P2pCheckedIter(Bench& b, size_t bytes, int iter) {
   return wrong;
 }
 
+// --- Collectives ---
+//
+// Inputs are small integers, which every dtype holds exactly, chosen so that
+// every result is exact too: sum of values in [-2, 2] ([0, 4] unsigned),
+// prod of 1s with one 2 (and one -1 on every other index for signed and
+// floating types), min/max of values in [-5, 5] ([0, 10]), avg of c(i) + d(r)
+// where the d(r) (+1, -1, ...) cancel, so the average is c(i) exactly.
+// Integer results wrap as the library's arithmetic does; floating ones stay
+// exact while |sum| <= 256 (bfloat16), i.e. up to 128 ranks.
+
+bool IsFloatType(hcomm_dtype_t t) {
+  return t == HCOMM_FLOAT16 || t == HCOMM_BFLOAT16 || t == HCOMM_FLOAT32 || t == HCOMM_FLOAT64;
+}
+
+bool IsUnsignedType(hcomm_dtype_t t) {
+  return t == HCOMM_UINT8 || t == HCOMM_UINT32 || t == HCOMM_UINT64;
+}
+
+// float -> IEEE binary16 / bfloat16 bits; exact for the small integers used
+// here (round to nearest even in general, no NaN handling needed).
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (absx < 0x38800000u) {  // below the smallest normal half: flush (not used)
+    return sign;
+  }
+  const uint32_t exp = (absx >> 23) - 127 + 15;
+  uint32_t mant = absx & 0x7fffffu;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+uint16_t FloatToBfloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Encodes the integer v as a value of type t into out (t's size bytes).
+void Encode(hcomm_dtype_t t, int64_t v, unsigned char* out) {
+  switch (t) {
+    case HCOMM_INT8:
+    case HCOMM_UINT8: {
+      const uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(out, &x, 1);
+      break;
+    }
+    case HCOMM_INT32:
+    case HCOMM_UINT32: {
+      const uint32_t x = static_cast<uint32_t>(v);
+      std::memcpy(out, &x, 4);
+      break;
+    }
+    case HCOMM_INT64:
+    case HCOMM_UINT64: {
+      const uint64_t x = static_cast<uint64_t>(v);
+      std::memcpy(out, &x, 8);
+      break;
+    }
+    case HCOMM_FLOAT16: {
+      const uint16_t x = FloatToHalf(static_cast<float>(v));
+      std::memcpy(out, &x, 2);
+      break;
+    }
+    case HCOMM_BFLOAT16: {
+      const uint16_t x = FloatToBfloat16(static_cast<float>(v));
+      std::memcpy(out, &x, 2);
+      break;
+    }
+    case HCOMM_FLOAT32: {
+      const float x = static_cast<float>(v);
+      std::memcpy(out, &x, 4);
+      break;
+    }
+    case HCOMM_FLOAT64: {
+      const double x = static_cast<double>(v);
+      std::memcpy(out, &x, 8);
+      break;
+    }
+  }
+}
+
+// What an element holds before the operation writes it: a value no check
+// expects (NaN for floating types, 0x80.. for integers).
+void FillGarbage(unsigned char* buf, size_t bytes, hcomm_dtype_t t) {
+  std::memset(buf, IsFloatType(t) ? 0xff : 0x80, bytes);
+}
+
+// avg: every rank's element i is AvgBase(i) + d(rank), the d cancelling.
+int64_t AvgBase(hcomm_dtype_t t, size_t i) {
+  return IsUnsignedType(t) ? static_cast<int64_t>(i % 3) + 1 : static_cast<int64_t>(i % 5) - 2;
+}
+
+// Rank r's input element i of a reduction with `op` on n ranks.
+int64_t ReduceInput(hcomm_dtype_t t, hcomm_reduce_op_t op, int r, int n, size_t i) {
+  const bool is_unsigned = IsUnsignedType(t);
+  const uint64_t ur = static_cast<uint64_t>(r);
+  switch (op) {
+    case HCOMM_SUM: {
+      const int64_t v = static_cast<int64_t>((ur * 7 + i) % 5);
+      return is_unsigned ? v : v - 2;
+    }
+    case HCOMM_MIN:
+    case HCOMM_MAX: {
+      const int64_t v = static_cast<int64_t>((ur * 13 + i * 3) % 11);
+      return is_unsigned ? v : v - 5;
+    }
+    case HCOMM_PROD: {
+      const size_t un = static_cast<size_t>(n);
+      if (static_cast<size_t>(r) == i % un) return 2;
+      if (!is_unsigned && n > 1 && static_cast<size_t>(r) == (i + 1) % un && (i / un) % 2 == 1) {
+        return -1;
+      }
+      return 1;
+    }
+    case HCOMM_AVG: {
+      const int64_t c = AvgBase(t, i);
+      int64_t d = r % 2 == 0 ? 1 : -1;
+      if (n % 2 == 1 && r == n - 1) d = 0;
+      return c + d;
+    }
+  }
+  return 0;
+}
+
+// The reduction over ranks 0..n-1 of element i (integers wrap when encoded).
+int64_t ReduceExpected(hcomm_dtype_t t, hcomm_reduce_op_t op, int n, size_t i) {
+  switch (op) {
+    case HCOMM_SUM: {
+      uint64_t acc = 0;
+      for (int r = 0; r < n; ++r) acc += static_cast<uint64_t>(ReduceInput(t, op, r, n, i));
+      return static_cast<int64_t>(acc);
+    }
+    case HCOMM_MIN:
+    case HCOMM_MAX: {
+      int64_t acc = ReduceInput(t, op, 0, n, i);
+      for (int r = 1; r < n; ++r) {
+        const int64_t v = ReduceInput(t, op, r, n, i);
+        acc = op == HCOMM_MIN ? std::min(acc, v) : std::max(acc, v);
+      }
+      return acc;
+    }
+    case HCOMM_PROD: {
+      const size_t un = static_cast<size_t>(n);
+      return (!IsUnsignedType(t) && n > 1 && (i / un) % 2 == 1) ? -2 : 2;
+    }
+    case HCOMM_AVG:
+      return AvgBase(t, i);
+  }
+  return 0;
+}
+
+// Element i of the block that `key` (a rank, or a source/destination pair)
+// contributes to a data-movement collective.
+int64_t MoveValue(hcomm_dtype_t t, uint64_t key, size_t i) {
+  const int64_t v = static_cast<int64_t>((key * 131 + i * 7) % 97);
+  return IsUnsignedType(t) ? v : v - 48;
+}
+
+size_t Esize(const Bench& b) { return DtypeInfo(b.opt.dtype).size; }
+
+// buf[i] = f(i) for i < count.
+template <typename F>
+void FillElems(unsigned char* buf, size_t count, hcomm_dtype_t t, F f) {
+  const size_t es = DtypeInfo(t).size;
+  for (size_t i = 0; i < count; ++i) Encode(t, f(i), buf + i * es);
+}
+
+// The number of i < count with buf[i] != f(i).
+template <typename F>
+uint64_t CountWrongElems(const unsigned char* buf, size_t count, hcomm_dtype_t t, F f) {
+  const size_t es = DtypeInfo(t).size;
+  unsigned char want[8];
+  uint64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Encode(t, f(i), want);
+    wrong += std::memcmp(buf + i * es, want, es) != 0;
+  }
+  return wrong;
+}
+
+size_t CountPerRankVector(size_t bytes, size_t esize, int /*n*/) { return bytes / esize; }
+size_t CountPerRankOfTotal(size_t bytes, size_t esize, int n) {
+  return bytes / esize / static_cast<size_t>(n);
+}
+size_t ShownPerRankVector(size_t count, size_t esize, int /*n*/) { return count * esize; }
+size_t ShownTotal(size_t count, size_t esize, int n) {
+  return count * esize * static_cast<size_t>(n);
+}
+
+bool AllParticipate(int /*rank*/, int /*size*/) { return true; }
+size_t CollBufferBytes(size_t bytes, int /*size*/) { return bytes; }
+double AllReduceBusFactor(int n) { return n > 0 ? 2.0 * (n - 1) / n : 0.0; }
+double GatherLikeBusFactor(int n) { return n > 0 ? static_cast<double>(n - 1) / n : 0.0; }
+double OneBusFactor(int /*n*/) { return 1.0; }
+
+// allreduce: count = bytes / sizeof(T) per rank.
+void AllReduceRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = bytes / Esize(b);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_allreduce(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.opt.redop, b.comm),
+          "hcomm_allreduce");
+  }
+}
+
+uint64_t AllReduceChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const hcomm_reduce_op_t op = b.opt.redop;
+  const size_t count = bytes / Esize(b);
+  FillElems(b.sendbuf, count, t, [&](size_t i) { return ReduceInput(t, op, b.rank, b.size, i); });
+  FillGarbage(b.recvbuf, count * Esize(b), t);
+  AllReduceRun(b, bytes, 1);
+  return CountWrongElems(b.recvbuf, count, t,
+                         [&](size_t i) { return ReduceExpected(t, op, b.size, i); });
+}
+
+// broadcast (in place by API): count = bytes / sizeof(T); root's recvbuf.
+void BroadcastRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = bytes / Esize(b);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_broadcast(b.recvbuf, count, b.opt.dtype, b.opt.root, b.comm), "hcomm_broadcast");
+  }
+}
+
+uint64_t BroadcastChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const size_t count = bytes / Esize(b);
+  const uint64_t root = static_cast<uint64_t>(b.opt.root);
+  if (b.rank == b.opt.root) {
+    FillElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, root, i); });
+  } else {
+    FillGarbage(b.recvbuf, count * Esize(b), t);
+  }
+  BroadcastRun(b, bytes, 1);
+  return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, root, i); });
+}
+
+// reduce: count = bytes / sizeof(T); only the root's result is checked.
+void ReduceRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = bytes / Esize(b);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_reduce(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.opt.redop, b.opt.root, b.comm),
+          "hcomm_reduce");
+  }
+}
+
+uint64_t ReduceChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const hcomm_reduce_op_t op = b.opt.redop;
+  const size_t count = bytes / Esize(b);
+  FillElems(b.sendbuf, count, t, [&](size_t i) { return ReduceInput(t, op, b.rank, b.size, i); });
+  FillGarbage(b.recvbuf, count * Esize(b), t);
+  ReduceRun(b, bytes, 1);
+  if (b.rank != b.opt.root) return 0;
+  return CountWrongElems(b.recvbuf, count, t,
+                         [&](size_t i) { return ReduceExpected(t, op, b.size, i); });
+}
+
+// allgather: size = the gathered vector; count = size / sizeof(T) / n per rank.
+void AllGatherRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_allgather(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.comm), "hcomm_allgather");
+  }
+}
+
+uint64_t AllGatherChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  const uint64_t me = static_cast<uint64_t>(b.rank);
+  FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+  FillGarbage(b.recvbuf, count * static_cast<size_t>(b.size) * Esize(b), t);
+  AllGatherRun(b, bytes, 1);
+  return CountWrongElems(b.recvbuf, count * static_cast<size_t>(b.size), t, [&](size_t j) {
+    return MoveValue(t, j / count, j % count);
+  });
+}
+
+// reduce_scatter: size = the input vector; count = size / sizeof(T) / n per rank.
+void ReduceScatterRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_reduce_scatter(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.opt.redop, b.comm),
+          "hcomm_reduce_scatter");
+  }
+}
+
+uint64_t ReduceScatterChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const hcomm_reduce_op_t op = b.opt.redop;
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  const size_t base = count * static_cast<size_t>(b.rank);
+  FillElems(b.sendbuf, count * static_cast<size_t>(b.size), t,
+            [&](size_t j) { return ReduceInput(t, op, b.rank, b.size, j); });
+  FillGarbage(b.recvbuf, count * Esize(b), t);
+  ReduceScatterRun(b, bytes, 1);
+  return CountWrongElems(b.recvbuf, count, t,
+                         [&](size_t i) { return ReduceExpected(t, op, b.size, base + i); });
+}
+
+// alltoall: size = each rank's whole send (= receive) vector; count =
+// size / sizeof(T) / n per peer block.
+void AllToAllRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_alltoall(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.comm), "hcomm_alltoall");
+  }
+}
+
+uint64_t AllToAllChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  const uint64_t n = static_cast<uint64_t>(b.size), me = static_cast<uint64_t>(b.rank);
+  const size_t total = count * static_cast<size_t>(b.size);
+  // Block j of my send vector goes to rank j: key (me -> j) = me * n + j.
+  FillElems(b.sendbuf, total, t, [&](size_t j) { return MoveValue(t, me * n + j / count, j % count); });
+  FillGarbage(b.recvbuf, total * Esize(b), t);
+  AllToAllRun(b, bytes, 1);
+  // Block i of my receive vector came from rank i: key (i -> me).
+  return CountWrongElems(b.recvbuf, total, t,
+                         [&](size_t j) { return MoveValue(t, (j / count) * n + me, j % count); });
+}
+
 const OpDesc kOps[] = {
     {"p2p", "ping-pong between rank 0 and rank 1; time = one-way (round trip / 2)",
      /*min_ranks=*/2, P2pParticipates, P2pBufferBytes, /*time_divisor=*/2.0, P2pBusFactor,
-     P2pRun, P2pCheckedIter},
+     P2pRun, P2pCheckedIter, nullptr, nullptr, false, false},
+    {"allreduce", "hcomm_allreduce; size = bytes per rank; busbw = algbw x 2(n-1)/n",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, AllReduceBusFactor, AllReduceRun,
+     AllReduceChecked, CountPerRankVector, ShownPerRankVector, /*uses_redop=*/true,
+     /*uses_root=*/false},
+    {"broadcast", "hcomm_broadcast from -r; size = bytes per rank; busbw = algbw",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, OneBusFactor, BroadcastRun,
+     BroadcastChecked, CountPerRankVector, ShownPerRankVector, false, true},
+    {"reduce", "hcomm_reduce to -r; size = bytes per rank; busbw = algbw",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, OneBusFactor, ReduceRun,
+     ReduceChecked, CountPerRankVector, ShownPerRankVector, true, true},
+    {"allgather", "hcomm_allgather; size = gathered bytes, count per rank = size/T/n; "
+     "busbw = algbw x (n-1)/n",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor, AllGatherRun,
+     AllGatherChecked, CountPerRankOfTotal, ShownTotal, false, false},
+    {"reduce_scatter", "hcomm_reduce_scatter; size = input bytes, count per rank = size/T/n; "
+     "busbw = algbw x (n-1)/n",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor,
+     ReduceScatterRun, ReduceScatterChecked, CountPerRankOfTotal, ShownTotal, true, false},
+    {"alltoall", "hcomm_alltoall; size = bytes sent per rank, count per peer = size/T/n; "
+     "busbw = algbw x (n-1)/n",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor, AllToAllRun,
+     AllToAllChecked, CountPerRankOfTotal, ShownTotal, false, false},
 };
 
 const OpDesc* FindOp(const std::string& name) {
@@ -303,8 +782,8 @@ void PrintUsage(FILE* out) {
   std::string ops;
   for (const OpDesc& op : kOps) {
     char line[256];
-    std::snprintf(line, sizeof(line), "  %-8s %s (>= %d ranks)\n", op.name, op.summary,
-                  op.min_ranks);
+    std::snprintf(line, sizeof(line), "  %-15s %s (>= %d rank%s)\n", op.name, op.summary,
+                  op.min_ranks, op.min_ranks == 1 ? "" : "s");
     ops += line;
   }
   std::fprintf(out, kUsage, ops.c_str());
@@ -369,6 +848,23 @@ Options ParseFlags(int argc, char** argv) {
       const char* v = next();
       if (!ParseInt(v, 0, 1, &n)) UsageError("bad -c (0 or 1): '%s'", v);
       opt.check = static_cast<int>(n);
+    } else if (flag == "-d" || flag == "--datatype") {
+      const char* v = next();
+      if (!ParseDtype(v, &opt.dtype)) {
+        UsageError("bad -d '%s' (int8, uint8, int32, uint32, int64, uint64, half, bfloat16, "
+                   "float, double)", v);
+      }
+    } else if (flag == "-o" || flag == "--op") {
+      const char* v = next();
+      if (!ParseRedop(v, &opt.redop)) UsageError("bad -o '%s' (sum, prod, min, max, avg)", v);
+    } else if (flag == "-a" || flag == "--algo") {
+      const char* v = next();
+      if (!ValidAlgo(v)) UsageError("bad -a '%s' (auto, ring, tree, direct)", v);
+      opt.algo = v;
+    } else if (flag == "-r" || flag == "--root") {
+      const char* v = next();
+      if (!ParseInt(v, 0, 1 << 20, &n)) UsageError("bad -r (a rank >= 0): '%s'", v);
+      opt.root = static_cast<int>(n);
     } else if (flag == "--runs") {
       const char* v = next();
       if (!ParseInt(v, 1, 1 << 20, &n)) UsageError("bad --runs (an integer >= 1): '%s'", v);
@@ -455,7 +951,8 @@ std::string JsonString(const std::string& s) {
 }
 
 struct Point {
-  size_t bytes;
+  size_t bytes;  // as shown (collectives: nccl-tests' size for the count)
+  size_t count;  // collectives: elements per rank (per peer block for alltoall)
   int iters;
   double min_us, med_us, max_us;
   double algbw, busbw;
@@ -464,12 +961,22 @@ struct Point {
 
 Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
   const Options& opt = b.opt;
+  const bool collective = op.count_for != nullptr;
   Point p{};
   p.bytes = bytes;
-  p.iters = ItersFor(opt, bytes);
+  if (collective) {
+    const size_t es = Esize(b);
+    p.count = op.count_for(bytes, es, b.size);
+    p.bytes = op.shown_bytes(p.count, es, b.size);
+  }
+  p.iters = ItersFor(opt, p.bytes);
   const int warmup = std::min(opt.warmup, p.iters);
 
-  if (opt.check) {
+  if (opt.check && collective) {
+    // The first warm-up iteration carries checked data; the rest do not.
+    p.wrong += op.checked_iter(b, bytes, 0);
+    op.run(b, bytes, std::max(0, warmup - 1));
+  } else if (opt.check) {
     const int checked = std::max(1, warmup);
     for (int i = 0; i < checked; ++i) p.wrong += op.checked_iter(b, bytes, i);
   } else {
@@ -478,22 +985,34 @@ Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
 
   std::vector<double> times_us;
   for (int r = 0; r < opt.runs; ++r) {
+    if (collective) Check(hcomm_barrier(b.comm), "hcomm_barrier");
     const auto t0 = std::chrono::steady_clock::now();
     op.run(b, bytes, p.iters);
     const auto t1 = std::chrono::steady_clock::now();
     const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
     times_us.push_back(us / p.iters / op.time_divisor);
   }
+  if (collective) {
+    // A run takes as long as its slowest rank: the maximum over ranks of
+    // each rank's mean time per operation, run by run.
+    Check(hcomm_allreduce(times_us.data(), times_us.data(), times_us.size(), HCOMM_FLOAT64,
+                          HCOMM_MAX, b.comm),
+          "hcomm_allreduce (times)");
+  }
   std::sort(times_us.begin(), times_us.end());
   const size_t n = times_us.size();
   p.min_us = times_us.front();
   p.max_us = times_us.back();
   p.med_us = n % 2 ? times_us[n / 2] : (times_us[n / 2 - 1] + times_us[n / 2]) / 2;
-  p.algbw = p.med_us > 0 ? static_cast<double>(bytes) / (p.med_us * 1e-6) / 1e9 : 0.0;
+  p.algbw = p.med_us > 0 ? static_cast<double>(p.bytes) / (p.med_us * 1e-6) / 1e9 : 0.0;
   p.busbw = p.algbw * op.bus_factor(b.size);
 
-  // Rank 0 adds up the wrong bytes every participant saw.
-  if (opt.check) {
+  // The wrong bytes/elements every participant saw, added up.
+  if (opt.check && collective) {
+    uint64_t wrong = p.wrong;
+    Check(hcomm_allreduce(&wrong, &p.wrong, 1, HCOMM_UINT64, HCOMM_SUM, b.comm),
+          "hcomm_allreduce (#wrong)");
+  } else if (opt.check) {
     uint64_t wrong = p.wrong;
     if (b.rank == 0) {
       for (int r = 1; r < b.size; ++r) {
@@ -520,7 +1039,63 @@ void PrintHeader(const Bench& b, const OpDesc& op) {
               "time_max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 }
 
+const char* RedopColumn(const Bench& b, const OpDesc& op) {
+  return op.uses_redop ? RedopString(b.opt.redop) : "none";
+}
+
+int RootColumn(const Bench& b, const OpDesc& op) { return op.uses_root ? b.opt.root : -1; }
+
+void PrintCollectiveHeader(const Bench& b, const OpDesc& op) {
+  const Options& o = b.opt;
+  std::printf("# hcomm_bench %s: %d ranks, transport %s, algorithm %s, type %s, redop %s, "
+              "root %d\n",
+              op.name, b.size, TransportName().c_str(), b.algo.c_str(),
+              DtypeInfo(o.dtype).name, RedopColumn(b, op), RootColumn(b, op));
+  std::printf("# sizes %zu..%zu x%zu; iters %d per run = min(%d, max(%d, %.0e / bytes)), "
+              "warmup %d, %d runs per size, check %d\n",
+              o.min_bytes, o.max_bytes, o.factor, o.iters, o.iters, kMinIters, kBytesPerRun,
+              o.warmup, o.runs, o.check);
+  std::printf("# time = median over runs of the slowest rank's mean time per op "
+              "(each run after a barrier)\n");
+  std::printf("#%70s\n", "out-of-place");
+  std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong");
+  std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "(B)", "(elements)", "", "",
+              "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+void PrintCollectivePoint(const Bench& b, const OpDesc& op, const Point& p) {
+  const Options& o = b.opt;
+  if (o.json) {
+    std::printf("{\"op\":%s,\"bytes\":%zu,\"time_us\":%.3f,\"algbw_gbs\":%.6f,"
+                "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
+                ",\"count\":%zu,\"type\":%s,\"redop\":%s,\"root\":%d,\"algo\":%s,"
+                "\"nranks\":%d,\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"iters\":%d,"
+                "\"runs\":%d,\"transport\":%s,\"checked\":%s,\"in_place\":false}\n",
+                JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
+                p.count, JsonString(DtypeInfo(o.dtype).name).c_str(),
+                JsonString(RedopColumn(b, op)).c_str(), RootColumn(b, op),
+                JsonString(b.algo).c_str(), b.size, p.min_us, p.max_us, p.iters, o.runs,
+                JsonString(TransportName()).c_str(), o.check ? "true" : "false");
+  } else {
+    char wrong[32];
+    if (o.check) {
+      std::snprintf(wrong, sizeof(wrong), "%" PRIu64, p.wrong);
+    } else {
+      std::snprintf(wrong, sizeof(wrong), "N/A");
+    }
+    std::printf("%12zu  %12zu  %8s  %6s  %6d  %9.2f  %7.2f  %7.2f  %6s\n", p.bytes, p.count,
+                DtypeInfo(o.dtype).name, RedopColumn(b, op), RootColumn(b, op), p.med_us,
+                p.algbw, p.busbw, wrong);
+  }
+  std::fflush(stdout);
+}
+
 void PrintPoint(const Bench& b, const OpDesc& op, const Point& p) {
+  if (op.count_for != nullptr) {
+    PrintCollectivePoint(b, op, p);
+    return;
+  }
   if (b.opt.json) {
     std::printf("{\"op\":%s,\"bytes\":%zu,\"time_us\":%.3f,\"algbw_gbs\":%.6f,"
                 "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
@@ -555,6 +1130,21 @@ int RunBench(const OpDesc& op, const Options& opt) {
     hcomm_comm_destroy(b.comm);
     return kExitUsage;
   }
+  if (op.uses_root && opt.root >= b.size) {
+    if (b.rank == 0) {
+      std::fprintf(stderr, "hcomm_bench: -r %d is not a rank of this %d-rank job\n", opt.root,
+                   b.size);
+    }
+    hcomm_comm_destroy(b.comm);
+    return kExitUsage;
+  }
+  if (!opt.algo.empty()) {
+    Check(hcomm_comm_set(b.comm, "algo", opt.algo.c_str()), "hcomm_comm_set(algo)");
+    b.algo = opt.algo;
+  } else {
+    const char* env = std::getenv("HCOMM_ALGO");
+    b.algo = (env != nullptr && *env != '\0') ? env : "auto";
+  }
   MessageBarrier(b);
 
   int exit_code = 0;
@@ -563,7 +1153,13 @@ int RunBench(const OpDesc& op, const Options& opt) {
     const size_t buffer = op.buffer_bytes(sizes.back(), b.size);
     b.sendbuf = AllocTouched(buffer);
     b.recvbuf = AllocTouched(buffer);
-    if (b.rank == 0 && !opt.json) PrintHeader(b, op);
+    if (b.rank == 0 && !opt.json) {
+      if (op.count_for != nullptr) {
+        PrintCollectiveHeader(b, op);
+      } else {
+        PrintHeader(b, op);
+      }
+    }
     uint64_t total_wrong = 0;
     double busbw_sum = 0;
     for (size_t bytes : sizes) {
@@ -582,8 +1178,8 @@ int RunBench(const OpDesc& op, const Options& opt) {
         std::fflush(stdout);
       }
       if (total_wrong != 0) {
-        std::fprintf(stderr, "hcomm_bench: data check failed: %" PRIu64 " wrong bytes\n",
-                     total_wrong);
+        std::fprintf(stderr, "hcomm_bench: data check failed: %" PRIu64 " wrong %s\n",
+                     total_wrong, op.count_for != nullptr ? "elements" : "bytes");
         exit_code = kExitFailure;
       }
     }

@@ -601,8 +601,10 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address,
   Prefault(out, kCtlBytes + rb);
 
   {
-    absl::MutexLock ls(&c->send_mu);
+    // recv_mu before send_mu: the order of the data path, where a sink
+    // called under recv_mu may send.
     absl::MutexLock lr(&c->recv_mu);
+    absl::MutexLock ls(&c->send_mu);
     c->pid = static_cast<pid_t>(pid);
     c->pidfd = pidfd;
     c->peer_base = base;
@@ -1187,7 +1189,12 @@ void ShmTransport::MarkDead(Conn* c, const absl::Status& why) {
       c->dead = true;
       c->death = why;
     }
-    if (c->connected.load(std::memory_order_acquire)) AbortSendsLocked(c, &failed);
+    if (c->connected.load(std::memory_order_acquire)) {
+      // Frames the peer acknowledged before it went away completed: they
+      // must not be reported as failed.
+      ReapAcksLocked(c, &failed);
+      AbortSendsLocked(c, &failed);
+    }
     UpdateOutStateLocked(c);
   }
   {

@@ -1,0 +1,181 @@
+/* Go fragment of bindings/hcomm.i (included for SWIGGO only).
+ *
+ * SWIG makes the low-level package hcomm.local/hcomm/internal/capi from it
+ * (`swig -go -cgo -intgosize 64 -package capi`, see tools/bzl/hcomm_go.bzl);
+ * the idiomatic package hcomm (bindings/go/*.go) is written by hand over it.
+ *
+ * What this fragment changes from SWIG's defaults:
+ *
+ * - hcomm_status_t results become a Go `error`: nil for HCOMM_SUCCESS, else
+ *   a *capi.Error with the status and hcomm_last_error(). The message is
+ *   read inside the same C call as the failing function: hcomm_last_error()
+ *   is thread-local, and a goroutine may move to another OS thread between
+ *   two cgo calls, so reading it in a second call could see another
+ *   thread's message.
+ * - Opaque handles (hcomm_comm_t, hcomm_config_t, hcomm_request_t,
+ *   hcomm_channel_t) are uintptr; an out-pointer handle (`*out`, `*req`) is a
+ *   *uintptr that the wrapper fills from a C temporary.
+ * - Buffers (void*, const void*) are unsafe.Pointer, passed to C as real
+ *   pointers so that cgo checks them and keeps them alive for the call. The
+ *   C side never retains them past the call (nonblocking calls get C
+ *   memory from the hand-written layer).
+ * - int* out-parameters are *int32 and size_t* are *uint64 (C int is 32
+ *   bits, Go int 64: SWIG's default *int would be wrong).
+ * - (ranks, nranks) is a []int32 and (n, reqs) a []uintptr.
+ */
+
+%{
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "CODE:MESSAGE" in malloc'd memory for a failed call, {NULL, 0} for
+ * success; swigStatusError (below) turns it into a Go error and frees it.
+ * If even that allocation fails: {NULL, CODE}. */
+static _gostring_ hcomm_go_status(hcomm_status_t st) {
+  _gostring_ r;
+  char prefix[24];
+  const char* msg;
+  size_t m;
+  int k;
+  r.p = NULL;
+  r.n = 0;
+  if (st == HCOMM_SUCCESS) return r;
+  msg = hcomm_last_error();
+  if (msg == NULL) msg = "";
+  m = strlen(msg);
+  k = snprintf(prefix, sizeof prefix, "%d:", (int)st);
+  r.p = (char*)malloc((size_t)k + m);
+  if (r.p == NULL) {
+    r.n = (intgo)st;
+    return r;
+  }
+  memcpy(r.p, prefix, (size_t)k);
+  memcpy(r.p + k, msg, m);
+  r.n = (intgo)((size_t)k + m);
+  return r;
+}
+%}
+
+/* ---- hcomm_status_t results -> error ------------------------------------- */
+
+%typemap(gotype) hcomm_status_t "error"
+%typemap(imtype) hcomm_status_t "string"
+%typemap(ctype) hcomm_status_t "_gostring_"
+%typemap(out) hcomm_status_t %{ $result = hcomm_go_status($1); %}
+%typemap(goout) hcomm_status_t %{ $result = swigStatusError($1) %}
+
+/* ...but the argument of hcomm_status_string stays a number. */
+%typemap(gotype) hcomm_status_t status "int"
+%typemap(imtype) hcomm_status_t status "int"
+%typemap(ctype) hcomm_status_t status "intgo"
+%typemap(in) hcomm_status_t status %{ $1 = (hcomm_status_t)$input; %}
+%typemap(goin) hcomm_status_t status ""
+
+%insert(go_wrapper) %{
+
+// Error is a failed hcomm call: Status is the hcomm_status_t value and
+// Message the text of hcomm_last_error() taken right after the call.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("hcomm status %d: %s", e.Status, e.Message)
+}
+
+// swigStatusError turns the "CODE:MESSAGE" string that hcomm_go_status
+// returned (in C memory) into nil or an *Error, and frees it.
+func swigStatusError(s string) error {
+	p := *(*swig_gostring)(unsafe.Pointer(&s))
+	if p.p == 0 {
+		if p.n == 0 {
+			return nil
+		}
+		return &Error{Status: p.n, Message: "(out of memory while reading the error message)"}
+	}
+	t := swigCopyString(s)
+	e := &Error{Status: int(HCOMM_ERR_INTERNAL), Message: t}
+	if i := strings.IndexByte(t, ':'); i > 0 {
+		if code, err := strconv.Atoi(t[:i]); err == nil {
+			e.Status, e.Message = code, t[i+1:]
+		}
+	}
+	return e
+}
+%}
+%go_import("fmt", "strconv", "strings")
+
+/* swigStatusError uses the CopyString runtime even where no char* result
+ * would pull it in. */
+%fragment("CopyString");
+
+/* ---- opaque handles -> uintptr ------------------------------------------- */
+
+%define HCOMM_GO_HANDLE(TYPE)
+%typemap(gotype) TYPE "uintptr"
+%typemap(imtype) TYPE "uintptr"
+%typemap(ctype) TYPE "uintptr_t"
+%typemap(in) TYPE %{ $1 = (TYPE)$input; %}
+%typemap(goin) TYPE ""
+
+%typemap(gotype) TYPE *out, TYPE *req "*uintptr"
+%typemap(imtype) TYPE *out, TYPE *req "*uintptr"
+%typemap(ctype) TYPE *out, TYPE *req "uintptr_t*"
+%typemap(in) TYPE *out (TYPE temp = NULL), TYPE *req (TYPE temp = NULL)
+%{ $1 = ($input != NULL) ? &temp : NULL; %}
+%typemap(argout) TYPE *out, TYPE *req
+%{ if ($input != NULL) *$input = temp$argnum; %}
+%typemap(goin) TYPE *out, TYPE *req ""
+%typemap(goargout) TYPE *out, TYPE *req ""
+%enddef
+
+HCOMM_GO_HANDLE(hcomm_config_t)
+HCOMM_GO_HANDLE(hcomm_comm_t)
+HCOMM_GO_HANDLE(hcomm_request_t)
+HCOMM_GO_HANDLE(hcomm_channel_t)
+
+/* ---- buffers -> unsafe.Pointer ------------------------------------------- */
+
+%typemap(gotype) void *, const void * "unsafe.Pointer"
+%typemap(imtype) void *, const void * "unsafe.Pointer"
+%typemap(ctype) void *, const void * "void*"
+%typemap(in) void *, const void * %{ $1 = ($1_ltype)$input; %}
+%typemap(goin) void *, const void * ""
+
+/* ---- scalar out-parameters ------------------------------------------------ */
+
+%typemap(gotype) int * "*int32"
+%typemap(imtype) int * "*int32"
+%typemap(ctype) int * "int*"
+%typemap(in) int * %{ $1 = $input; %}
+%typemap(goin) int * ""
+
+%typemap(gotype) size_t * "*uint64"
+%typemap(imtype) size_t * "*uint64"
+%typemap(ctype) size_t * "size_t*"
+%typemap(in) size_t * %{ $1 = $input; %}
+%typemap(goin) size_t * ""
+
+/* ---- arrays ---------------------------------------------------------------- */
+
+%typemap(gotype) (const int* ranks, int nranks) "[]int32"
+%typemap(imtype) (const int* ranks, int nranks) "[]int32"
+%typemap(ctype) (const int* ranks, int nranks) "_goslice_"
+%typemap(in) (const int* ranks, int nranks)
+%{
+  $1 = (const int*)$input.array;
+  $2 = (int)$input.len;
+%}
+%typemap(goin) (const int* ranks, int nranks) ""
+
+%typemap(gotype) (int n, hcomm_request_t* reqs) "[]uintptr"
+%typemap(imtype) (int n, hcomm_request_t* reqs) "[]uintptr"
+%typemap(ctype) (int n, hcomm_request_t* reqs) "_goslice_"
+%typemap(in) (int n, hcomm_request_t* reqs)
+%{
+  $1 = (int)$input.len;
+  $2 = (hcomm_request_t*)$input.array;
+%}
+%typemap(goin) (int n, hcomm_request_t* reqs) ""
