@@ -1057,7 +1057,7 @@ void PrintCollectiveHeader(const Bench& b, const OpDesc& op) {
               o.warmup, o.runs, o.check);
   std::printf("# time = median over runs of the slowest rank's mean time per op "
               "(each run after a barrier)\n");
-  std::printf("#%70s\n", "out-of-place");
+  std::printf("#%66s\n", "out-of-place");
   std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "size", "count", "type",
               "redop", "root", "time", "algbw", "busbw", "#wrong");
   std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "(B)", "(elements)", "", "",

@@ -179,3 +179,18 @@ HCOMM_GO_HANDLE(hcomm_channel_t)
   $2 = (hcomm_request_t*)$input.array;
 %}
 %typemap(goin) (int n, hcomm_request_t* reqs) ""
+
+/* ---- C memory for nonblocking calls -------------------------------------- */
+/* C must not keep a Go pointer after a call returns, but the buffer of an
+ * isend/irecv/iallreduce is used until the request completes; the
+ * hand-written layer therefore stages those buffers in C memory. */
+
+%typemap(out) void * %{ $result = $1; %}
+%typemap(goout) void * ""
+
+%inline %{
+/* n bytes of C memory (uninitialised), or NULL when n is 0 or out of
+ * memory. */
+static void* hcomm_go_malloc(size_t n) { return n > 0 ? malloc(n) : NULL; }
+static void hcomm_go_free(void* p) { free(p); }
+%}

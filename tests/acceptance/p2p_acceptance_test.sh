@@ -9,16 +9,39 @@ prog="$(runfile tests/acceptance/p2p_acceptance)" || fail "p2p_acceptance not in
 out="$(mktemp "${TEST_TMPDIR:-/tmp}/p2p_acceptance.XXXXXX")"
 trap 'rm -f "$out"' EXIT
 
-start="$(now)"
-# hcomm_run has its own --timeout; `timeout` is a backstop for the launcher.
-timeout -k 5 180 "$launcher" -n 4 --timeout 120 -- "$prog" >"$out" 2>&1
-rc=$?
-cat "$out"
-echo "--- hcomm_run exited $rc after $(elapsed "$start") s"
+# run_mode NAME NP: the whole program as NP ranks, over
+#   shm   - shared memory (all ranks on this host; the default),
+#   tcp   - TCP only (HCOMM_TRANSPORTS=tcp),
+#   mixed - ranks on two pretend hosts (HCOMM_HOST_ID by rank parity):
+#           shared memory within each, TCP between them.
+run_mode() {
+  local mode="$1" np="$2" start rc r
+  local -a cmd=("$prog")
+  case "$mode" in
+    shm) ;;
+    tcp) export HCOMM_TRANSPORTS=tcp ;;
+    mixed) cmd=(/bin/sh -c 'HCOMM_HOST_ID="host$((RANK % 2))" exec "$0" "$@"' "$prog") ;;
+  esac
+  start="$(now)"
+  # hcomm_run has its own --timeout; `timeout` is a backstop for the launcher.
+  timeout -k 5 180 "$launcher" -n "$np" --timeout 120 -- "${cmd[@]}" >"$out" 2>&1
+  rc=$?
+  unset HCOMM_TRANSPORTS
+  cat "$out"
+  echo "--- $mode, $np ranks: hcomm_run exited $rc after $(elapsed "$start") s"
+  [[ $rc -eq 0 ]] || fail "$mode: hcomm_run -n $np -- p2p_acceptance exited $rc"
+  for ((r = 0; r < np; r++)); do
+    grep -qxF "[rank $r] ok: all" "$out" || fail "$mode: rank $r did not print 'ok: all'"
+  done
+  if grep -q 'FAIL' "$out"; then fail "$mode: a rank reported a failure"; fi
+}
 
-[[ $rc -eq 0 ]] || fail "hcomm_run -n 4 -- p2p_acceptance exited $rc"
-for r in 0 1 2 3; do
-  grep -qxF "[rank $r] ok: all" "$out" || fail "rank $r did not print 'ok: all'"
-done
-if grep -q 'FAIL' "$out"; then fail "a rank reported a failure"; fi
-echo "PASS: all 4 ranks passed every check"
+shm_before="$(ls /dev/shm | grep -c '^hcomm-' || true)"
+run_mode shm 4
+run_mode tcp 4
+run_mode mixed 4
+run_mode shm 8   # more ranks than cores
+shm_after="$(ls /dev/shm | grep -c '^hcomm-' || true)"
+[[ "$shm_after" -le "$shm_before" ]] ||
+  fail "hcomm segments left in /dev/shm: $(ls /dev/shm | grep '^hcomm-')"
+echo "PASS: every check over shm, tcp and mixed hosts (4 ranks) and shm with 8 ranks"

@@ -72,43 +72,56 @@ wait_listening() {
 
 token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
-# --- 1. killed peer --------------------------------------------------------
-echo "=== killed peer"
-dir="$work/killed"
-mkdir -p "$dir"
-port="$(free_port)" || fail "no free port"
-tok="$(token)"
-start_rank "$dir/r0.log" 0 3 "$port" "$tok" killed-peer "$dir"; r0=$last_pid
-start_rank "$dir/r1.log" 1 3 "$port" "$tok" killed-peer "$dir"; r1=$last_pid
-start_rank "$dir/r2.log" 2 3 "$port" "$tok" killed-peer "$dir"; r2=$last_pid
-logs=("$dir/r0.log" "$dir/r1.log" "$dir/r2.log")
-if ! wait_file "$dir/ready" 60; then
-  show_logs "${logs[@]}"
-  fail "rank 1 never signalled readiness"
-fi
-# Rank 1 writes "ready" after rank 0 has sent its last message before its
-# hcomm_recv; a short pause makes it very likely that rank 0 is inside the
-# call when rank 1 dies (the outcome must be the same either way).
-sleep 0.3
-kill -9 "$r1"
-killed_at="$(now)"
-{ wait "$r1"; } 2>/dev/null
-# Poll rank 0's output for the failure it must report.
-deadline=$(( $(date +%s) + 15 ))
-until grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log"; do
-  if (( $(date +%s) >= deadline )) || ! kill -0 "$r0" 2>/dev/null; then break; fi
-  sleep 0.02
-done
-detect="$(elapsed "$killed_at")"
-grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log" ||
-  { show_logs "${logs[@]}"; fail "rank 0 did not report HCOMM_ERR_PEER_FAILURE"; }
-echo "rank 0 reported HCOMM_ERR_PEER_FAILURE $detect s after SIGKILL of rank 1"
-awk -v d="$detect" 'BEGIN { exit !(d < 10) }' ||
-  { show_logs "${logs[@]}"; fail "peer failure took $detect s to surface (limit 10 s)"; }
-expect_exit "rank 0 (killed peer)" "$r0" 60 "${logs[@]}"
-expect_exit "rank 2 (killed peer)" "$r2" 60 "${logs[@]}"
-show_logs "$dir/r0.log" "$dir/r2.log"
-grep -q '^ok: killed peer$' "$dir/r0.log" || fail "rank 0 did not finish its checks"
+# --- 1. killed peer, over shared memory and over TCP -----------------------
+# killed_peer MODE: MODE is shm (the default: one host) or tcp.
+killed_peer() {
+  if [[ "$1" == tcp ]]; then export HCOMM_TRANSPORTS=tcp; else unset HCOMM_TRANSPORTS; fi
+  echo "=== killed peer over $1"
+  dir="$work/killed-$1"
+  mkdir -p "$dir"
+  port="$(free_port)" || fail "no free port"
+  tok="$(token)"
+  start_rank "$dir/r0.log" 0 3 "$port" "$tok" killed-peer "$dir"; r0=$last_pid
+  start_rank "$dir/r1.log" 1 3 "$port" "$tok" killed-peer "$dir"; r1=$last_pid
+  start_rank "$dir/r2.log" 2 3 "$port" "$tok" killed-peer "$dir"; r2=$last_pid
+  logs=("$dir/r0.log" "$dir/r1.log" "$dir/r2.log")
+  if ! wait_file "$dir/ready" 60; then
+    show_logs "${logs[@]}"
+    fail "rank 1 never signalled readiness"
+  fi
+  # Rank 1 writes "ready" after rank 0 has sent its last message before its
+  # hcomm_recv; a short pause makes it very likely that rank 0 is inside the
+  # call when rank 1 dies (the outcome must be the same either way).
+  sleep 0.3
+  kill -9 "$r1"
+  killed_at="$(now)"
+  { wait "$r1"; } 2>/dev/null
+  # Poll rank 0's output for the failure it must report.
+  deadline=$(( $(date +%s) + 15 ))
+  until grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log"; do
+    if (( $(date +%s) >= deadline )) || ! kill -0 "$r0" 2>/dev/null; then break; fi
+    sleep 0.02
+  done
+  detect="$(elapsed "$killed_at")"
+  grep -q 'HCOMM_ERR_PEER_FAILURE' "$dir/r0.log" ||
+    { show_logs "${logs[@]}"; fail "rank 0 did not report HCOMM_ERR_PEER_FAILURE"; }
+  echo "rank 0 reported HCOMM_ERR_PEER_FAILURE $detect s after SIGKILL of rank 1"
+  awk -v d="$detect" 'BEGIN { exit !(d < 10) }' ||
+    { show_logs "${logs[@]}"; fail "peer failure took $detect s to surface (limit 10 s)"; }
+  expect_exit "rank 0 (killed peer)" "$r0" 60 "${logs[@]}"
+  expect_exit "rank 2 (killed peer)" "$r2" 60 "${logs[@]}"
+  show_logs "$dir/r0.log" "$dir/r2.log"
+  grep -q '^ok: killed peer$' "$dir/r0.log" || fail "rank 0 did not finish its checks"
+  unset HCOMM_TRANSPORTS
+}
+
+shm_before="$(ls /dev/shm | grep -c '^hcomm-' || true)"
+killed_peer shm
+killed_peer tcp
+# The killed rank had unlinked its segment at init: nothing is left behind.
+shm_after="$(ls /dev/shm | grep -c '^hcomm-' || true)"
+[[ "$shm_after" -le "$shm_before" ]] ||
+  fail "a killed rank left segments in /dev/shm: $(ls /dev/shm | grep '^hcomm-')"
 
 # --- 2. wrong job token ----------------------------------------------------
 echo "=== wrong job token"

@@ -1,0 +1,3 @@
+module hcomm.local/hcomm
+
+go 1.19

@@ -1,0 +1,259 @@
+"""hcomm: point-to-point messages and collectives between processes.
+
+Shaped like torch.distributed. Tensors are C-contiguous numpy arrays, CPU
+torch tensors, or any object with the buffer protocol (bytearray,
+memoryview, array.array); they are passed to the C library without copying,
+and collectives work in place on them.
+
+    import hcomm, numpy as np
+    hcomm.init()                                   # from the environment
+    t = np.full(4, hcomm.get_rank(), dtype=np.float32)
+    hcomm.all_reduce(t, op=hcomm.ReduceOp.SUM)
+    if hcomm.get_rank() == 0:
+        src = hcomm.recv(t, src=None)              # any source; returns the sender
+    else:
+        hcomm.send(t, dst=0)
+    hcomm.destroy()
+
+Start ranks with `hcomm_run -n 4 -- python3 app.py`, or give each process
+HCOMM_RANK, HCOMM_WORLD_SIZE, HCOMM_STORE_ADDR and HCOMM_JOB_TOKEN (or
+torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+
+Every blocking call ends by the communicator's timeout_ms. Errors raise
+hcomm.HcommError (attribute `status`) or a subclass per status code;
+hcomm.TimeoutError is also a builtin TimeoutError. The blocking calls
+release the GIL, so other Python threads run meanwhile.
+"""
+
+import atexit as _atexit
+import threading as _threading
+
+from . import _native
+from ._channel import SharedMemoryChannel
+from ._channel import _close_all as _close_all_channels
+from ._communicator import (
+    ANY_SOURCE,
+    ANY_TAG,
+    UNDEFINED,
+    Communicator,
+    ReduceOp,
+    Request,
+)
+from ._communicator import _destroy_all
+from .errors import (
+    AbortedError,
+    HcommError,
+    InvalidArgumentError,
+    MismatchError,
+    NoDeviceError,
+    NotSupportedError,
+    OutOfMemoryError,
+    PeerFailureError,
+    PermissionDeniedError,
+    Status,
+    TimeoutError,
+    UnavailableError,
+    InternalError,
+)
+from .errors import _invalid
+
+__all__ = [
+    # setup
+    "init", "destroy", "is_initialized", "get_default_group",
+    "get_rank", "get_world_size", "new_group", "split",
+    # point-to-point
+    "send", "recv", "isend", "irecv", "wait_all", "Request",
+    # collectives
+    "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+    "all_to_all", "gather", "scatter", "barrier", "ReduceOp",
+    # objects and constants
+    "Communicator", "SharedMemoryChannel", "ANY_SOURCE", "ANY_TAG", "UNDEFINED",
+    "version", "__version__",
+    # errors
+    "Status", "HcommError", "InvalidArgumentError", "NoDeviceError",
+    "OutOfMemoryError", "TimeoutError", "PeerFailureError", "MismatchError",
+    "AbortedError", "UnavailableError", "PermissionDeniedError",
+    "NotSupportedError", "InternalError",
+]
+
+
+def version():
+    """The C library's version as (major, minor, patch)."""
+    return tuple(_native.hcomm_version())
+
+
+__version__ = "%d.%d.%d" % version()
+
+_default = None
+_default_lock = _threading.Lock()
+
+
+def init(rank=None, world_size=None, store_addr=None, timeout_ms=None, job_token=None,
+         **config):
+    """Joins the job and makes the communicator the default group; returns it.
+
+    Arguments left None come from the environment (HCOMM_RANK, RANK, ...).
+    Other config keys (transports="shm,tcp", algo="ring", host_id=...) go
+    through **config. Collective over every rank of the job; blocks until
+    all have joined or timeout_ms passes (UnavailableError).
+    """
+    global _default
+    with _default_lock:
+        if _default is not None and not _default.closed:
+            raise _invalid("hcomm.init: already initialised (rank %d of %d); call "
+                           "hcomm.destroy() first" % (_default.rank, _default.size))
+        comm = Communicator.from_config(rank=rank, world_size=world_size,
+                                        store_addr=store_addr, timeout_ms=timeout_ms,
+                                        job_token=job_token, **config)
+        _default = comm
+        return comm
+
+
+def is_initialized():
+    """True between init() and destroy()."""
+    return _default is not None and not _default.closed
+
+
+def get_default_group():
+    """The communicator made by init()."""
+    if not is_initialized():
+        raise _invalid("hcomm is not initialised: call hcomm.init() first")
+    return _default
+
+
+def _group(group):
+    if group is None:
+        return get_default_group()
+    if not isinstance(group, Communicator):
+        raise _invalid("group must be a communicator from hcomm.init/new_group/split "
+                       "(or None for the default group), not %s" % type(group).__name__)
+    return group
+
+
+def destroy(group=None):
+    """Destroys group (default: the default group, and every group made from
+    it). Local, not collective. Doing it twice does nothing."""
+    global _default
+    if group is None:
+        with _default_lock:
+            comm, _default = _default, None
+        if comm is not None:
+            comm.destroy()
+        return
+    _group(group).destroy()
+
+
+def get_rank(group=None):
+    """This process's rank in group (default: the default group)."""
+    return _group(group).rank
+
+
+def get_world_size(group=None):
+    """The number of ranks in group (default: the default group)."""
+    return _group(group).size
+
+
+def new_group(ranks, group=None):
+    """A group of `ranks` (ranks of the default group); rank i of the new group
+    is ranks[i]. Collective over the default group (every rank calls it with
+    the same list); returns None on ranks not listed."""
+    return _group(group).new_group(ranks)
+
+
+def split(color, key=0, group=None):
+    """Ranks with the same color form a group ordered by (key, rank); color
+    None or UNDEFINED gets None. Collective."""
+    return _group(group).split(color, key)
+
+
+def send(tensor, dst, tag=0, group=None):
+    """Sends tensor to rank dst (of group)."""
+    _group(group).send(tensor, dst, tag)
+
+
+def recv(tensor, src=None, tag=0, group=None):
+    """Receives into tensor from src (None: any source; tag None: any tag);
+    returns the sender's rank. A larger message raises MismatchError."""
+    return _group(group).recv(tensor, src, tag)
+
+
+def isend(tensor, dst, tag=0, group=None):
+    """Starts a send; returns a Request (wait(), is_completed())."""
+    return _group(group).isend(tensor, dst, tag)
+
+
+def irecv(tensor, src=None, tag=0, group=None):
+    """Starts a receive; returns a Request (wait(), is_completed(), .source)."""
+    return _group(group).irecv(tensor, src, tag)
+
+
+def wait_all(requests):
+    """Waits for every request, even after one fails; raises the first error."""
+    first = None
+    for req in requests:
+        try:
+            req.wait()
+        except HcommError as e:
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    """tensor = op over every rank's tensor, in place on every rank.
+    async_op=True returns a Request."""
+    return _group(group).all_reduce(tensor, op, async_op)
+
+
+def broadcast(tensor, src, group=None):
+    """Every rank's tensor = rank src's tensor."""
+    _group(group).broadcast(tensor, src)
+
+
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None):
+    """Rank dst's tensor = op over every rank's tensor."""
+    _group(group).reduce(tensor, dst, op)
+
+
+def all_gather(out, tensor, group=None):
+    """out (size * len(tensor) elements) = every rank's tensor in rank order."""
+    _group(group).all_gather(out, tensor)
+
+
+def reduce_scatter(out, inp, op=ReduceOp.SUM, group=None):
+    """out on rank r = op over every rank's block r of inp (size * len(out))."""
+    _group(group).reduce_scatter(out, inp, op)
+
+
+def all_to_all(out, inp, group=None):
+    """Block j of inp goes to rank j; block i of out comes from rank i."""
+    _group(group).all_to_all(out, inp)
+
+
+def gather(tensor, out=None, dst=0, group=None):
+    """Rank dst's out = every rank's tensor in rank order (out only on dst)."""
+    _group(group).gather(tensor, out, dst)
+
+
+def scatter(out, inp=None, src=0, group=None):
+    """Rank r's out = block r of rank src's inp (inp only on src)."""
+    _group(group).scatter(out, inp, src)
+
+
+def barrier(group=None):
+    """Returns once every rank of group has entered it."""
+    _group(group).barrier()
+
+
+def _at_exit():
+    """Safety net for programs that forget hcomm.destroy()/close()."""
+    try:
+        destroy()
+    except HcommError:
+        pass
+    _destroy_all()
+    _close_all_channels()
+
+
+_atexit.register(_at_exit)

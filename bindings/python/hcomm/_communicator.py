@@ -1,0 +1,508 @@
+"""Communicators (process groups), requests and reduce operations.
+
+A Communicator owns one hcomm_comm_t; a Request owns one hcomm_request_t.
+Both are closed explicitly (destroy()/close(), or a `with` block); their
+finalizers only catch what was forgotten. A closed handle is dropped (set to
+None), so a later call raises InvalidArgumentError instead of touching freed
+memory.
+"""
+
+import enum
+import operator
+import threading
+import weakref
+
+from . import _native as _n
+from . import _tensors
+from .errors import HcommError, Status, TimeoutError, _invalid
+
+ANY_SOURCE = _n.HCOMM_ANY_SOURCE
+ANY_TAG = _n.HCOMM_ANY_TAG
+UNDEFINED = _n.HCOMM_UNDEFINED
+
+_INT_MAX = 2**31 - 1
+
+# Every live communicator without a parent; destroyed at exit (safety net).
+_roots = weakref.WeakSet()
+
+
+class ReduceOp(enum.IntEnum):
+    """Reductions of all_reduce, reduce and reduce_scatter."""
+
+    SUM = _n.HCOMM_SUM
+    PROD = _n.HCOMM_PROD
+    MIN = _n.HCOMM_MIN
+    MAX = _n.HCOMM_MAX
+    AVG = _n.HCOMM_AVG  # Divides by the group size (integer types truncate).
+
+
+def _op(op):
+    if isinstance(op, str):
+        try:
+            return ReduceOp[op.upper()]
+        except KeyError:
+            pass
+    else:
+        try:
+            return ReduceOp(op)
+        except (ValueError, TypeError):
+            pass
+    raise _invalid("unknown reduce op %r: use hcomm.ReduceOp.SUM, PROD, MIN, MAX or AVG" % (op,))
+
+
+def _int(value, what, lo=-_INT_MAX - 1, hi=_INT_MAX):
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise _invalid("%s must be an int, not %s" % (what, type(value).__name__)) from None
+    if not lo <= v <= hi:
+        raise _invalid("%s %d is out of range [%d, %d]" % (what, v, lo, hi))
+    return v
+
+
+def _src(src):
+    return ANY_SOURCE if src is None else _int(src, "src")
+
+
+def _recv_tag(tag):
+    return ANY_TAG if tag is None else _int(tag, "tag")
+
+
+class Request:
+    """A nonblocking operation: isend, irecv, or all_reduce(async_op=True).
+
+    wait() blocks (up to the communicator's timeout_ms) until it is done and
+    raises its error, if any; is_completed() never blocks. After completion,
+    `source` (for a send: the destination), `tag` and `count` (elements)
+    describe the message. The tensor must stay untouched until completion;
+    the request keeps it alive meanwhile.
+    """
+
+    def __init__(self, comm, handle, keep):
+        self._comm = comm
+        self._handle = handle
+        self._keep = keep  # memoryviews: the tensors stay alive and unresizable.
+        self._lock = threading.Lock()
+        self._done = False
+        self._error = None
+        self.source = None
+        self.tag = None
+        self.count = None
+
+    def _live_handle(self):
+        h = self._handle
+        if h is None:
+            raise _invalid("the request has been closed")
+        return h
+
+    def _finish(self, error):
+        with self._lock:
+            if self._done:
+                return
+            h = self._handle
+            if error is None and h is not None:
+                try:
+                    self.source, self.tag, self.count = _n.hcomm_request_info(h)
+                except HcommError:
+                    pass
+            self._done = True
+            self._error = error
+            self._handle = None
+            self._keep = None
+        if h is not None:
+            _n.hcomm_request_free(h)
+
+    def wait(self):
+        """Blocks until the operation is done; returns True or raises its error.
+
+        On hcomm.TimeoutError the operation is still pending and wait() may
+        be called again.
+        """
+        if not self._done:
+            h = self._live_handle()
+            try:
+                _n.hcomm_wait(h)
+            except TimeoutError:
+                raise
+            except HcommError as e:
+                self._finish(e)
+                raise
+            self._finish(None)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        """True once the operation has ended (successfully or not). Never blocks."""
+        if self._done:
+            return True
+        h = self._live_handle()
+        try:
+            done = _n.hcomm_test(h)
+        except HcommError as e:
+            if e.status == Status.ERR_INVALID_ARGUMENT:
+                raise
+            self._finish(e)  # Ended with an error; wait() raises it.
+            return True
+        if done:
+            self._finish(None)
+            return True
+        return False
+
+    def close(self):
+        """Releases the request. A pending one is cancelled if no data reached it;
+        otherwise it completes in the background and its tensor is kept alive
+        until the communicator is destroyed."""
+        with self._lock:
+            h, keep, done = self._handle, self._keep, self._done
+            self._handle = None
+            self._keep = None
+        if h is None:
+            return
+        if not done and keep is not None and self._comm is not None:
+            self._comm._orphan(keep)
+        _n.hcomm_request_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        state = "done" if self._done else ("closed" if self._handle is None else "pending")
+        return "<hcomm.Request %s>" % state
+
+
+class Communicator:
+    """A group of ranks (torch.distributed's process group).
+
+    Made by hcomm.init() (all ranks of the job), new_group() or split().
+    Every operation of the module (hcomm.send, hcomm.all_reduce, ...) is a
+    method here without the `group` argument. destroy() (or a `with` block)
+    releases it; groups made from it are destroyed first.
+    """
+
+    def __init__(self, handle, parent=None):
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._parent = parent  # Groups use their parent's connections.
+        self._children = weakref.WeakSet()
+        self._orphans = []
+        self._rank = _n.hcomm_comm_rank(handle)
+        self._size = _n.hcomm_comm_size(handle)
+        if parent is None:
+            _roots.add(self)
+        else:
+            parent._children.add(self)
+
+    @classmethod
+    def from_config(cls, **config):
+        """hcomm_comm_init with the given config keys (None: not set; the rest
+        comes from the environment). Collective over the job; does not touch
+        the default group."""
+        cfg_items = []
+        for key, value in config.items():
+            if value is None:
+                continue
+            if isinstance(value, (list, tuple)):
+                value = ",".join(str(v) for v in value)
+            elif isinstance(value, bool):
+                value = "1" if value else "0"
+            cfg_items.append((str(key), str(value)))
+        if not cfg_items:
+            return cls(_n.hcomm_comm_init(None))
+        cfg = _n.hcomm_config_create()
+        try:
+            for key, value in cfg_items:
+                _n.hcomm_config_set(cfg, key, value)
+            handle = _n.hcomm_comm_init(cfg)
+        finally:
+            _n.hcomm_config_destroy(cfg)
+        return cls(handle)
+
+    # ---- state -------------------------------------------------------------
+
+    @property
+    def rank(self):
+        """This process's rank in the group."""
+        return self._rank
+
+    @property
+    def size(self):
+        """The number of ranks in the group."""
+        return self._size
+
+    def get_rank(self):
+        return self._rank
+
+    def get_world_size(self):
+        return self._size
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def _h(self):
+        h = self._handle
+        if h is None:
+            raise _invalid("the communicator has been destroyed")
+        return h
+
+    def _orphan(self, keep):
+        if self._handle is not None:
+            self._orphans.append(keep)
+
+    def set_timeout(self, timeout_ms):
+        """Changes timeout_ms for calls started afterwards."""
+        _n.hcomm_comm_set(self._h(), "timeout_ms", str(_int(timeout_ms, "timeout_ms", 0)))
+
+    def abort(self):
+        """Every pending and later operation fails with AbortedError. Any thread."""
+        _n.hcomm_comm_abort(self._h())
+
+    def destroy(self):
+        """Releases the communicator (local; waits up to timeout_ms for this
+        rank's sends to be delivered). Groups made from it go first. Calling
+        it again does nothing."""
+        with self._lock:
+            h = self._handle
+            if h is None:
+                return
+            children = list(self._children)
+        for child in children:
+            child.destroy()
+        with self._lock:
+            if self._handle is None:
+                return
+            self._handle = None
+        try:
+            _n.hcomm_comm_destroy(h)
+        finally:
+            self._orphans = []
+            _roots.discard(self)
+
+    close = destroy
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self._handle is None:
+            return "<hcomm.Communicator destroyed>"
+        return "<hcomm.Communicator rank %d of %d>" % (self._rank, self._size)
+
+    # ---- groups ------------------------------------------------------------
+
+    def new_group(self, ranks):
+        """A group of `ranks` (ranks of this communicator, no duplicates); its
+        rank i is ranks[i]. Collective: every rank calls it with the same list.
+        Returns None on ranks not listed."""
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise _invalid("ranks must be a list of ints, not %s" % type(ranks).__name__)
+        ranks = [_int(r, "rank") for r in ranks]
+        handle = _n.hcomm_comm_create_group(self._h(), ranks)
+        return None if handle is None else Communicator(handle, parent=self)
+
+    def split(self, color, key=0):
+        """Ranks passing the same color form a group, ordered by (key, rank).
+        Collective. Returns None for color None or hcomm.UNDEFINED."""
+        color = UNDEFINED if color is None else _int(color, "color")
+        handle = _n.hcomm_comm_split(self._h(), color, _int(key, "key"))
+        return None if handle is None else Communicator(handle, parent=self)
+
+    # ---- point-to-point ----------------------------------------------------
+
+    def send(self, tensor, dst, tag=0):
+        """Sends tensor to rank dst (blocking until the buffer may be reused)."""
+        b = _tensors.as_buffer(tensor, False, "send")
+        _n.hcomm_send(b.obj, b.count, b.dtype, _int(dst, "dst"), _int(tag, "tag"), self._h())
+
+    def recv(self, tensor, src=None, tag=0):
+        """Receives into tensor (its size is the capacity) from src (None: any
+        source; tag None: any tag). Returns the sender's rank."""
+        b = _tensors.as_buffer(tensor, True, "recv")
+        src = _src(src)
+        tag = _recv_tag(tag)
+        h = self._h()
+        if src != ANY_SOURCE:
+            _n.hcomm_recv(b.obj, b.count, b.dtype, src, tag, h)
+            return src
+        req = Request(self, _n.hcomm_irecv(b.obj, b.count, b.dtype, src, tag, h), (b.keep(),))
+        try:
+            req.wait()
+        finally:
+            req.close()
+        return req.source
+
+    def isend(self, tensor, dst, tag=0):
+        """Starts sending tensor to dst; returns a Request."""
+        b = _tensors.as_buffer(tensor, False, "isend")
+        keep = (b.keep(),)
+        h = _n.hcomm_isend(b.obj, b.count, b.dtype, _int(dst, "dst"), _int(tag, "tag"),
+                           self._h())
+        return Request(self, h, keep)
+
+    def irecv(self, tensor, src=None, tag=0):
+        """Starts receiving into tensor from src (None: any source); returns a
+        Request whose `source` says who sent it once it is done."""
+        b = _tensors.as_buffer(tensor, True, "irecv")
+        keep = (b.keep(),)
+        h = _n.hcomm_irecv(b.obj, b.count, b.dtype, _src(src), _recv_tag(tag), self._h())
+        return Request(self, h, keep)
+
+    # ---- collectives (in place) -------------------------------------------
+
+    def all_reduce(self, tensor, op=ReduceOp.SUM, async_op=False):
+        """tensor = op over every rank's tensor, on every rank. With
+        async_op=True, returns a Request (iallreduce)."""
+        b = _tensors.as_buffer(tensor, True, "all_reduce")
+        op = _op(op)
+        if async_op:
+            keep = (b.keep(),)
+            h = _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op, self._h())
+            return Request(self, h, keep)
+        _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, self._h())
+        return None
+
+    def broadcast(self, tensor, src):
+        """Every rank's tensor = rank src's tensor."""
+        b = _tensors.as_buffer(tensor, True, "broadcast")
+        _n.hcomm_broadcast(b.obj, b.count, b.dtype, _int(src, "src"), self._h())
+
+    def reduce(self, tensor, dst, op=ReduceOp.SUM):
+        """Rank dst's tensor = op over every rank's tensor (others unchanged)."""
+        dst = _int(dst, "dst")
+        b = _tensors.as_buffer(tensor, dst == self._rank, "reduce")
+        recv = b.obj if dst == self._rank else None
+        _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, _op(op), dst, self._h())
+
+    def all_gather(self, out, tensor):
+        """out (size * len(tensor) elements) = every rank's tensor, in rank
+        order. tensor may be this rank's block of out (in place)."""
+        o = _tensors.as_buffer(out, True, "all_gather (out)")
+        t = _tensors.as_buffer(tensor, False, "all_gather (tensor)")
+        self._check_blocks("all_gather", o, t, "out", "tensor")
+        send = self._in_place(o, t, self._rank * t.nbytes, "all_gather")
+        _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, self._h())
+
+    def reduce_scatter(self, out, inp, op=ReduceOp.SUM):
+        """out (len(inp) / size elements) on rank r = op over every rank's block
+        r of inp. out may be inp's first block (in place)."""
+        o = _tensors.as_buffer(out, True, "reduce_scatter (out)")
+        i = _tensors.as_buffer(inp, False, "reduce_scatter (inp)")
+        self._check_blocks("reduce_scatter", i, o, "inp", "out")
+        op = _op(op)
+        if self._overlap(i, o):
+            if i.address() != o.address():
+                raise _invalid("reduce_scatter: out overlaps inp but is not its first block")
+            i = _tensors.as_buffer(inp, True, "reduce_scatter (inp)")
+            _n.hcomm_reduce_scatter(i.obj, i.obj, o.count, o.dtype, op, self._h())
+            return
+        _n.hcomm_reduce_scatter(i.obj, o.obj, o.count, o.dtype, op, self._h())
+
+    def all_to_all(self, out, inp):
+        """Block j of inp goes to rank j; block i of out comes from rank i.
+        Both have size * count elements."""
+        o = _tensors.as_buffer(out, True, "all_to_all (out)")
+        i = _tensors.as_buffer(inp, False, "all_to_all (inp)")
+        self._check_same("all_to_all", o, i, "out", "inp")
+        if o.count != i.count:
+            raise _invalid("all_to_all: out has %d elements but inp has %d"
+                           % (o.count, i.count))
+        if i.count % self._size:
+            raise _invalid("all_to_all: %d elements do not split into %d equal blocks"
+                           % (i.count, self._size))
+        if self._overlap(o, i):
+            raise _invalid("all_to_all: out and inp must not overlap")
+        _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, self._h())
+
+    def gather(self, tensor, out=None, dst=0):
+        """Rank dst's out (size * len(tensor) elements) = every rank's tensor in
+        rank order; out is only needed (and used) on dst."""
+        dst = _int(dst, "dst")
+        t = _tensors.as_buffer(tensor, False, "gather (tensor)")
+        recv = None
+        send = t
+        if dst == self._rank:
+            if out is None:
+                raise _invalid("gather: the destination rank %d needs `out`" % dst)
+            o = _tensors.as_buffer(out, True, "gather (out)")
+            self._check_blocks("gather", o, t, "out", "tensor")
+            send = self._in_place(o, t, self._rank * t.nbytes, "gather")
+            recv = o.obj
+        _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, self._h())
+
+    def scatter(self, out, inp=None, src=0):
+        """Block r of rank src's inp (size * len(out) elements) goes to rank r's
+        out; inp is only needed (and used) on src."""
+        src = _int(src, "src")
+        o = _tensors.as_buffer(out, True, "scatter (out)")
+        send = None
+        if src == self._rank:
+            if inp is None:
+                raise _invalid("scatter: the source rank %d needs `inp`" % src)
+            i = _tensors.as_buffer(inp, False, "scatter (inp)")
+            self._check_blocks("scatter", i, o, "inp", "out")
+            if self._overlap(i, o):
+                raise _invalid("scatter: out and inp must not overlap")
+            send = i.obj
+        _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, self._h())
+
+    def barrier(self):
+        """Returns once every rank of the group has entered the barrier."""
+        _n.hcomm_barrier(self._h())
+
+    # ---- checks ------------------------------------------------------------
+
+    def _check_same(self, what, a, b, an, bn):
+        if a.dtype != b.dtype:
+            raise _invalid("%s: %s is %s but %s is %s" % (what, an, a.dtype_name, bn,
+                                                          b.dtype_name))
+
+    def _check_blocks(self, what, big, small, bn, sn):
+        self._check_same(what, big, small, bn, sn)
+        if big.count != self._size * small.count:
+            raise _invalid("%s: %s has %d elements; it needs size (%d) x %d = %d"
+                           % (what, bn, big.count, self._size, small.count,
+                              self._size * small.count))
+
+    @staticmethod
+    def _overlap(a, b):
+        if a.nbytes == 0 or b.nbytes == 0:
+            return False
+        x, y = a.address(), b.address()
+        return x < y + b.nbytes and y < x + a.nbytes
+
+    def _in_place(self, big, part, offset, what):
+        """part as the send buffer, or big itself when part is big's block at
+        offset (the C API's in-place form); other overlaps are errors."""
+        if not self._overlap(big, part):
+            return part
+        if part.address() != big.address() + offset:
+            raise _invalid("%s: tensor overlaps out but is not this rank's block of it" % what)
+        return big
+
+
+def _destroy_all():
+    """atexit: destroys communicators the program forgot (children first)."""
+    for comm in list(_roots):
+        try:
+            comm.destroy()
+        except Exception:
+            pass
