@@ -258,6 +258,18 @@ hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key, const char* va
   });
 }
 
+hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const char** name) {
+  if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_transport: comm is NULL");
+  if (name == nullptr) return BadArg("hcomm_comm_transport: name is NULL");
+  if (peer < 0 || peer >= comm->impl->size()) {
+    return BadArg(absl::StrCat("hcomm_comm_transport on rank ", comm->impl->rank(), ": peer ",
+                               peer, " is out of range for a communicator of ",
+                               comm->impl->size(), " ranks"));
+  }
+  *name = comm->impl->TransportTo(peer);
+  return HCOMM_SUCCESS;
+}
+
 hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm) {
   return Guard(__func__, [&] {
     if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_abort: comm is NULL");

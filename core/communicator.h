@@ -60,6 +60,9 @@ class Communicator {
   const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
   const std::shared_ptr<Fabric>& fabric() const { return fabric_; }
 
+  // The transport to rank `peer` of this communicator.
+  const char* TransportTo(int peer) const { return fabric_->TransportTo(group_to_world_[peer]); }
+
   // Only timeout_ms and algo can change after init.
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 

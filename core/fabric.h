@@ -70,6 +70,12 @@ class Fabric : public FrameSink {
   // The transport in use towards other ranks ("tcp"), or "self" alone.
   std::string TransportName() const;
 
+  // The transport that reaches world rank `peer` ("shm", "tcp", "self").
+  const char* TransportTo(int peer) const {
+    if (peer == rank_ || route_.empty() || route_[peer] == nullptr) return "self";
+    return route_[peer]->name();
+  }
+
   // Changes a live setting (only timeout_ms).
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 

@@ -170,3 +170,8 @@ def _from_status(status, message):
 def _invalid(message):
     """An InvalidArgumentError raised by the Python layer itself."""
     return InvalidArgumentError(message, Status.ERR_INVALID_ARGUMENT)
+
+# Shown as hcomm.TimeoutError etc. in tracebacks (the package re-exports them).
+for _cls in [HcommError] + list(_BY_STATUS.values()):
+    _cls.__module__ = "hcomm"
+del _cls

@@ -162,6 +162,12 @@ HCOMM_API hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size);
 HCOMM_API hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key,
                                         const char* value);
 
+/* The transport that carries messages between this rank and `peer` of
+ * comm: "shm", "tcp", or "self" (peer == own rank). *name is a static
+ * string. Never blocks.
+ * Errors: INVALID_ARGUMENT (NULL comm or name, peer out of range). */
+HCOMM_API hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const char** name);
+
 /* Aborts the communicator: every pending and later operation on it returns
  * HCOMM_ERR_ABORTED promptly. Local (peers see our connections close).
  * THREAD SAFETY: may be called from any thread, while other threads are

@@ -1,0 +1,246 @@
+package hcomm
+
+import (
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"hcomm.local/hcomm/internal/capi"
+)
+
+// Comm is a communicator (hcomm_comm_t): a group of ranks that exchange
+// messages and run collectives. Make one with Init, NewGroup or Split, and
+// Close it when done.
+//
+// Point-to-point calls may be made on one Comm from several goroutines at
+// once; collectives must be issued in the same order on every rank, one at
+// a time per Comm. A nil or closed Comm is safe to use: every call returns
+// an *Error with StatusInvalidArgument.
+type Comm struct {
+	// mu is held shared by every call that uses h and exclusively by
+	// Close, so that Close never frees the handle under a running call
+	// (it waits for them instead).
+	mu         sync.RWMutex
+	h          uintptr // hcomm_comm_t; 0 once closed
+	rank, size int
+
+	// C buffers of requests freed while still pending: hcomm may write
+	// them until the communicator is destroyed, so Close frees them.
+	omu     sync.Mutex
+	orphans []unsafe.Pointer
+	closed  bool // guarded by omu; set by Close after the destroy
+}
+
+// Init joins the job and returns its communicator (hcomm_comm_init). cfg
+// holds configuration keys (rank, world_size, store_addr, job_token,
+// timeout_ms, transports, algo, host_id; values as strings) that override
+// the environment; nil reads everything from the environment (HCOMM_*,
+// then torchrun / Open MPI / PMI / Slurm variables, as set by hcomm_run).
+//
+// Init blocks until every rank has joined or timeout_ms passes; it is
+// collective over the job. Errors: StatusInvalidArgument (unknown key, bad
+// value, missing rank/world_size/store_addr), StatusUnavailable,
+// StatusPermissionDenied, StatusNoDevice.
+func Init(cfg map[string]string) (*Comm, error) {
+	var ch uintptr
+	if cfg != nil {
+		if err := fromC(capi.Hcomm_config_create(&ch)); err != nil {
+			return nil, err
+		}
+		defer capi.Hcomm_config_destroy(ch)
+		keys := make([]string, 0, len(cfg))
+		for k := range cfg {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if err := fromC(capi.Hcomm_config_set(ch, k, cfg[k])); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var h uintptr
+	if err := fromC(capi.Hcomm_comm_init(ch, &h)); err != nil {
+		return nil, err
+	}
+	return wrapComm(h)
+}
+
+// wrapComm makes the Comm of a new handle (0: none, for non-members).
+func wrapComm(h uintptr) (*Comm, error) {
+	if h == 0 {
+		return nil, nil
+	}
+	var r, s int32
+	if err := fromC(capi.Hcomm_comm_rank(h, &r)); err != nil {
+		capi.Hcomm_comm_destroy(h)
+		return nil, err
+	}
+	if err := fromC(capi.Hcomm_comm_size(h, &s)); err != nil {
+		capi.Hcomm_comm_destroy(h)
+		return nil, err
+	}
+	c := &Comm{h: h, rank: int(r), size: int(s)}
+	// Only a safety net: Close is the way to release a Comm.
+	runtime.SetFinalizer(c, func(c *Comm) { _ = c.Close() })
+	return c, nil
+}
+
+// Rank is this process's rank in c (0 <= Rank < Size); -1 for a nil or
+// closed Comm.
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == 0 {
+		return -1
+	}
+	return c.rank
+}
+
+// Size is the number of ranks in c; -1 for a nil or closed Comm.
+func (c *Comm) Size() int {
+	if c == nil {
+		return -1
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == 0 {
+		return -1
+	}
+	return c.size
+}
+
+// Close destroys the communicator (hcomm_comm_destroy): it first waits (up
+// to timeout_ms) until this rank's sends have been delivered, then fails
+// requests still pending with StatusAborted and releases everything. It is
+// local, not collective. Close waits for calls running on c in other
+// goroutines to return (use Abort to end them early). The Comm is closed
+// even when an error is returned; closing a nil or closed Comm does
+// nothing and returns nil.
+func (c *Comm) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h == 0 {
+		return nil
+	}
+	err := fromC(capi.Hcomm_comm_destroy(c.h))
+	c.h = 0
+	runtime.SetFinalizer(c, nil)
+	c.omu.Lock()
+	c.closed = true
+	for _, p := range c.orphans {
+		capi.Hcomm_go_free(p)
+	}
+	c.orphans = nil
+	c.omu.Unlock()
+	return err
+}
+
+// adopt takes a C buffer that hcomm may still write until c is destroyed;
+// it is freed now if c is already closed (every request of c has then
+// ended), else by Close.
+func (c *Comm) adopt(p unsafe.Pointer) {
+	if p == nil {
+		return
+	}
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	if c.closed {
+		capi.Hcomm_go_free(p)
+		return
+	}
+	c.orphans = append(c.orphans, p)
+}
+
+// do runs f with c's handle, or fails with StatusInvalidArgument if c is
+// nil or closed. op names the call in that error.
+func (c *Comm) do(op string, f func(h uintptr) error) error {
+	if c == nil {
+		return invalid("%s: the Comm is nil (a NewGroup/Split result for a non-member?)", op)
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == 0 {
+		return invalid("%s: the Comm is closed", op)
+	}
+	return fromC(f(c.h))
+}
+
+// Barrier returns once every rank of c has entered it (hcomm_barrier).
+func (c *Comm) Barrier() error {
+	return c.do("Barrier", func(h uintptr) error { return capi.Hcomm_barrier(h) })
+}
+
+// Abort aborts c (hcomm_comm_abort): every pending and later operation on
+// it fails with StatusAborted promptly. It may be called from any
+// goroutine while others are blocked on c. Close c afterwards.
+func (c *Comm) Abort() error {
+	return c.do("Abort", func(h uintptr) error { return capi.Hcomm_comm_abort(h) })
+}
+
+// Set changes a setting of c (hcomm_comm_set); only "timeout_ms" may be
+// changed after Init. It applies to calls started afterwards, on this rank.
+func (c *Comm) Set(key, value string) error {
+	return c.do("Set", func(h uintptr) error { return capi.Hcomm_comm_set(h, key, value) })
+}
+
+// SetTimeout sets c's timeout_ms: the deadline of every later blocking call
+// on this rank (rounded up to a whole millisecond, at least 1).
+func (c *Comm) SetTimeout(d time.Duration) error {
+	ms := millis(d)
+	if d <= 0 {
+		return invalid("SetTimeout: timeout %v is not positive", d)
+	}
+	return c.Set("timeout_ms", strconv.Itoa(ms))
+}
+
+// NewGroup makes a communicator of the listed ranks of c
+// (hcomm_comm_create_group); new rank = index in ranks. Every rank of c
+// must call it with the same list (collective over c). Ranks not listed
+// get (nil, nil).
+func (c *Comm) NewGroup(ranks []int) (*Comm, error) {
+	r32 := make([]int32, len(ranks))
+	for i, r := range ranks {
+		if err := cint("NewGroup", "rank", r); err != nil {
+			return nil, err
+		}
+		r32[i] = int32(r)
+	}
+	var out uintptr
+	err := c.do("NewGroup", func(h uintptr) error {
+		return capi.Hcomm_comm_create_group(h, r32, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wrapComm(out)
+}
+
+// Split splits c (hcomm_comm_split): ranks passing the same color form a
+// new communicator, ordered by (key, rank in c). A rank passing Undefined
+// gets (nil, nil). Collective over c.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if err := cint("Split", "color", color); err != nil {
+		return nil, err
+	}
+	if err := cint("Split", "key", key); err != nil {
+		return nil, err
+	}
+	var out uintptr
+	err := c.do("Split", func(h uintptr) error {
+		return capi.Hcomm_comm_split(h, color, key, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wrapComm(out)
+}

@@ -1,0 +1,126 @@
+package hcomm
+
+import (
+	"math"
+	"reflect"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"hcomm.local/hcomm/internal/capi"
+)
+
+// Number is the element type of every buffer: the Go types with an hcomm
+// dtype (INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT32, FLOAT64), or
+// a type defined over one of them.
+type Number interface {
+	~int8 | ~uint8 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
+}
+
+// Op is a reduction operation (hcomm_reduce_op_t).
+type Op int
+
+// The reduction operations. Avg divides by the communicator size (integer
+// types truncate).
+const (
+	Sum  Op = 0
+	Prod Op = 1
+	Min  Op = 2
+	Max  Op = 3
+	Avg  Op = 4
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "Sum"
+	case Prod:
+		return "Prod"
+	case Min:
+		return "Min"
+	case Max:
+		return "Max"
+	case Avg:
+		return "Avg"
+	}
+	return "Op(" + strconv.Itoa(int(o)) + ")"
+}
+
+const (
+	// AnySource as the source of Recv/Irecv matches a message from any rank.
+	AnySource = -1
+	// AnyTag as the tag of Recv/Irecv matches any tag.
+	AnyTag = -1
+	// Undefined as the color of Split: this rank joins no new communicator.
+	Undefined = -1
+)
+
+// Version returns the version of the loaded libhcomm_c (hcomm_version).
+func Version() (major, minor, patch int) {
+	var a, b, c int32
+	if capi.Hcomm_version(&a, &b, &c) != nil {
+		return 0, 0, 0
+	}
+	return int(a), int(b), int(c)
+}
+
+// dtypeOf is T's hcomm_dtype_t.
+func dtypeOf[T Number]() capi.Hcomm_dtype_t {
+	switch reflect.TypeOf((*T)(nil)).Elem().Kind() {
+	case reflect.Int8:
+		return 0 // HCOMM_INT8
+	case reflect.Uint8:
+		return 1 // HCOMM_UINT8
+	case reflect.Int32:
+		return 2 // HCOMM_INT32
+	case reflect.Uint32:
+		return 3 // HCOMM_UINT32
+	case reflect.Int64:
+		return 4 // HCOMM_INT64
+	case reflect.Uint64:
+		return 5 // HCOMM_UINT64
+	case reflect.Float32:
+		return 8 // HCOMM_FLOAT32
+	case reflect.Float64:
+		return 9 // HCOMM_FLOAT64
+	}
+	panic("hcomm: unreachable: not a Number type")
+}
+
+// ptr is the address of s's first element, nil for an empty slice. The
+// pointer goes straight to C for the length of one blocking call.
+func ptr[T any](s []T) unsafe.Pointer {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&s[0])
+}
+
+// sameStart reports whether a and b start at the same address (both
+// non-empty).
+func sameStart[T any](a, b []T) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
+}
+
+// cint checks that v fits a C int (the C API takes int); what names the
+// argument in the error.
+func cint(op, what string, v int) error {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return invalid("%s: %s %d does not fit a C int", op, what, v)
+	}
+	return nil
+}
+
+// millis converts a timeout for the channel calls: negative stays negative
+// (the C call rejects it), a fraction of a millisecond rounds up, and huge
+// values are clamped.
+func millis(d time.Duration) int {
+	if d < 0 {
+		return -1
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	if ms > math.MaxInt32 {
+		ms = math.MaxInt32
+	}
+	return int(ms)
+}
