@@ -11,13 +11,17 @@
 //   // kAvg reduces like kSum; divide once at the end:
 //   if (op == hcomm::ReduceOp::kAvg) hcomm::DivideBy(acc, count, dtype, size);
 //
-// Numeric semantics (identical on every ISA level, bit for bit):
+// Numeric semantics (the same bits on every ISA level, NaN payloads of sum and
+// prod aside):
 // - Integers wrap (two's complement); sum and prod are computed in unsigned
 //   arithmetic, so overflow is never undefined behaviour.
 // - float32/float64: sum and prod are the plain IEEE operations. min and max
 //   are commutative and order zeros: min(-0, +0) == -0, max(-0, +0) == +0.
 //   If either operand is a NaN the result is a NaN (NaN propagates, unlike
-//   fmin/fmax); its payload is unspecified. The same holds for sum and prod.
+//   fmin/fmax); for min/max its bits depend only on the two operands (not on
+//   their order or the level). sum and prod follow IEEE (a NaN operand gives
+//   a NaN); which operand's payload survives is unspecified, and may differ
+//   between the elements of one call.
 // - float16 (IEEE binary16) and bfloat16: each operand is widened to float32
 //   exactly, the op runs in float32 and the result is rounded back to
 //   nearest-even (subnormals kept, overflow to inf). A NaN result becomes a

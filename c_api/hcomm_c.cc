@@ -115,8 +115,10 @@ hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
   return HCOMM_SUCCESS;
 }
 
-// Checks a collective's dtype (and op, when op_value >= 0) and returns the
-// element size in *esize.
+constexpr int kNoOp = INT32_MIN;  // CheckTypes: the call takes no reduce op
+
+// Checks a collective's dtype (and op, unless op_value is kNoOp) and returns
+// the element size in *esize.
 hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, hcomm_dtype_t dtype, int op_value,
                           size_t* esize) {
   *esize = DtypeSize(dtype);
@@ -124,7 +126,7 @@ hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, hcomm_dtype_t dtype
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": dtype ",
                                static_cast<int>(dtype), " is not an hcomm_dtype_t"));
   }
-  if (op_value >= 0 && !hcomm::IsValidReduceOp(op_value)) {
+  if (op_value != kNoOp && !hcomm::IsValidReduceOp(op_value)) {
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": op ", op_value,
                                " is not an hcomm_reduce_op_t"));
   }
@@ -462,7 +464,7 @@ hcomm_status_t hcomm_broadcast(void* buf, size_t count, hcomm_dtype_t dtype, int
     const char* fn = "hcomm_broadcast";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK(CheckRoot(fn, comm, root));
     HCOMM_C_CHECK(CheckBuf(fn, comm, buf, "buf", count, es));
     return ToC(comm->impl->Broadcast(buf, count, DT(dtype), root));
@@ -492,7 +494,7 @@ hcomm_status_t hcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendco
     const char* fn = "hcomm_allgather";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
     return ToC(comm->impl->AllGather(sendbuf, recvbuf, sendcount, DT(dtype)));
@@ -519,7 +521,7 @@ hcomm_status_t hcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
     const char* fn = "hcomm_alltoall";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
     HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
     return ToC(comm->impl->AllToAll(sendbuf, recvbuf, count, DT(dtype)));
@@ -532,7 +534,7 @@ hcomm_status_t hcomm_gather(const void* sendbuf, void* recvbuf, size_t sendcount
     const char* fn = "hcomm_gather";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK(CheckRoot(fn, comm, root));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
     if (comm->impl->rank() == root) {
@@ -549,7 +551,7 @@ hcomm_status_t hcomm_scatter(const void* sendbuf, void* recvbuf, size_t recvcoun
     const char* fn = "hcomm_scatter";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, -1, &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK(CheckRoot(fn, comm, root));
     if (comm->impl->rank() == root) {
       HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,

@@ -391,7 +391,9 @@ TEST(CollectiveErrorsTest, DifferentCountsAreMismatchAndTimeoutsNameTheCollectiv
     absl::Status s = (*c)->AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
                                      ReduceOp::kSum);
     EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
-    EXPECT_NE(s.message().find("allreduce seq 0"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("seq 0: rank"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("allreduce(count 100 float32 sum)"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("allreduce(count 200 float32 sum)"), absl::string_view::npos) << s;
     ASSERT_TRUE((*c)->Barrier().ok());
     // Rank 1 never calls the broadcast: rank 0 times out naming it.
     ASSERT_TRUE((*c)->SetOption("timeout_ms", "300").ok());
@@ -422,6 +424,65 @@ TEST(CollectiveErrorsTest, IAllReduceKeepsCallOrder) {
     ASSERT_TRUE((*c)->Wait(req->get(), (*c)->Deadline()).ok());
     EXPECT_EQ(a[999], 6);
     EXPECT_EQ(b[0], 12);
+  });
+}
+
+}  // namespace
+}  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+TEST(CollectiveErrorsTest, DifferentCollectivesFailEveryRankWithBothCallsNamed) {
+  for (auto mode : {testing::TransportMode::kShm, testing::TransportMode::kTcp}) {
+    testing::SetTransportMode(mode);
+    testing::RunRanks(4, [](int rank, const Options& o) {
+      auto c = Communicator::Init(o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      ASSERT_TRUE((*c)->Barrier().ok());
+      std::vector<int32_t> v(10, rank);
+      absl::Time t0 = absl::Now();
+      absl::Status s = rank == 2 ? (*c)->Broadcast(v.data(), 10, DataType::kInt32, 1)
+                                 : (*c)->AllReduce(v.data(), v.data(), 10, DataType::kInt32,
+                                                   ReduceOp::kSum);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << "rank " << rank << ": " << s;
+      EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "rank " << rank;
+      EXPECT_NE(s.message().find("broadcast(count 10 int32 root 1)"), absl::string_view::npos)
+          << "rank " << rank << ": " << s;
+      EXPECT_NE(s.message().find("allreduce(count 10 int32 sum)"), absl::string_view::npos)
+          << "rank " << rank << ": " << s;
+      EXPECT_NE(s.message().find("seq 1"), absl::string_view::npos) << s;
+    });
+  }
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
+}  // namespace
+}  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+TEST(HalfPrecisionTest, AccumulatesInFloat32) {
+  testing::RunRanks(4, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const float in[4] = {2048, 1, 1, 0};  // fp16 has 11 bits: 2048+1 rounds back to 2048
+    for (const char* algo : {"ring", "tree", "direct"}) {
+      ASSERT_TRUE((*c)->SetOption("algo", algo).ok());
+      for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+        std::vector<uint16_t> v(3);
+        for (auto& x : v) x = t == DataType::kFloat16 ? FloatToHalf(in[rank]) : FloatToBFloat16(in[rank]);
+        ASSERT_TRUE((*c)->AllReduce(v.data(), v.data(), 3, t, ReduceOp::kSum).ok());
+        float got = t == DataType::kFloat16 ? HalfToFloat(v[2]) : BFloat16ToFloat(v[2]);
+        // 2050 is exact in fp16; in bf16 (8 bits) it rounds to 2048.
+        EXPECT_EQ(got, t == DataType::kFloat16 ? 2050.0f : 2048.0f) << algo << " " << DataTypeName(t);
+        uint16_t r = 0;
+        uint16_t mine = t == DataType::kFloat16 ? FloatToHalf(in[rank]) : FloatToBFloat16(in[rank]);
+        ASSERT_TRUE((*c)->Reduce(&mine, rank == 0 ? &r : nullptr, 1, t, ReduceOp::kSum, 0).ok());
+        if (rank == 0 && t == DataType::kFloat16) EXPECT_EQ(HalfToFloat(r), 2050.0f) << algo;
+      }
+    }
   });
 }
 

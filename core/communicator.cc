@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/status.h"
 
 namespace hcomm {
@@ -38,29 +40,55 @@ std::string Bytes(size_t b) {
   return absl::StrCat(b, " B");
 }
 
+// A collective's fingerprint: what this rank is doing, sent with every
+// message of the call. Bit 63 marks it; then op (4 bits), dtype (4),
+// reduce op (3), root + 1 (17) and the low 32 bits of the count.
+uint64_t Fingerprint(CollectiveOp op, size_t count, DataType t, ReduceOp rop, int root) {
+  return (uint64_t{1} << 63) | (static_cast<uint64_t>(op) & 0xf) << 56 |
+         (static_cast<uint64_t>(t) & 0xf) << 52 | (static_cast<uint64_t>(rop) & 0x7) << 49 |
+         (static_cast<uint64_t>(root + 1) & 0x1ffff) << 32 | (count & 0xffffffffu);
+}
+
+// "allreduce(count 10 float32 sum)", "broadcast(count 10 int32 root 1)".
+std::string DescribeFingerprint(uint64_t fp) {
+  auto op = static_cast<CollectiveOp>((fp >> 56) & 0xf);
+  auto t = static_cast<DataType>((fp >> 52) & 0xf);
+  auto rop = static_cast<ReduceOp>((fp >> 49) & 0x7);
+  int root = static_cast<int>((fp >> 32) & 0x1ffff) - 1;
+  std::string out = absl::StrCat(CollectiveOpName(op), "(count ", fp & 0xffffffffu);
+  if (op != CollectiveOp::kBarrier) absl::StrAppend(&out, " ", DataTypeName(t));
+  if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
+      op == CollectiveOp::kReduceScatter) {
+    absl::StrAppend(&out, " ", ReduceOpName(rop));
+  }
+  if (root >= 0) absl::StrAppend(&out, " root ", root);
+  return out + ")";
+}
+
 }  // namespace
 
 // The point-to-point view one collective call has of its communicator.
 class Communicator::CollectivePeers : public Peers {
  public:
-  CollectivePeers(Communicator* c, int tag, absl::Time deadline, std::string what)
-      : c_(c), tag_(tag), deadline_(deadline), what_(std::move(what)) {}
+  CollectivePeers(Communicator* c, int tag, uint64_t fingerprint, absl::Time deadline,
+                  std::string what)
+      : c_(c), tag_(tag), fp_(fingerprint), deadline_(deadline), what_(std::move(what)) {}
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
                                                  int peer) override {
-    auto r = c_->fabric_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_);
-    if (!r.ok()) return Annotate(r.status(), what_);
+    auto r = c_->fabric_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_, fp_);
+    if (!r.ok()) return Explain(r.status());
     return r;
   }
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) override {
-    auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_);
-    if (!r.ok()) return Annotate(r.status(), what_);
+    auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_, fp_);
+    if (!r.ok()) return Explain(r.status());
     return r;
   }
   absl::Status Wait(Request* r) override {
     absl::Status s = c_->fabric_->Wait(r, deadline_);
-    if (!s.ok()) return Annotate(s, what_);
+    if (!s.ok()) return Explain(s);
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {
       int src = r->out_source >= 0 ? (*c_->world_to_group_)[r->out_source] : -1;
       return Mismatch(absl::StrCat(what_, ": rank ", c_->rank_, " expected ", r->bytes,
@@ -70,6 +98,43 @@ class Communicator::CollectivePeers : public Peers {
     return absl::OkStatus();
   }
   char* Scratch(int slot, size_t bytes) override { return c_->ScratchSlot(slot, bytes); }
+  absl::Status Explain(const absl::Status& s) {
+    if (CodeOf(s) == ErrorCode::kMismatch && s.GetPayload(kClashUrl)) return Clash(s);
+    return Annotate(s, what_);
+  }
+
+  // Ranks disagree on the collective: say who called what. If this rank
+  // found it, tell every member so that all fail at once.
+  absl::Status Clash(const absl::Status& s) {
+    std::vector<std::string> f = absl::StrSplit(std::string(*s.GetPayload(kClashUrl)), ' ');
+    uint64_t culprit_fp = 0, reporter_fp = fp_;
+    int culprit = -1, reporter = c_->fabric_->rank();
+    if (f.size() >= 3) {
+      (void)absl::SimpleAtoi(f[0], &culprit_fp);
+      (void)absl::SimpleAtoi(f[1], &culprit);
+      (void)absl::SimpleAtoi(f[2], &reporter_fp);
+    }
+    if (f.size() >= 4) {
+      (void)absl::SimpleAtoi(f[3], &reporter);
+    } else {
+      c_->fabric_->Poison(c_->coll_ctx_, tag_, c_->group_to_world_, culprit_fp, culprit,
+                          reporter_fp);
+    }
+    auto g = [this](int world) {
+      return world >= 0 && world < static_cast<int>(c_->world_to_group_->size())
+                 ? (*c_->world_to_group_)[world]
+                 : world;
+    };
+    std::string msg = absl::StrCat("seq ", tag_, ": rank ", g(culprit), " called ",
+                                   DescribeFingerprint(culprit_fp), ", rank ", g(reporter),
+                                   " called ", DescribeFingerprint(reporter_fp));
+    if (fp_ != culprit_fp && fp_ != reporter_fp) {
+      absl::StrAppend(&msg, ", this rank (", c_->rank_, ") called ", DescribeFingerprint(fp_));
+    }
+    return Mismatch(absl::StrCat(msg, "; every rank must call the same collectives in the same "
+                                      "order (on rank ", c_->rank_, ")"));
+  }
+
   void Withdraw(const std::shared_ptr<Request>& r) override {
     c_->fabric_->Withdraw(r, Aborted(absl::StrCat(what_, ": withdrawn after an error")))
         .IgnoreError();
@@ -78,6 +143,7 @@ class Communicator::CollectivePeers : public Peers {
  private:
   Communicator* c_;
   int tag_;
+  uint64_t fp_;
   absl::Time deadline_;
   std::string what_;
 };
@@ -227,7 +293,8 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
   }
   absl::Status s;
   {
-    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask), Deadline(), what);
+    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask),
+                          Fingerprint(op, count, t, rop, root), Deadline(), what);
     s = body(peers, choice.algo);
   }
   absl::MutexLock l(&seq_mu_);
@@ -235,8 +302,56 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
   return s;
 }
 
+namespace {
+
+bool IsHalf(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
+
+void Widen(const void* in, float* out, size_t n, DataType t) {
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  if (t == DataType::kFloat16) {
+    for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(h[i]);
+  }
+}
+
+void Narrow(const float* in, void* out, size_t n, DataType t) {
+  uint16_t* h = static_cast<uint16_t*>(out);
+  if (t == DataType::kFloat16) {
+    for (size_t i = 0; i < n; ++i) h[i] = FloatToHalf(in[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) h[i] = FloatToBFloat16(in[i]);
+  }
+}
+
+}  // namespace
+
+// float16/bfloat16 reductions accumulate in float32 across ranks: the data
+// travels and is reduced as float32 and is rounded once, at the end.
+std::function<absl::Status(Peers&, Algorithm)> Communicator::Widened(
+    const void* send, void* recv, size_t in_count, size_t out_count, DataType t, bool has_output,
+    const std::function<absl::Status(Peers&, Algorithm, const void*, void*)>& body) {
+  return [=](Peers& p, Algorithm a) -> absl::Status {
+    float* wide_in = reinterpret_cast<float*>(ScratchSlot(2, std::max<size_t>(in_count, 1) * 4));
+    float* wide_out = reinterpret_cast<float*>(ScratchSlot(3, std::max<size_t>(out_count, 1) * 4));
+    if (wide_in == nullptr || wide_out == nullptr) {
+      return OutOfMem("cannot allocate the float32 staging buffers");
+    }
+    Widen(send, wide_in, in_count, t);
+    HCOMM_RETURN_IF_ERROR(body(p, a, wide_in, wide_out));
+    if (has_output) Narrow(wide_out, recv, out_count, t);
+    return absl::OkStatus();
+  };
+}
+
 std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
     const void* send, void* recv, size_t count, DataType t, ReduceOp op) {
+  if (IsHalf(t)) {
+    return Widened(send, recv, count, count, t, true,
+                   [=](Peers& p, Algorithm a, const void* in, void* out) {
+                     return AllReduceBody(in, out, count, DataType::kFloat32, op)(p, a);
+                   });
+  }
   return [=](Peers& p, Algorithm a) {
     switch (a) {
       case Algorithm::kTree: return AllReduceRecursiveDoubling(p, send, recv, count, t, op);
@@ -269,6 +384,21 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
                                   ReduceOp op, int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot("reduce", root));
   size_t bytes = count * DataTypeSize(t);
+  if (IsHalf(t)) {
+    return RunCollective(
+        CollectiveOp::kReduce, bytes, t, op, root, count,
+        Widened(send, recv, count, count, t, rank_ == root,
+                [=](Peers& p, Algorithm a, const void* in, void* out) -> absl::Status {
+                  switch (a) {
+                    case Algorithm::kTree:
+                      return ReduceBinomial(p, in, out, count, DataType::kFloat32, op, root);
+                    case Algorithm::kDirect:
+                      return ReduceDirect(p, in, out, count, DataType::kFloat32, op, root);
+                    default:
+                      return ReduceRing(p, in, out, count, DataType::kFloat32, op, root);
+                  }
+                }));
+  }
   return RunCollective(CollectiveOp::kReduce, bytes, t, op, root, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -299,6 +429,17 @@ absl::Status Communicator::AllGather(const void* send, void* recv, size_t sendco
 absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t recvcount,
                                          DataType t, ReduceOp op) {
   size_t per = recvcount * DataTypeSize(t);
+  if (IsHalf(t)) {
+    return RunCollective(
+        CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
+        Widened(send, recv, recvcount * size_, recvcount, t, true,
+                [=](Peers& p, Algorithm a, const void* in, void* out) {
+                  if (a == Algorithm::kDirect) {
+                    return ReduceScatterDirect(p, in, out, recvcount, DataType::kFloat32, op);
+                  }
+                  return ReduceScatterRing(p, in, out, recvcount, DataType::kFloat32, op);
+                }));
+  }
   return RunCollective(CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
                        [&](Peers& p, Algorithm a) {
                          if (a == Algorithm::kDirect) {

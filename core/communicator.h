@@ -125,6 +125,10 @@ class Communicator {
   absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
                          int root, size_t count,
                          const std::function<absl::Status(Peers&, Algorithm)>& body);
+  std::function<absl::Status(Peers&, Algorithm)> Widened(
+      const void* send, void* recv, size_t in_count, size_t out_count, DataType t,
+      bool has_output,
+      const std::function<absl::Status(Peers&, Algorithm, const void*, void*)>& body);
   std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
                                                                size_t count, DataType t,
                                                                ReduceOp op);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,8 @@ enum Kind : uint8_t {
   kCancelRts = 6,  // sender withdrew an RTS: id = send id
   kDataAbort = 7,  // sender cannot honour a CTS: id = receive id
   kGoodbye = 8,    // the sender is destroying its communicator
+  kNotice = 9,     // a collective clash: id = culprit fp, id2 = reporter fp,
+                   // size = culprit rank; fails (ctx, tag) everywhere
 };
 
 struct Meta {
@@ -106,6 +109,12 @@ absl::StatusOr<uint64_t> RandomU64() {
 }
 
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
+
+}  // namespace
+
+const char kClashUrl[] = "hcomm.dev/clash";
+
+namespace {
 
 }  // namespace
 
@@ -512,6 +521,76 @@ void Fabric::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
   if (sleepers_ > 0) cv_.SignalAll();
 }
 
+bool Fabric::Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source) {
+  if (r->fingerprint == 0 || fingerprint == r->fingerprint) return false;
+  absl::Status why = Mismatch(absl::StrCat("rank ", rank_, ": rank ", source,
+                                           " is in another collective (tag ", r->tag, ")"));
+  why.SetPayload(kClashUrl, absl::Cord(absl::StrCat(fingerprint, " ", source, " ",
+                                                    r->fingerprint)));
+  r->out_source = source;
+  Complete(r, why);
+  return true;
+}
+
+void Fabric::CheckArrivalAgainstPosted(Matcher& matcher, int source, int tag,
+                                       uint64_t fingerprint) {
+  if (fingerprint == 0) return;
+  for (auto it = matcher.posted().begin(); it != matcher.posted().end(); ++it) {
+    const Request& r = **it;
+    if (r.tag == tag && r.fingerprint != 0 && r.fingerprint != fingerprint) {
+      std::shared_ptr<Request> hit = *it;
+      matcher.posted().erase(it);
+      Clash(hit, fingerprint, source);
+      return;
+    }
+  }
+}
+
+void Fabric::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
+  for (const auto& [key, st] : poisoned_) {
+    if (key.first == ctx && key.second == tag) return;
+  }
+  poisoned_.push_back({{ctx, tag}, why});
+  if (poisoned_.size() > 64) poisoned_.pop_front();
+  Matcher& matcher = MatcherFor(ctx);
+  for (auto it = matcher.posted().begin(); it != matcher.posted().end();) {
+    if ((*it)->tag == tag) {
+      std::shared_ptr<Request> r = *it;
+      it = matcher.posted().erase(it);
+      Complete(r, why);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
+    std::shared_ptr<Request> r = it->second;
+    if (r->ctx == ctx && r->tag == tag) {
+      awaiting_cts_.erase(it++);
+      Complete(r, why);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Fabric::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,
+                    int culprit, uint64_t reporter_fp) {
+  std::vector<Outgoing> out;
+  {
+    absl::MutexLock l(&mu_);
+    absl::Status why = Mismatch(absl::StrCat("rank ", rank_, " found ranks disagreeing"));
+    why.SetPayload(kClashUrl, absl::Cord(absl::StrCat(culprit_fp, " ", culprit, " ", reporter_fp,
+                                                      " ", rank_)));
+    PoisonLocked(ctx, tag, why);
+    for (int p : members) {
+      if (p == rank_ || peers_[p]->state != PeerState::kUp) continue;
+      out.push_back({p, Pack(MakeMeta(kNotice, ctx, rank_, tag, static_cast<uint64_t>(culprit),
+                                      culprit_fp, reporter_fp))});
+    }
+  }
+  Flush(&out);
+}
+
 void Fabric::CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s) {
   absl::MutexLock l(&mu_);
   Complete(r, std::move(s));
@@ -555,10 +634,11 @@ std::string Fabric::Describe(const Request& r) const {
 
 absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void* buf,
                                                        size_t bytes, size_t elem_size, int peer,
-                                                       int tag) {
+                                                       int tag, uint64_t fingerprint) {
   auto r = std::make_shared<Request>();
   r->kind = Request::Kind::kSend;
   r->ctx = ctx;
+  r->fingerprint = fingerprint;
   r->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   r->peer = peer;
   r->tag = tag;
@@ -569,6 +649,9 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
   {
     absl::MutexLock l(&mu_);
     HCOMM_RETURN_IF_ERROR(Annotate(CheckUsable(peer), Describe(*r)));
+    for (const auto& [key, why] : poisoned_) {
+      if (key.first == ctx && key.second == tag) return why;
+    }
     if (peer == rank_) {
       SelfSend(r);
       return r;
@@ -581,7 +664,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
     }
   }
   if (r->rendezvous) {
-    Meta m = MakeMeta(kRts, r->ctx, rank_, tag, bytes, r->id);
+    Meta m = MakeMeta(kRts, r->ctx, rank_, tag, bytes, r->id, r->fingerprint);
     route_[peer]->Send(peer, Pack(m), nullptr, 0, [this, r](absl::Status s) {
       if (s.ok()) return;
       absl::MutexLock l(&mu_);
@@ -589,7 +672,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
       Complete(r, Annotate(s, Describe(*r)));
     });
   } else {
-    Meta m = MakeMeta(kEager, r->ctx, rank_, tag, bytes, r->id);
+    Meta m = MakeMeta(kEager, r->ctx, rank_, tag, bytes, r->id, r->fingerprint);
     uint64_t h = route_[peer]->Send(peer, Pack(m), buf, bytes, [this, r](absl::Status s) {
       absl::MutexLock l(&mu_);
       sending_.erase(r->id);
@@ -604,6 +687,10 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
 void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
   Matcher& matcher = MatcherFor(r->ctx);
   std::shared_ptr<Request> recv = matcher.TakePosted(rank_, r->tag);
+  if (recv && Clash(recv, r->fingerprint, rank_)) {
+    Complete(r, absl::OkStatus());
+    return;
+  }
   if (recv) {
     recv->out_source = rank_;
     recv->out_tag = r->tag;
@@ -624,6 +711,7 @@ void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
   u.source = rank_;
   u.tag = r->tag;
   u.bytes = r->bytes;
+  u.fingerprint = r->fingerprint;
   if (r->bytes <= kEagerBytes) {
     u.kind = Unexpected::Kind::kEager;
     u.data.reset(new char[std::max<size_t>(r->bytes, 1)]);
@@ -639,10 +727,12 @@ void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
 }
 
 absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, size_t bytes,
-                                                       size_t elem_size, int peer, int tag) {
+                                                       size_t elem_size, int peer, int tag,
+                                                       uint64_t fingerprint) {
   auto r = std::make_shared<Request>();
   r->kind = Request::Kind::kRecv;
   r->ctx = ctx;
+  r->fingerprint = fingerprint;
   r->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   r->peer = peer;
   r->tag = tag;
@@ -654,6 +744,9 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, 
   {
     absl::MutexLock l(&mu_);
     if (aborted_ || destroyed_) return Annotate(CheckUsable(kAnySource), Describe(*r));
+    for (const auto& [key, why] : poisoned_) {
+      if (key.first == ctx && key.second == tag) return why;
+    }
     Matcher& matcher = MatcherFor(ctx);
     auto it = matcher.FindUnexpected(peer, tag);
     if (it != matcher.unexpected().end()) {
@@ -662,6 +755,16 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, 
       // Nothing has arrived: a dead peer can no longer send it.
       absl::Status usable = CheckUsable(peer);
       if (!usable.ok()) return Annotate(usable, Describe(*r));
+      if (fingerprint != 0) {
+        // A message of another collective under the same tag, from anyone:
+        // the ranks disagree, whoever it was meant for.
+        for (const Unexpected& u : matcher.unexpected()) {
+          if (u.tag == tag && u.fingerprint != 0 && u.fingerprint != fingerprint) {
+            Clash(r, u.fingerprint, u.source);
+            return r;
+          }
+        }
+      }
       if (peer == kAnySource) {
         bool any_up = false;
         for (int p = 0; p < size_; ++p) {
@@ -684,6 +787,17 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
   Unexpected& u = *it;
   r->out_source = u.source;
   r->out_tag = u.tag;
+  if (u.kind != Unexpected::Kind::kRts && Clash(r, u.fingerprint, u.source)) {
+    if (u.kind == Unexpected::Kind::kSelf) {
+      Complete(u.sender, absl::OkStatus());
+      matcher.EraseUnexpected(it);
+    } else if (u.complete) {
+      matcher.EraseUnexpected(it);
+    } else {
+      u.claimed = r;  // let it finish arriving, then drop it
+    }
+    return;
+  }
   switch (u.kind) {
     case Unexpected::Kind::kEager: {
       if (u.bytes > r->bytes) {
@@ -711,9 +825,9 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
     }
     case Unexpected::Kind::kRts: {
       int source = u.source, tag = u.tag;
-      uint64_t bytes = u.bytes, send_id = u.send_id;
+      uint64_t bytes = u.bytes, send_id = u.send_id, fingerprint = u.fingerprint;
       matcher.EraseUnexpected(it);
-      MatchRts(source, tag, bytes, send_id, r, out);
+      MatchRts(source, tag, bytes, send_id, fingerprint, r, out);
       return;
     }
     case Unexpected::Kind::kSelf: {
@@ -734,10 +848,14 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
   }
 }
 
-void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id,
-                            const std::shared_ptr<Request>& r, std::vector<Outgoing>* out) {
+void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint64_t fingerprint,
+                      const std::shared_ptr<Request>& r, std::vector<Outgoing>* out) {
   r->out_source = peer;
   r->out_tag = tag;
+  if (Clash(r, fingerprint, peer)) {
+    out->push_back({peer, Pack(MakeMeta(kReject, r->ctx, rank_, tag, bytes, send_id))});
+    return;
+  }
   if (bytes > r->bytes) {
     out->push_back({peer, Pack(MakeMeta(kReject, r->ctx, rank_, tag, bytes, send_id))});
     Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", bytes, " bytes from rank ",
@@ -902,6 +1020,7 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
   if (aborted_) return nullptr;
   if (m.kind == kEager) {
     std::shared_ptr<Request> r = MatcherFor(m.comm_id).TakePosted(peer, m.tag);
+    if (r && Clash(r, m.id2, peer)) return nullptr;  // discard the payload
     if (r) {
       r->out_source = peer;
       r->out_tag = m.tag;
@@ -919,7 +1038,9 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
     u.source = peer;
     u.tag = m.tag;
     u.bytes = payload_len;
+    u.fingerprint = m.id2;
     u.data.reset(new char[payload_len]);
+    CheckArrivalAgainstPosted(MatcherFor(m.comm_id), peer, m.tag, m.id2);
     p.rx_unexpected = MatcherFor(m.comm_id).AddUnexpected(std::move(u));
     return p.rx_unexpected->data.get();
   }
@@ -951,6 +1072,7 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
         if (payload_len == 0) {
           // Zero-byte message: match it now.
           std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+          if (r && Clash(r, m.id2, peer)) break;
           if (r) {
             r->out_source = peer;
             r->out_tag = m.tag;
@@ -962,7 +1084,9 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
             u.source = peer;
             u.tag = m.tag;
             u.bytes = 0;
+            u.fingerprint = m.id2;
             u.complete = true;
+            CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
             matcher.AddUnexpected(std::move(u));
           }
           break;
@@ -1005,7 +1129,7 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
       case kRts: {
         std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
         if (r) {
-          MatchRts(peer, m.tag, m.size, m.id, r, &out);
+          MatchRts(peer, m.tag, m.size, m.id, m.id2, r, &out);
         } else {
           Unexpected u;
           u.kind = Unexpected::Kind::kRts;
@@ -1013,6 +1137,8 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           u.tag = m.tag;
           u.bytes = m.size;
           u.send_id = m.id;
+          u.fingerprint = m.id2;
+          CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
           matcher.AddUnexpected(std::move(u));
         }
         break;
@@ -1062,6 +1188,13 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
                                                r->out_bytes, " bytes, tag ", r->out_tag,
                                                ") after its send timed out")));
         }
+        break;
+      }
+      case kNotice: {
+        absl::Status why = Mismatch(absl::StrCat("rank ", m.src, " found ranks disagreeing"));
+        why.SetPayload(kClashUrl, absl::Cord(absl::StrCat(m.id, " ", m.size, " ", m.id2, " ",
+                                                          m.src)));
+        PoisonLocked(m.comm_id, m.tag, why);
         break;
       }
       case kGoodbye: {

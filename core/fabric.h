@@ -27,6 +27,7 @@
 #define HCOMM_CORE_FABRIC_H_
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +48,9 @@
 namespace hcomm {
 
 class StoreServer;
+
+// Payload URL of a collective clash (see Fabric::Irecv and Fabric::Poison).
+extern const char kClashUrl[];
 class StoreClient;
 
 class Fabric : public FrameSink {
@@ -85,10 +89,22 @@ class Fabric : public FrameSink {
   // `ctx` is the matching context: messages only match receives of the
   // same context (a communicator has one for point-to-point and one for
   // collectives). Ranks are world ranks.
+  // `fingerprint` (collectives only) travels with the message; a receive
+  // with a different non-zero fingerprint fails with Mismatch carrying a
+  // "hcomm.dev/clash" payload: "<their fingerprint> <their rank> <ours>".
   absl::StatusOr<std::shared_ptr<Request>> Isend(uint32_t ctx, const void* buf, size_t bytes,
-                                                 size_t elem_size, int peer, int tag);
+                                                 size_t elem_size, int peer, int tag,
+                                                 uint64_t fingerprint = 0);
   absl::StatusOr<std::shared_ptr<Request>> Irecv(uint32_t ctx, void* buf, size_t bytes,
-                                                 size_t elem_size, int peer, int tag);
+                                                 size_t elem_size, int peer, int tag,
+                                                 uint64_t fingerprint = 0);
+
+  // After a fingerprint clash in (ctx, tag): fails every pending and later
+  // operation there, here and at `members` (world ranks), with Mismatch and a
+  // "hcomm.dev/clash" payload "<culprit fp> <culprit rank> <reporter fp>
+  // <reporter rank>".
+  void Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,
+              int culprit, uint64_t reporter_fp);
 
   // Blocking forms. On timeout the operation is withdrawn where the protocol
   // allows it, and the message names what was pending.
@@ -178,10 +194,20 @@ class Fabric : public FrameSink {
   Matcher& MatcherFor(uint32_t ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it, const std::shared_ptr<Request>& r,
                          std::vector<Outgoing>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id,
+  void MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint64_t fingerprint,
                 const std::shared_ptr<Request>& r, std::vector<Outgoing>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SelfSend(const std::shared_ptr<Request>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True (and `r` completed with Mismatch) if `r` expects another
+  // collective than the arriving message's fingerprint says.
+  bool Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An unmatched arrival of another collective under a tag that a posted
+  // receive waits on: fail that receive with a clash.
+  void CheckArrivalAgainstPosted(Matcher& matcher, int source, int tag, uint64_t fingerprint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Flush(std::vector<Outgoing>* out);
   absl::Status CheckUsable(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const Request& r) const;
@@ -218,6 +244,8 @@ class Fabric : public FrameSink {
   std::atomic<bool> aborted_flag_{false};
   std::atomic<uint64_t> next_id_{1};
   uint32_t next_free_ctx_ ABSL_GUARDED_BY(mu_) = 2;  // the world uses 0 and 1
+  // (ctx, tag) pairs failed by Poison, newest last (bounded).
+  std::deque<std::pair<std::pair<uint32_t, int>, absl::Status>> poisoned_ ABSL_GUARDED_BY(mu_);
 
   // Progress: whoever holds progress_mu_ polls the transport.
   absl::Mutex progress_mu_;

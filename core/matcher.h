@@ -33,6 +33,7 @@ struct Unexpected {
   std::unique_ptr<char[]> data;  // kEager
   bool complete = false;         // kEager: payload fully arrived
   uint64_t send_id = 0;          // kRts: the sender's request id
+  uint64_t fingerprint = 0;      // the sender's collective fingerprint
   std::shared_ptr<Request> sender;   // kSelf
   std::shared_ptr<Request> claimed;  // kEager: a receive waiting for the payload
 };

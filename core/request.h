@@ -29,6 +29,9 @@ struct Request {
   Kind kind = Kind::kRecv;
   uint64_t id = 0;
   uint32_t ctx = 0;  // matching context
+  // Collectives: what the caller is doing (op, count, dtype, root), sent
+  // with every message and compared with the matching receive's. 0: none.
+  uint64_t fingerprint = 0;
   // As given by the caller (ranks of the communicator).
   int peer = kAnySource;
   int tag = kAnyTag;

@@ -85,6 +85,10 @@ class StoreServer {
   absl::Status AwaitWaiters(int n, absl::Time deadline);
 
  private:
+  // fuzz/store_request_fuzzer.cc feeds arbitrary bytes to ServeRequests, the
+  // loop every connection runs once its handshake has succeeded.
+  friend class StoreServerFuzzPeer;
+
   // A parked GET/WAIT; its condition variable is signalled when one of its
   // keys is set, and on shutdown. Lives on the waiting thread's stack and is
   // registered in waiters_ / waiters_by_key_ only while it waits.

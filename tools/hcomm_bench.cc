@@ -57,7 +57,9 @@
 //            ranks.
 //
 // Output: a table on rank 0's stdout, or with --json one JSON object per
-// line INSTEAD of the table (nothing else on stdout), keys in this order:
+// line INSTEAD of the table (nothing else on stdout). "transport" names the
+// transports of the measured links as hcomm_comm_transport reports them
+// ("shm", "tcp", "shm+tcp", "self"). Keys in this order:
 //   {"op":"p2p","bytes":N,"time_us":MEDIAN,"algbw_gbs":X,"busbw_gbs":X,
 //    "wrong":W,"time_min_us":..,"time_max_us":..,"iters":..,"runs":..,
 //    "ranks":..,"transport":"..","checked":true}
@@ -339,7 +341,8 @@ struct Bench {
   // Allocated once at the largest size, by participating ranks only.
   unsigned char* sendbuf = nullptr;
   unsigned char* recvbuf = nullptr;
-  std::string algo;  // the algorithm in effect, as printed
+  std::string algo;       // the algorithm in effect, as printed
+  std::string transport;  // the transports in use, as printed
 };
 
 struct OpDesc {
@@ -928,9 +931,52 @@ unsigned char* AllocTouched(size_t bytes) {
   return static_cast<unsigned char*>(p);
 }
 
-std::string TransportName() {
+// The allowed transports as configured (HCOMM_TRANSPORTS, else "auto").
+std::string ConfiguredTransports() {
   const char* t = std::getenv("HCOMM_TRANSPORTS");
   return (t != nullptr && *t != '\0') ? t : "auto";
+}
+
+// The transports the measured links use, from hcomm_comm_transport: "shm",
+// "tcp", "shm+tcp" (a mix), "self" (one rank). p2p: rank 0's link to rank
+// 1 (local). Collectives: every rank's links to its peers (collective: an
+// hcomm_allreduce of per-transport link counts). Falls back to the
+// configured list if the library cannot say.
+std::string DescribeTransports(Bench& b, const OpDesc& op) {
+  static const char* const kNames[] = {"shm", "tcp", "self"};
+  constexpr int kKinds = 4;  // the three above and "other"
+  int64_t links[kKinds] = {0, 0, 0, 0};
+  bool known = true;
+  const bool collective = op.count_for != nullptr;
+  for (int peer = 0; peer < b.size; ++peer) {
+    if (!collective && !(b.rank == 0 && peer == 1)) continue;
+    const char* name = nullptr;
+    if (hcomm_comm_transport(b.comm, peer, &name) != HCOMM_SUCCESS || name == nullptr) {
+      known = false;
+      continue;
+    }
+    int kind = kKinds - 1;
+    for (int k = 0; k < 3; ++k) {
+      if (std::strcmp(name, kNames[k]) == 0) kind = k;
+    }
+    ++links[kind];
+  }
+  if (collective) {
+    int64_t unknown = known ? 0 : 1;
+    Check(hcomm_allreduce(&unknown, &unknown, 1, HCOMM_INT64, HCOMM_MAX, b.comm),
+          "hcomm_allreduce (transports)");
+    Check(hcomm_allreduce(links, links, kKinds, HCOMM_INT64, HCOMM_SUM, b.comm),
+          "hcomm_allreduce (transports)");
+    known = unknown == 0;
+  }
+  if (!known) return ConfiguredTransports();
+  std::string out;
+  for (int k = 0; k < 2; ++k) {
+    if (links[k] > 0) out += (out.empty() ? "" : "+") + std::string(kNames[k]);
+  }
+  if (links[3] > 0) out += out.empty() ? "other" : "+other";
+  if (out.empty()) out = links[2] > 0 ? "self" : ConfiguredTransports();
+  return out;
 }
 
 std::string JsonString(const std::string& s) {
@@ -1030,7 +1076,7 @@ Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
 void PrintHeader(const Bench& b, const OpDesc& op) {
   const Options& o = b.opt;
   std::printf("# hcomm_bench %s: %d ranks, transport %s, iters %d, warmup %d\n", op.name,
-              b.size, TransportName().c_str(), o.iters, o.warmup);
+              b.size, b.transport.c_str(), o.iters, o.warmup);
   std::printf("# sizes %zu..%zu x%zu, %d runs per size, check %d; iters per run = "
               "min(%d, max(%d, %.0e / bytes)); times per iteration%s\n",
               o.min_bytes, o.max_bytes, o.factor, o.runs, o.check, o.iters, kMinIters,
@@ -1049,7 +1095,7 @@ void PrintCollectiveHeader(const Bench& b, const OpDesc& op) {
   const Options& o = b.opt;
   std::printf("# hcomm_bench %s: %d ranks, transport %s, algorithm %s, type %s, redop %s, "
               "root %d\n",
-              op.name, b.size, TransportName().c_str(), b.algo.c_str(),
+              op.name, b.size, b.transport.c_str(), b.algo.c_str(),
               DtypeInfo(o.dtype).name, RedopColumn(b, op), RootColumn(b, op));
   std::printf("# sizes %zu..%zu x%zu; iters %d per run = min(%d, max(%d, %.0e / bytes)), "
               "warmup %d, %d runs per size, check %d\n",
@@ -1057,7 +1103,7 @@ void PrintCollectiveHeader(const Bench& b, const OpDesc& op) {
               o.warmup, o.runs, o.check);
   std::printf("# time = median over runs of the slowest rank's mean time per op "
               "(each run after a barrier)\n");
-  std::printf("#%66s\n", "out-of-place");
+  std::printf("#%76s\n", "out-of-place");
   std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "size", "count", "type",
               "redop", "root", "time", "algbw", "busbw", "#wrong");
   std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "(B)", "(elements)", "", "",
@@ -1076,7 +1122,7 @@ void PrintCollectivePoint(const Bench& b, const OpDesc& op, const Point& p) {
                 p.count, JsonString(DtypeInfo(o.dtype).name).c_str(),
                 JsonString(RedopColumn(b, op)).c_str(), RootColumn(b, op),
                 JsonString(b.algo).c_str(), b.size, p.min_us, p.max_us, p.iters, o.runs,
-                JsonString(TransportName()).c_str(), o.check ? "true" : "false");
+                JsonString(b.transport).c_str(), o.check ? "true" : "false");
   } else {
     char wrong[32];
     if (o.check) {
@@ -1103,7 +1149,7 @@ void PrintPoint(const Bench& b, const OpDesc& op, const Point& p) {
                 "\"ranks\":%d,\"transport\":%s,\"checked\":%s}\n",
                 JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
                 p.min_us, p.max_us, p.iters, b.opt.runs, b.size,
-                JsonString(TransportName()).c_str(), b.opt.check ? "true" : "false");
+                JsonString(b.transport).c_str(), b.opt.check ? "true" : "false");
   } else {
     char wrong[32];
     if (b.opt.check) {
@@ -1145,6 +1191,7 @@ int RunBench(const OpDesc& op, const Options& opt) {
     const char* env = std::getenv("HCOMM_ALGO");
     b.algo = (env != nullptr && *env != '\0') ? env : "auto";
   }
+  b.transport = DescribeTransports(b, op);
   MessageBarrier(b);
 
   int exit_code = 0;

@@ -65,7 +65,7 @@ while read -r op flags type redop root algo; do
 done <<'EOF_SWEEP'
 allreduce      -a_ring       float    sum  -1 ring
 allreduce      -d_float16_-o_avg half avg -1 auto
-broadcast      -r2_-adirect  int32    none 2  direct
+broadcast      -r2_-adirect_-dint32 int32 none 2 direct
 reduce         -r1_-atree_-dbf16_-omax bfloat16 max 1 tree
 allgather      -duint8       uint8    none -1 auto
 reduce_scatter -dint64_-oprod int64   prod -1 auto

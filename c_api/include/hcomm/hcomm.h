@@ -156,8 +156,9 @@ HCOMM_API hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out);
 HCOMM_API hcomm_status_t hcomm_comm_rank(hcomm_comm_t comm, int* rank);
 HCOMM_API hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size);
 
-/* Changes a setting of a live communicator. Only `timeout_ms` may be changed
- * after init; it applies to calls started afterwards.
+/* Changes a setting of a live communicator. Only `timeout_ms` and `algo`
+ * may be changed after init; they apply to calls started afterwards (change
+ * `algo` at the same point on every rank).
  * Errors: INVALID_ARGUMENT (unknown key, bad value, or a key fixed at init). */
 HCOMM_API hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key,
                                         const char* value);
