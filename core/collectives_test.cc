@@ -488,3 +488,37 @@ TEST(HalfPrecisionTest, AccumulatesInFloat32) {
 
 }  // namespace
 }  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
+  testing::RunRanks(4, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Barrier().ok());  // seq 0
+    if (rank == 3) {
+      // Never enters seq 1; waits for rank 0 to let it go.
+      int go = 0;
+      ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, 0, 5).ok());
+      return;
+    }
+    ASSERT_TRUE((*c)->SetOption("timeout_ms", "1000").ok());
+    std::vector<int32_t> v(4, 1);
+    absl::Status s = (*c)->AllReduce(v.data(), v.data(), 4, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+    EXPECT_NE(s.message().find("rank 3 never entered allreduce(count 4 int32 sum) seq 1"),
+              absl::string_view::npos)
+        << "rank " << rank << ": " << s;
+    EXPECT_NE(s.message().find("waits in recv from rank"), absl::string_view::npos)
+        << "rank " << rank << ": " << s;
+    ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+    if (rank == 0) {
+      int go = 1;
+      ASSERT_TRUE((*c)->Send(&go, sizeof go, 4, 3, 5).ok());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace hcomm

@@ -100,6 +100,11 @@ class Communicator::CollectivePeers : public Peers {
   char* Scratch(int slot, size_t bytes) override { return c_->ScratchSlot(slot, bytes); }
   absl::Status Explain(const absl::Status& s) {
     if (CodeOf(s) == ErrorCode::kMismatch && s.GetPayload(kClashUrl)) return Clash(s);
+    if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
+      reported_ = true;
+      return Timeout(absl::StrCat(what_, ": ", s.message(), "\n",
+                                  c_->HangReport(c_->coll_ctx_, tag_, fp_)));
+    }
     return Annotate(s, what_);
   }
 
@@ -144,6 +149,7 @@ class Communicator::CollectivePeers : public Peers {
   Communicator* c_;
   int tag_;
   uint64_t fp_;
+  bool reported_ = false;
   absl::Time deadline_;
   std::string what_;
 };
@@ -214,12 +220,101 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t b
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
                                 int tag) {
-  return fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout());
+  absl::Status s =
+      fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout());
+  if (CodeOf(s) == ErrorCode::kTimeout) {
+    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0)));
+  }
+  return s;
 }
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  return fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout());
+  absl::Status s = fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout());
+  if (CodeOf(s) == ErrorCode::kTimeout) {
+    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0)));
+  }
+  return s;
+}
+
+std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp) {
+  std::map<int, std::string> states = fabric_->CollectHangReport(absl::Now() + absl::Seconds(2));
+  auto g = [this](int world) {
+    if (world < 0) return std::string("any rank");
+    int r = world < static_cast<int>(world_to_group_->size()) ? (*world_to_group_)[world] : -1;
+    return r >= 0 ? absl::StrCat("rank ", r) : absl::StrCat("world rank ", world);
+  };
+  const bool coll = seq >= 0;
+  std::vector<std::string> lines;
+  for (int r = 0; r < size_; ++r) {
+    const int w = group_to_world_[r];
+    auto it = states.find(w);
+    if (it == states.end()) {
+      lines.push_back(absl::StrCat("rank ", r, " did not answer (stuck outside hcomm, or gone)"));
+      continue;
+    }
+    int64_t cseq = -1, in_progress = 0;
+    uint64_t cfp = 0;
+    std::vector<std::string> waits;
+    for (absl::string_view line : absl::StrSplit(it->second, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ');
+      uint32_t lctx = 0;
+      if (f.size() < 5 || !absl::SimpleAtoi(f[1], &lctx) || lctx != ctx) continue;
+      if (f[0] == "C" && f.size() >= 6) {
+        (void)absl::SimpleAtoi(f[2], &cseq);
+        (void)absl::SimpleAtoi(f[3], &cfp);
+        (void)absl::SimpleAtoi(f[4], &in_progress);
+        continue;
+      }
+      int peer = -1, tag = -1;
+      (void)absl::SimpleAtoi(f[2], &peer);
+      (void)absl::SimpleAtoi(f[3], &tag);
+      if (coll && tag != seq) continue;
+      std::string tagtxt = coll ? "" : absl::StrCat(tag < 0 ? " any tag" : absl::StrCat(" tag ", tag));
+      if (f[0] == "R") {
+        waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4], " bytes)"));
+      } else if (f[0] == "X") {
+        waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4],
+                                     " bytes, arriving)"));
+      } else if (f[0] == "S") {
+        bool w_ = f.size() > 5 && f[5] == "w";
+        waits.push_back(absl::StrCat("send to ", g(peer), tagtxt, " (", f[4], " bytes",
+                                     w_ ? ", no matching receive yet)" : ", in transfer)"));
+      }
+    }
+    std::string who = absl::StrCat("rank ", r, r == rank_ ? " (this rank)" : "");
+    if (coll) {
+      if (cseq < seq) {
+        lines.push_back(absl::StrCat(who, " never entered ", DescribeFingerprint(fp), " seq ",
+                                     seq, cseq >= 0 ? absl::StrCat(" (last: ",
+                                                                   DescribeFingerprint(cfp),
+                                                                   " seq ", cseq, ")")
+                                                    : std::string(" (no collective yet)")));
+      } else if (cseq > seq) {
+        lines.push_back(absl::StrCat(who, " is past seq ", seq, " (at seq ", cseq, ")"));
+      } else if (!in_progress) {
+        lines.push_back(absl::StrCat(who, " finished seq ", seq));
+      } else if (waits.empty()) {
+        lines.push_back(absl::StrCat(who, " is in seq ", seq, " and waits on nothing"));
+      } else {
+        lines.push_back(absl::StrCat(who, " waits in ", absl::StrJoin(waits, ", ")));
+      }
+    } else if (!waits.empty()) {
+      lines.push_back(absl::StrCat(who, " waits in ", absl::StrJoin(waits, ", ")));
+    } else {
+      lines.push_back(absl::StrCat(who, " has no pending point-to-point operation"));
+    }
+  }
+  std::string report = absl::StrCat("hang report: ", absl::StrJoin(lines, "; "));
+  if (const char* file = getenv("HCOMM_HANG_REPORT")) {
+    std::string path = absl::StrCat(file, ".", fabric_->rank());
+    if (FILE* f = fopen(path.c_str(), "w")) {
+      fprintf(f, "%s\n", report.c_str());
+      for (const auto& [w, st] : states) fprintf(f, "--- world rank %d\n%s", w, st.c_str());
+      fclose(f);
+    }
+  }
+  return report;
 }
 
 // ---------------------------------------------------------------------------
@@ -292,11 +387,14 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
             choice.Explain().c_str());
   }
   absl::Status s;
+  const uint64_t fp = Fingerprint(op, count, t, rop, root);
+  fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/true);
   {
-    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask),
-                          Fingerprint(op, count, t, rop, root), Deadline(), what);
+    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask), fp, Deadline(),
+                          what);
     s = body(peers, choice.algo);
   }
+  fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/false);
   absl::MutexLock l(&seq_mu_);
   ++now_serving_;
   return s;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -134,6 +135,10 @@ class Communicator {
                                                                ReduceOp op);
   absl::Status CheckRoot(const char* what, int root) const;
   char* ScratchSlot(int slot, size_t bytes);
+  // Asks every rank what it waits on and describes the wavefront: for
+  // collective `seq` (fingerprint fp) of context ctx, who never entered it
+  // and who waits on whom; seq < 0 for point-to-point.
+  std::string HangReport(uint32_t ctx, int seq, uint64_t fp);
   absl::StatusOr<std::unique_ptr<Communicator>> MakeChild(std::vector<int> members_world,
                                                           uint32_t ctx);
 

@@ -410,6 +410,106 @@ absl::Status Fabric::SetOption(absl::string_view key, absl::string_view value) {
 void Fabric::StartProgressThread() {
   if (transports_.empty()) return;
   progress_thread_ = std::thread([this] { ProgressLoop(); });
+  if (const char* f = getenv("HCOMM_HANG_REPORT")) hang_report_file_ = f;
+  if (store_client_) hang_thread_ = std::thread([this] { HangResponderLoop(); });
+}
+
+// ---------------------------------------------------------------------------
+// Hang reports
+
+void Fabric::NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bool in_progress) {
+  absl::MutexLock l(&activity_mu_);
+  Activity& a = activity_[ctx];
+  a.seq = seq;
+  a.fingerprint = fingerprint;
+  a.in_progress = in_progress;
+  a.since_ns = NowNs();
+}
+
+std::string Fabric::PendingState() {
+  std::string out;
+  const int64_t now = NowNs();
+  {
+    absl::MutexLock l(&activity_mu_);
+    for (const auto& [ctx, a] : activity_) {
+      absl::StrAppend(&out, "C ", ctx, " ", a.seq, " ", a.fingerprint, " ", a.in_progress ? 1 : 0,
+                      " ", (now - a.since_ns) / 1000000, "\n");
+    }
+  }
+  absl::MutexLock l(&mu_);
+  for (const auto& [ctx, matcher] : contexts_) {
+    for (const auto& r : matcher->posted()) {
+      absl::StrAppend(&out, "R ", ctx, " ", r->peer, " ", r->tag, " ", r->bytes, "\n");
+    }
+  }
+  for (const auto& [id, r] : awaiting_data_) {
+    absl::StrAppend(&out, "X ", r->ctx, " ", r->out_source, " ", r->out_tag, " ", r->out_bytes,
+                    "\n");
+  }
+  for (const auto& [id, r] : awaiting_cts_) {
+    absl::StrAppend(&out, "S ", r->ctx, " ", r->peer, " ", r->tag, " ", r->bytes, " w\n");
+  }
+  for (const auto& [id, r] : sending_) {
+    absl::StrAppend(&out, "S ", r->ctx, " ", r->peer, " ", r->tag, " ", r->bytes, " q\n");
+  }
+  return out;
+}
+
+void Fabric::HangResponderLoop() {
+  int64_t answered = -1;
+  absl::Mutex m;
+  absl::MutexLock l(&m);
+  while (!stop_.load(std::memory_order_acquire)) {
+    auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(300));
+    if (n.ok()) {
+      if (answered < 0) answered = *n;  // requests before we started are old
+      if (*n > answered) {
+        // Several ranks may time out at once, each with its own request:
+        // answer every one since the last.
+        std::string state = PendingState();
+        for (int64_t q = std::max<int64_t>(answered + 1, *n - 64); q <= *n; ++q) {
+          store_client_
+              ->Set(absl::StrCat("hcomm/hang/", q, "/", rank_), state,
+                    absl::Now() + absl::Milliseconds(500))
+              .IgnoreError();
+        }
+        if (!hang_report_file_.empty()) {
+          std::string path = absl::StrCat(hang_report_file_, ".", rank_);
+          if (FILE* f = fopen(path.c_str(), "w")) {
+            fprintf(f, "rank %d pending state (hang report %lld):\n%s", rank_,
+                    static_cast<long long>(*n), state.c_str());
+            fclose(f);
+          }
+        }
+        answered = *n;
+      }
+    }
+    // Sleep ~300 ms, waking at once when the fabric stops.
+    m.AwaitWithTimeout(absl::Condition(
+                           +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
+                       absl::Milliseconds(300));
+  }
+}
+
+std::map<int, std::string> Fabric::CollectHangReport(absl::Time deadline) {
+  std::map<int, std::string> out;
+  if (!store_client_) return out;
+  auto n = store_client_->Add("hcomm/hang/req", 1, deadline);
+  if (!n.ok()) return out;
+  out[rank_] = PendingState();
+  store_client_->Set(absl::StrCat("hcomm/hang/", *n, "/", rank_), out[rank_], deadline)
+      .IgnoreError();
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/hang/", *n, "/", r));
+  store_client_->Wait(keys, deadline).IgnoreError();  // whoever answers in time
+  auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(1));
+  if (!have.ok()) return out;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !(*have)[r]) continue;
+    auto v = store_client_->Get(keys[r], absl::Now() + absl::Seconds(1));
+    if (v.ok()) out[r] = *v;
+  }
+  return out;
 }
 
 void Fabric::ProgressLoop() {
@@ -1376,6 +1476,7 @@ absl::Status Fabric::Destroy() {
     bg_cv_.SignalAll();
   }
   if (progress_thread_.joinable()) progress_thread_.join();
+  if (hang_thread_.joinable()) hang_thread_.join();
   {
     absl::MutexLock l(&mu_);
     destroyed_ = true;

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -148,6 +149,22 @@ class Fabric : public FrameSink {
   // Aborted. Called by the destructor if not called before.
   absl::Status Destroy();
 
+  // --- Hang reports -------------------------------------------------------
+  // A communicator tells the fabric which collective it is in, so that a
+  // hang report can say who never entered it.
+  void NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bool in_progress);
+  // This rank's pending work, one item per line:
+  //   C <ctx> <seq> <fingerprint> <in progress 0|1> <ms since>
+  //   R <ctx> <world peer|-1> <tag|-1> <capacity>     posted receive
+  //   X <ctx> <world source> <tag> <bytes>            receive being written
+  //   S <ctx> <world peer> <tag> <bytes> <w|q>        send: w = no matching
+  //                                                   receive yet, q = queued
+  std::string PendingState();
+  // Asks every rank (through the store, beside the data path) for its
+  // PendingState and collects the answers until `deadline`. Ranks that did
+  // not answer are missing from the map. Empty without a store.
+  std::map<int, std::string> CollectHangReport(absl::Time deadline);
+
   // FrameSink (called by the transport on a polling thread).
   void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) override;
   void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) override;
@@ -255,6 +272,20 @@ class Fabric : public FrameSink {
   absl::Mutex bg_mu_;
   absl::CondVar bg_cv_;
   std::thread progress_thread_;
+
+  // Hang-report responder: watches the store's request counter and answers
+  // with PendingState.
+  void HangResponderLoop();
+  absl::Mutex activity_mu_;
+  struct Activity {
+    uint64_t seq = 0;
+    uint64_t fingerprint = 0;
+    bool in_progress = false;
+    int64_t since_ns = 0;
+  };
+  std::map<uint32_t, Activity> activity_ ABSL_GUARDED_BY(activity_mu_);
+  std::thread hang_thread_;
+  std::string hang_report_file_;
 };
 
 }  // namespace hcomm
