@@ -1,6 +1,7 @@
 // libhcomm_c: argument checks, then the C++ core, then one status mapping.
 // No exception crosses this boundary.
 
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -83,7 +84,9 @@ hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, hcomm_dty
     return BadArg(absl::StrCat(fn, " on rank ", rank, ": dtype ", static_cast<int>(dtype),
                                " is not an hcomm_dtype_t"));
   }
-  if (count > SIZE_MAX / esize) {
+  // No buffer can hold more than PTRDIFF_MAX bytes; a larger count would
+  // only make the copy run off the end of the caller's memory.
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / esize) {
     return BadArg(absl::StrCat(fn, " on rank ", rank, ": count ", count, " is too large"));
   }
   if (buf == nullptr && count > 0) {
@@ -136,7 +139,7 @@ hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, hcomm_dtype_t dtype
 // A buffer of `count` elements (times `mult`) must exist when count > 0.
 hcomm_status_t CheckBuf(const char* fn, hcomm_comm_t comm, const void* buf, const char* name,
                         size_t count, size_t esize, size_t mult = 1) {
-  if (count > 0 && (count > SIZE_MAX / esize / mult)) {
+  if (count > 0 && (count > static_cast<size_t>(PTRDIFF_MAX) / esize / mult)) {
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": count ", count,
                                " is too large"));
   }

@@ -522,3 +522,23 @@ TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
 
 }  // namespace
 }  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+TEST(AbortTest, CollectivesFailAfterAbortEvenOnOneRank) {
+  Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  auto c = Communicator::Init(o);
+  ASSERT_TRUE(c.ok());
+  int v = 1;
+  ASSERT_TRUE((*c)->AllReduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum).ok());
+  (*c)->Abort();
+  EXPECT_EQ(CodeOf((*c)->AllReduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum)),
+            ErrorCode::kAborted);
+  EXPECT_EQ(CodeOf((*c)->Barrier()), ErrorCode::kAborted);
+}
+
+}  // namespace
+}  // namespace hcomm

@@ -371,6 +371,12 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
     };
     seq_mu_.Await(absl::Condition(&my_turn));
   }
+  absl::Status usable = fabric_->Usable();
+  if (!usable.ok()) {
+    absl::MutexLock l(&seq_mu_);
+    ++now_serving_;
+    return Annotate(usable, CollectiveOpName(op));
+  }
   Choice choice = ChooseAlgorithm(op, bytes, size_, link_, forced_algo_.load());
   std::string what = absl::StrCat(CollectiveOpName(op), " seq ", ticket, " (count ", count);
   if (op != CollectiveOp::kBarrier) absl::StrAppend(&what, " ", DataTypeName(t));

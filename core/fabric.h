@@ -114,6 +114,12 @@ class Fabric : public FrameSink {
   absl::Status Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer, int tag,
                     absl::Duration timeout, std::shared_ptr<Request>* out = nullptr);
 
+  // Aborted if Abort was called or the fabric was destroyed, else OK.
+  absl::Status Usable() {
+    absl::MutexLock l(&mu_);
+    return CheckUsable(kAnySource);
+  }
+
   // Completes a request that the fabric does not drive (a nonblocking
   // collective run elsewhere), waking its waiters.
   void CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s);

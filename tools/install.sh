@@ -8,6 +8,9 @@
 #   DIR/lib/libhcomm_c.so              (the library; SONAME libhcomm_c.so)
 #   DIR/lib/pkgconfig/hcomm.pc
 #   DIR/bin/hcomm_run, DIR/bin/hcomm_bench
+#   DIR/python/hcomm/                  (the Python package: PYTHONPATH=DIR/python)
+#   DIR/java/hcomm.jar, DIR/lib/libhcomm_java.so (the Java binding)
+#   DIR/go/hcomm/                      (the Go package hcomm.local/hcomm, cgo)
 #
 # A relative DIR is taken relative to the directory `bazel run` was started
 # from. Files come from this binary's runfiles (data of //tools:install).
@@ -17,7 +20,7 @@ set -euo pipefail
 shopt -u patsub_replacement 2>/dev/null || true  # "&" literal in ${x//p/r}
 
 readonly WORKSPACE_NAME="hcomm"
-readonly COMPONENTS=(c_api tools)
+readonly COMPONENTS=(c_api tools python java go)
 
 usage() {
   cat <<'EOF'
@@ -152,6 +155,52 @@ install_tools() {
   put 755 "$bench" "$prefix/bin/hcomm_bench"
 }
 
+# The Python package: bindings/python/hcomm/*.py and the SWIG extension
+# _native.so, whose RUNPATH $ORIGIN/../../lib finds DIR/lib/libhcomm_c.so.
+install_python() {
+  local key="$WORKSPACE_NAME/bindings/python/hcomm/" names=() name so
+  if [[ -n "$runfiles" && -d "$runfiles/$key" ]]; then
+    mapfile -t names < <(cd "$runfiles/$key" && ls -1 -- *.py)
+  elif [[ -n "$manifest" && -f "$manifest" ]]; then
+    mapfile -t names < <(awk -v k="$key" 'index($1, k) == 1 && $1 ~ /\.py$/ {
+      print substr($1, length(k) + 1) }' "$manifest")
+  fi
+  [[ ${#names[@]} -gt 0 ]] || die "no Python package files in the runfiles"
+  so="$(rlocation bindings/python/hcomm/_native.so)"
+  rm -rf -- "$prefix/python/hcomm"
+  for name in "${names[@]}"; do
+    put 644 "$(rlocation "bindings/python/hcomm/$name")" "$prefix/python/hcomm/$name"
+  done
+  put 755 "$so" "$prefix/python/hcomm/_native.so"
+}
+
+# The Java binding: the jar and its JNI library, whose RUNPATH $ORIGIN finds
+# libhcomm_c.so beside it in DIR/lib.
+install_java() {
+  local jar jni
+  jar="$(rlocation bindings/java/hcomm.jar)"
+  jni="$(rlocation bindings/java/libhcomm_java.so)"
+  put 644 "$jar" "$prefix/java/hcomm.jar"
+  rm -f "$prefix/lib/libhcomm_java.so"
+  put 755 "$jni" "$prefix/lib/libhcomm_java.so"
+}
+
+# The Go package (module hcomm.local/hcomm): the hand-written sources, go.mod
+# and internal/capi/ with the SWIG output, unpacked from the tar that the
+# Bazel build also uses. Its cgo flags point at DIR/include and DIR/lib
+# (-lhcomm_c, RUNPATH DIR/lib) relative to ${SRCDIR}. A program uses it with
+#   go mod init example.com/app
+#   go mod edit -require=hcomm.local/hcomm@v0.0.0 -replace=hcomm.local/hcomm=DIR/go/hcomm
+#   GOFLAGS=-mod=mod GOPROXY=off go build
+install_go() {
+  local tarball
+  tarball="$(rlocation bindings/go/hcomm_go.tar)"
+  rm -rf -- "$prefix/go/hcomm"
+  mkdir -p -- "$prefix/go/hcomm"
+  tar -xf "$tarball" -C "$prefix/go/hcomm" --no-same-owner --no-same-permissions
+  echo "installed $prefix/go/hcomm/ (Go package hcomm.local/hcomm)"
+}
+
 # --- main --------------------------------------------------------------------
 
 scratch="$(mktemp -d)"
@@ -163,3 +212,11 @@ for component in "${COMPONENTS[@]}"; do
 done
 echo "done. Build C programs with:"
 echo "  PKG_CONFIG_PATH=$prefix/lib/pkgconfig cc app.c \$(pkg-config --cflags --libs hcomm)"
+echo "Use the Python package with:"
+echo "  PYTHONPATH=$prefix/python python3 -c 'import hcomm'"
+echo "Use the Java binding with:"
+echo "  javac -cp $prefix/java/hcomm.jar App.java"
+echo "  java -Djava.library.path=$prefix/lib -cp $prefix/java/hcomm.jar:. App"
+echo "Use the Go package (cgo) from a module with:"
+echo "  go mod edit -require=hcomm.local/hcomm@v0.0.0 -replace=hcomm.local/hcomm=$prefix/go/hcomm"
+echo "  GOFLAGS=-mod=mod GOPROXY=off go build"

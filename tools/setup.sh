@@ -9,6 +9,7 @@ PKGS=(
   g++ libabsl-dev libgtest-dev libprotobuf-dev protobuf-compiler
   libssl-dev libibverbs-dev pkg-config iproute2 procps
   swig python3-dev python3-numpy default-jdk-headless junit4 golang-go
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -26,6 +27,7 @@ type Comm struct {
 	mu         sync.RWMutex
 	h          uintptr // hcomm_comm_t; 0 once closed
 	rank, size int
+	open       atomic.Bool // h != 0, readable without mu (Rank, Size)
 
 	// C buffers of requests freed while still pending: hcomm may write
 	// them until the communicator is destroyed, so Close frees them.
@@ -84,6 +86,7 @@ func wrapComm(h uintptr) (*Comm, error) {
 		return nil, err
 	}
 	c := &Comm{h: h, rank: int(r), size: int(s)}
+	c.open.Store(true)
 	// Only a safety net: Close is the way to release a Comm.
 	runtime.SetFinalizer(c, func(c *Comm) { _ = c.Close() })
 	return c, nil
@@ -92,12 +95,7 @@ func wrapComm(h uintptr) (*Comm, error) {
 // Rank is this process's rank in c (0 <= Rank < Size); -1 for a nil or
 // closed Comm.
 func (c *Comm) Rank() int {
-	if c == nil {
-		return -1
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.h == 0 {
+	if c == nil || !c.open.Load() {
 		return -1
 	}
 	return c.rank
@@ -105,12 +103,7 @@ func (c *Comm) Rank() int {
 
 // Size is the number of ranks in c; -1 for a nil or closed Comm.
 func (c *Comm) Size() int {
-	if c == nil {
-		return -1
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.h == 0 {
+	if c == nil || !c.open.Load() {
 		return -1
 	}
 	return c.size
@@ -120,9 +113,9 @@ func (c *Comm) Size() int {
 // to timeout_ms) until this rank's sends have been delivered, then fails
 // requests still pending with StatusAborted and releases everything. It is
 // local, not collective. Close waits for calls running on c in other
-// goroutines to return (use Abort to end them early). The Comm is closed
-// even when an error is returned; closing a nil or closed Comm does
-// nothing and returns nil.
+// goroutines to return; to end those early, call Abort before Close. The
+// Comm is closed even when an error is returned; closing a nil or closed
+// Comm does nothing and returns nil.
 func (c *Comm) Close() error {
 	if c == nil {
 		return nil
@@ -132,6 +125,7 @@ func (c *Comm) Close() error {
 	if c.h == 0 {
 		return nil
 	}
+	c.open.Store(false)
 	err := fromC(capi.Hcomm_comm_destroy(c.h))
 	c.h = 0
 	runtime.SetFinalizer(c, nil)
@@ -187,8 +181,9 @@ func (c *Comm) Abort() error {
 	return c.do("Abort", func(h uintptr) error { return capi.Hcomm_comm_abort(h) })
 }
 
-// Set changes a setting of c (hcomm_comm_set); only "timeout_ms" may be
-// changed after Init. It applies to calls started afterwards, on this rank.
+// Set changes a setting of c (hcomm_comm_set); only "timeout_ms" and
+// "algo" may be changed after Init. It applies to calls started afterwards,
+// on this rank (change "algo" at the same point on every rank).
 func (c *Comm) Set(key, value string) error {
 	return c.do("Set", func(h uintptr) error { return capi.Hcomm_comm_set(h, key, value) })
 }
@@ -196,11 +191,23 @@ func (c *Comm) Set(key, value string) error {
 // SetTimeout sets c's timeout_ms: the deadline of every later blocking call
 // on this rank (rounded up to a whole millisecond, at least 1).
 func (c *Comm) SetTimeout(d time.Duration) error {
-	ms := millis(d)
 	if d <= 0 {
 		return invalid("SetTimeout: timeout %v is not positive", d)
 	}
-	return c.Set("timeout_ms", strconv.Itoa(ms))
+	return c.Set("timeout_ms", strconv.Itoa(millis(d)))
+}
+
+// Transport names the transport that carries messages between this rank
+// and peer (hcomm_comm_transport): "shm", "tcp", or "self" for this rank.
+func (c *Comm) Transport(peer int) (string, error) {
+	if err := cint("Transport", "peer", peer); err != nil {
+		return "", err
+	}
+	var name string
+	err := c.do("Transport", func(h uintptr) error {
+		return capi.Hcomm_comm_transport(h, peer, &name)
+	})
+	return name, err
 }
 
 // NewGroup makes a communicator of the listed ranks of c

@@ -86,6 +86,9 @@ func fromC(err error) error {
 	if err == nil {
 		return nil
 	}
+	if e, ok := err.(*Error); ok {
+		return e // found on the Go side
+	}
 	var ce *capi.Error
 	if errors.As(err, &ce) {
 		return &Error{Status: Status(ce.Status), Message: ce.Message}

@@ -2,7 +2,8 @@
  *
  * SWIG makes the low-level package hcomm.local/hcomm/internal/capi from it
  * (`swig -go -cgo -intgosize 64 -package capi`, see tools/bzl/hcomm_go.bzl);
- * the idiomatic package hcomm (bindings/go/*.go) is written by hand over it.
+ * the idiomatic package hcomm (the .go files of bindings/go/) is written by
+ * hand over it.
  *
  * What this fragment changes from SWIG's defaults:
  *
@@ -20,7 +21,8 @@
  *   C side never retains them past the call (nonblocking calls get C
  *   memory from the hand-written layer).
  * - int* out-parameters are *int32 and size_t* are *uint64 (C int is 32
- *   bits, Go int 64: SWIG's default *int would be wrong).
+ *   bits, Go int 64: SWIG's default *int would be wrong); const char** is
+ *   a *string.
  * - (ranks, nranks) is a []int32 and (n, reqs) a []uintptr.
  */
 
@@ -149,14 +151,36 @@ HCOMM_GO_HANDLE(hcomm_channel_t)
 %typemap(gotype) int * "*int32"
 %typemap(imtype) int * "*int32"
 %typemap(ctype) int * "int*"
-%typemap(in) int * %{ $1 = $input; %}
+%typemap(in) int * %{ $1 = ($1_ltype)$input; %}
 %typemap(goin) int * ""
 
 %typemap(gotype) size_t * "*uint64"
 %typemap(imtype) size_t * "*uint64"
 %typemap(ctype) size_t * "size_t*"
-%typemap(in) size_t * %{ $1 = $input; %}
+%typemap(in) size_t * %{ $1 = ($1_ltype)$input; %}
 %typemap(goin) size_t * ""
+
+/* const char** out-parameters (hcomm_comm_transport's name): a *string. The
+ * C string is copied to C memory in the wrapper, then into a Go string. */
+%typemap(gotype) const char ** "*string"
+%typemap(imtype) const char ** "*string"
+%typemap(ctype) const char ** "_gostring_*"
+%typemap(in) const char ** (const char* temp = NULL)
+%{ $1 = ($input != NULL) ? ($1_ltype)&temp : NULL; %}
+%typemap(argout, fragment="AllocateString") const char **
+%{
+  if ($input != NULL) {
+    *$input = Swig_AllocateString(temp$argnum ? temp$argnum : "",
+                                  temp$argnum ? strlen(temp$argnum) : 0);
+  }
+%}
+%typemap(goin) const char ** ""
+%typemap(goargout, fragment="CopyString") const char **
+%{
+	if $input != nil {
+		*$input = swigCopyString(*$input)
+	}
+%}
 
 /* ---- arrays ---------------------------------------------------------------- */
 
@@ -165,7 +189,7 @@ HCOMM_GO_HANDLE(hcomm_channel_t)
 %typemap(ctype) (const int* ranks, int nranks) "_goslice_"
 %typemap(in) (const int* ranks, int nranks)
 %{
-  $1 = (const int*)$input.array;
+  $1 = ($1_ltype)$input.array;
   $2 = (int)$input.len;
 %}
 %typemap(goin) (const int* ranks, int nranks) ""

@@ -10,7 +10,10 @@
  *   value of their one out-pointer (handles, rank, size, done).
  * - Handles (hcomm_config_t, hcomm_comm_t, hcomm_request_t, hcomm_channel_t)
  *   are Java longs; 0 is NULL.
- * - Enums and macros are int constants (HcommNative.HCOMM_SUM, ...).
+ * - Enums and macros are int constants (HcommNative.HCOMM_SUM, ...), except
+ *   the status codes, which org.hcomm.Status has.
+ * - Out-values of several fields (hcomm_request_info, hcomm_version,
+ *   hcomm_channel_read's nbytes) are one-element Java arrays.
  * - Buffers (`void*`, `const void*`) are java.lang.Object:
  *     a direct java.nio.Buffer  -> its own memory (zero copy);
  *     byte[] int[] long[] float[] double[] -> a malloc'd copy for the
@@ -237,6 +240,11 @@ static hcomm_status_t hcomm_java_iallreduce(const void* stable_sendbuf, void* st
 %typemap(out) hcomm_status_t "$result = (jint)$1;"
 %typemap(ret) hcomm_status_t "if ($1 != HCOMM_SUCCESS) hcomm_java_throw(jenv, $1);"
 
+/* The status codes are not constants of HcommNative (as items of a type
+ * whose Java type is void they would not compile): nothing there returns a
+ * code, and org.hcomm.Status has them. */
+%rename("$ignore", regexmatch$name="^HCOMM_(SUCCESS|ERR_)") "";
+
 /* hcomm_status_string's parameter stays a plain int. */
 %typemap(jni) hcomm_status_t status "jint"
 %typemap(jtype) hcomm_status_t status "int"
@@ -292,23 +300,27 @@ HCOMM_JAVA_RETURNS(hcomm_comm_rank, jint, int)
 HCOMM_JAVA_RETURNS(hcomm_comm_size, jint, int)
 HCOMM_JAVA_RETURNS(hcomm_test, jboolean, boolean)
 
+/* ---- A static string out-pointer returned as a String (hcomm_comm_transport). */
+%typemap(in, numinputs=0) const char** name (const char* tmp = NULL) "$1 = ($1_ltype)&tmp;"
+%typemap(argout) const char** name "$result = tmp$argnum ? (*jenv)->NewStringUTF(jenv, tmp$argnum) : NULL;"
+HCOMM_JAVA_RETURNS(hcomm_comm_transport, jstring, String)
+
 /* ---- Several out values: one-element Java arrays, written even when the
- * call fails (hcomm_channel_read reports the size of a message too large). */
+ * call fails (hcomm_channel_read reports the size of a message too large).
+ * null (or an empty array) passes NULL, which C accepts where it may. */
 %define HCOMM_JAVA_OUT_ARRAY(CTYPE, NAME, JARRAY, JAVATYPE, JELEM, SETTER)
 %typemap(jni) CTYPE* NAME "JARRAY"
 %typemap(jtype) CTYPE* NAME "JAVATYPE"
 %typemap(jstype) CTYPE* NAME "JAVATYPE"
 %typemap(javain) CTYPE* NAME "$javainput"
 %typemap(in) CTYPE* NAME (CTYPE tmp = 0) {
-  if ($input == NULL || (*jenv)->GetArrayLength(jenv, $input) < 1) {
-    hcomm_java_throw_message(jenv, HCOMM_ERR_INVALID_ARGUMENT, "$symname: $1_name needs a 1-element array");
-    return $null;
-  }
-  $1 = &tmp;
+  $1 = ($input != NULL && (*jenv)->GetArrayLength(jenv, $input) >= 1) ? &tmp : NULL;
 }
 %typemap(argout) CTYPE* NAME {
-  JELEM value = (JELEM)tmp$argnum;
-  (*jenv)->SETTER(jenv, $input, 0, 1, &value);
+  if ($1 != NULL) {
+    JELEM value = (JELEM)tmp$argnum;
+    (*jenv)->SETTER(jenv, $input, 0, 1, &value);
+  }
 }
 %enddef
 HCOMM_JAVA_OUT_ARRAY(int, major, jintArray, int[], jint, SetIntArrayRegion)

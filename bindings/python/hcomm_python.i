@@ -176,6 +176,15 @@ HCOMM_PY_OUT_HANDLE(hcomm_channel_t, out)
   $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(tmp$argnum));
 }
 
+/* Static strings returned through `const char** name` (hcomm_comm_transport). */
+%typemap(in, numinputs=0) const char** name (const char* tmp = NULL) {
+  $1 = &tmp;
+}
+%typemap(argout) const char** name {
+  $result = SWIG_Python_AppendOutput($result,
+      tmp$argnum != NULL ? PyUnicode_FromString(tmp$argnum) : SWIG_Py_Void());
+}
+
 /* ---- input arrays from Python sequences ---------------------------------- */
 
 /* hcomm_comm_create_group(comm, ranks, nranks): `ranks` is a sequence of int. */

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Installs hcomm into a temporary prefix with tools/install.sh, then, using
-# only that tree (no Bazel): compiles the C99 acceptance program with
-# pkg-config, runs it as 4 ranks with the installed hcomm_run, and runs the
-# installed hcomm_bench. Also checks the library exports hcomm_* only.
+# only that tree (no Bazel): compiles the C99 acceptance programs (p2p and
+# collectives) with pkg-config, runs each as 4 ranks with the installed
+# hcomm_run, and runs the installed hcomm_bench (p2p and allreduce). Also
+# checks the library exports hcomm_* only.
 set -uo pipefail
 source "$(dirname "$0")/../acceptance/testlib.sh"
 
 install_sh="$(runfile tools/install)" || fail "tools/install not in the runfiles"
 src="$(runfile tests/acceptance/p2p_acceptance.c)" || fail "p2p_acceptance.c not in the runfiles"
+# collectives_acceptance.c: from the runfiles when the test's data lists it
+# (//tests/acceptance:collectives_acceptance.c), else next to the source
+# that p2p_acceptance.c's runfile links to.
+coll_src="$(runfile tests/acceptance/collectives_acceptance.c 2>/dev/null)" ||
+  coll_src="$(dirname "$(readlink -f "$src")")/collectives_acceptance.c"
+[[ -f "$coll_src" ]] || fail "collectives_acceptance.c is neither in the runfiles nor at $coll_src"
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/install.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
@@ -30,6 +37,9 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # Plain C99 with warnings as errors: the header needs no C++ and no extensions.
 cc -std=c99 -Wall -Wextra -pedantic -Werror -o "$work/p2p_acceptance" "$src" \
    $(pkg-config --cflags --libs hcomm) || fail "cannot compile against the installed tree"
+cc -std=c99 -Wall -Wextra -pedantic -Werror -o "$work/collectives_acceptance" "$coll_src" \
+   $(pkg-config --cflags --libs hcomm) -lm ||
+  fail "cannot compile collectives_acceptance.c against the installed tree"
 
 out="$work/out.txt"
 timeout -k 5 180 "$prefix/bin/hcomm_run" -n 4 --timeout 120 -- "$work/p2p_acceptance" \
@@ -41,8 +51,23 @@ for r in 0 1 2 3; do
   grep -qxF "[rank $r] ok: all" "$out" || fail "rank $r did not print 'ok: all'"
 done
 
+timeout -k 5 180 "$prefix/bin/hcomm_run" -n 4 --timeout 120 -- "$work/collectives_acceptance" \
+  >"$out" 2>&1
+rc=$?
+cat "$out"
+[[ $rc -eq 0 ]] || fail "installed collectives acceptance run exited $rc"
+for r in 0 1 2 3; do
+  grep -qxF "[rank $r] ok: all" "$out" ||
+    fail "collectives_acceptance: rank $r did not print 'ok: all'"
+done
+
 timeout -k 5 120 "$prefix/bin/hcomm_run" -n 2 --timeout 60 -- "$prefix/bin/hcomm_bench" p2p \
   -b 8 -e 64K -f 64 -n 5 -w 1 --json >"$out" 2>&1 || { cat "$out"; fail "installed hcomm_bench failed"; }
 cat "$out"
 grep -q '"op":"p2p"' "$out" || fail "hcomm_bench printed no JSON line"
+timeout -k 5 120 "$prefix/bin/hcomm_run" -n 2 --timeout 60 -- "$prefix/bin/hcomm_bench" \
+  allreduce -b 8 -e 64K -f 64 -n 5 -w 1 --json >"$out" 2>&1 ||
+  { cat "$out"; fail "installed hcomm_bench allreduce failed"; }
+cat "$out"
+grep -q '"op":"allreduce".*"wrong":0' "$out" || fail "hcomm_bench allreduce printed no clean JSON line"
 echo "PASS: installed tree works without Bazel"

@@ -76,7 +76,7 @@ TEST_P(ShmPathTest, FourRanksAllToAllEverySize) {
     std::unique_ptr<ShmTransport> t;
     if (int rc = shm_test::SetUp(rank, kN, key, &sink, link, &t)) return rc;
     link.Barrier();
-    const std::vector<size_t> sizes = {0,         1,       40, 4096, 64 * 1024 - 1, 64 * 1024 + 1,
+    const std::vector<size_t> sizes = {0,        1,       40, 4096, 64 * 1024 - 1, 64 * 1024 + 1,
                                        kMiB + 3, 8 * kMiB};
     Tracker tr;
     std::vector<Payload> keep;
@@ -87,16 +87,13 @@ TEST_P(ShmPathTest, FourRanksAllToAllEverySize) {
           if (p == rank) continue;
           SHM_CHECK(t->UsesCma(p) == cma);
           keep.push_back(MakePayload(rank, p, per_peer, len));
-          t->Send(p, MakeMeta(rank, p, per_peer, len), keep.back().bytes.get(), len,
-                  tr.Callback());
+          t->Send(p, MakeMeta(rank, p, per_peer, len), keep.back().bytes.get(), len, tr.Callback());
         }
         ++per_peer;
       }
     }
     const int64_t sent = per_peer * (kN - 1);
-    SHM_CHECK(PollUntil(t.get(), [&] {
-      return tr.done() == sent && sink.total_frames() == sent;
-    }));
+    SHM_CHECK(PollUntil(t.get(), [&] { return tr.done() == sent && sink.total_frames() == sent; }));
     SHM_CHECK(tr.ok() == sent);
     for (int p = 0; p < kN; ++p) {
       if (p != rank) SHM_CHECK(sink.frames_on(p, rank) == per_peer);
@@ -133,11 +130,11 @@ TEST(ShmScaleTest, EightRanksStreamSmallFramesAllToAll) {
       if (i % 16 == 0) t->Poll(absl::ZeroDuration());
     }
     const int64_t n = int64_t{kFrames} * (kN - 1);
-    SHM_CHECK(PollUntil(t.get(), [&] { return tr.done() == n && sink.total_frames() == n; },
-                        absl::Seconds(20)));
+    SHM_CHECK(PollUntil(
+        t.get(), [&] { return tr.done() == n && sink.total_frames() == n; }, absl::Seconds(20)));
     const double secs = (NowNs() - start) / 1e9;
-    fprintf(stderr, "[rank %d] %lld frames out and in: %.3f s\n", rank,
-            static_cast<long long>(n), secs);
+    fprintf(stderr, "[rank %d] %lld frames out and in: %.3f s\n", rank, static_cast<long long>(n),
+            secs);
     SHM_CHECK(secs < 10);
     SHM_CHECK(tr.ok() == n);
     SHM_CHECK(sink.errors().empty());
@@ -171,12 +168,13 @@ TEST(ShmScaleTest, EightRanksLockstepRounds) {
         t->Send(p, MakeMeta(rank, 0, r, 64), keep.back().bytes.get(), 64, tr.Callback());
       }
       const int64_t want = int64_t{r + 1} * (kN - 1);
-      SHM_CHECK(PollUntil(t.get(), [&] { return sink.total_frames() >= want; }, absl::Seconds(20),
-                          absl::Milliseconds(20)));
+      SHM_CHECK(PollUntil(
+          t.get(), [&] { return sink.total_frames() >= want; }, absl::Seconds(20),
+          absl::Milliseconds(20)));
     }
     const double secs = (NowNs() - start) / 1e9;
-    fprintf(stderr, "[rank %d] %d lock-step rounds: %.3f s (%.0f us/round)\n", rank, kRounds,
-            secs, secs * 1e6 / kRounds);
+    fprintf(stderr, "[rank %d] %d lock-step rounds: %.3f s (%.0f us/round)\n", rank, kRounds, secs,
+            secs * 1e6 / kRounds);
     SHM_CHECK(secs < 10);
     SHM_CHECK(PollUntil(t.get(), [&] { return tr.done() == int64_t{kRounds} * (kN - 1); }));
     SHM_CHECK(sink.errors().empty());
@@ -204,8 +202,8 @@ TEST(ShmWaitTest, SleepingPollerIsWokenByEachFrame) {
     char msg[8] = {};
     for (int i = 0; i < kTrips; ++i) {
       if (rank == 1) {
-        SHM_CHECK(PollUntil(t.get(), [&] { return sink.frames_from(0) > i; }, absl::Seconds(10),
-                            absl::Seconds(1)));
+        SHM_CHECK(PollUntil(
+            t.get(), [&] { return sink.frames_from(0) > i; }, absl::Seconds(10), absl::Seconds(1)));
         // Compute a while before answering, so that rank 0 goes to sleep.
         const int64_t until = NowNs() + 300'000;
         while (NowNs() < until) {
@@ -215,8 +213,8 @@ TEST(ShmWaitTest, SleepingPollerIsWokenByEachFrame) {
       t->Send(peer, MakeMeta(rank, 0, i, sizeof msg), msg, sizeof msg, nullptr);
       if (rank == 0) {
         const int64_t t0 = NowNs();
-        SHM_CHECK(PollUntil(t.get(), [&] { return sink.frames_from(1) > i; }, absl::Seconds(10),
-                            absl::Seconds(1)));
+        SHM_CHECK(PollUntil(
+            t.get(), [&] { return sink.frames_from(1) > i; }, absl::Seconds(10), absl::Seconds(1)));
         const int64_t rt = NowNs() - t0;
         worst = std::max(worst, rt);
         if (rt > 30'000'000) ++slow;
@@ -277,7 +275,8 @@ TEST_P(ShmPathTest, KilledPeerIsNoticedAndQueuedSendsFail) {
       }
       link.Tell("ready");
       // Keep polling (and sleeping in Poll) while the parent kills rank 1.
-      SHM_CHECK(PollUntil(t.get(), [&] { return sink.lost(1); }, absl::Seconds(10)));
+      SHM_CHECK(PollUntil(
+          t.get(), [&] { return sink.lost(1); }, absl::Seconds(10)));
       int64_t killed_at = 0;
       SHM_CHECK(absl::SimpleAtoi(link.Hear(), &killed_at));
       const double secs = (sink.lost_at_ns(1) - killed_at) / 1e9;
@@ -404,8 +403,8 @@ TEST_P(ShmPathTest, ShutdownAllIsNoticedPromptly) {
       memset(big.bytes.get(), 0xAB, big.len);  // no peer reads it any more
     } else {
       link.Barrier();
-      SHM_CHECK(PollUntil(t.get(), [&] { return sink.lost(0); }, absl::Seconds(10),
-                          absl::Seconds(1)));
+      SHM_CHECK(PollUntil(
+          t.get(), [&] { return sink.lost(0); }, absl::Seconds(10), absl::Seconds(1)));
       SHM_CHECK(absl::StrContains(sink.lost_status(0).message(), "rank 0"));
     }
     std::vector<std::string> when = link.AllGather(absl::StrCat(shut_at));
@@ -452,7 +451,8 @@ TEST(ShmFailureTest, FailPeerReportsAtOnceAndPeerNotices) {
       SHM_CHECK(sink.lost_reports(1) == 1);
     } else {
       link.Barrier();
-      SHM_CHECK(PollUntil(t.get(), [&] { return sink.lost(0); }, absl::Seconds(5)));
+      SHM_CHECK(PollUntil(
+          t.get(), [&] { return sink.lost(0); }, absl::Seconds(5)));
       SHM_CHECK(sink.lost_status(0).message() == "rank 0 closed its connection");
     }
     SHM_CHECK(sink.errors().empty());

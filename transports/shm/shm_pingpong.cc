@@ -142,8 +142,8 @@ int RunRank(int rank, int link, const Options& o, const std::string& key) {
     }
   };
   if (rank == 0) {
-    printf("# shm_pingpong: %s path, wait=%s%s\n", t->UsesCma(peer) ? "CMA (single copy)"
-                                                                   : "ring copy (pipelined)",
+    printf("# shm_pingpong: %s path, wait=%s%s\n",
+           t->UsesCma(peer) ? "CMA (single copy)" : "ring copy (pipelined)",
            o.block ? "Poll(10ms)" : "Poll(0) spin", o.pin ? ", pinned" : "");
     printf("# %10s %8s %12s %12s %10s\n", "bytes", "iters", "one-way us", "min us", "GB/s");
   }

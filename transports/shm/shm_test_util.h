@@ -34,22 +34,22 @@ namespace hcomm {
 namespace shm_test {
 
 // Prints and fails the child (returns 1) when `cond` is false.
-#define SHM_CHECK(cond)                                                                  \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "[rank %d] %s:%d: check failed: %s\n", ::hcomm::shm_test::g_rank, \
-              __FILE__, __LINE__, #cond);                                                \
-      return 1;                                                                          \
-    }                                                                                    \
+#define SHM_CHECK(cond)                                                                           \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      fprintf(stderr, "[rank %d] %s:%d: check failed: %s\n", ::hcomm::shm_test::g_rank, __FILE__, \
+              __LINE__, #cond);                                                                   \
+      return 1;                                                                                   \
+    }                                                                                             \
   } while (0)
-#define SHM_CHECK_OK(expr)                                                                 \
-  do {                                                                                     \
-    ::absl::Status shm_check_status_ = (expr);                                             \
-    if (!shm_check_status_.ok()) {                                                         \
-      fprintf(stderr, "[rank %d] %s:%d: %s: %s\n", ::hcomm::shm_test::g_rank, __FILE__,   \
-              __LINE__, #expr, shm_check_status_.ToString().c_str());                      \
-      return 1;                                                                            \
-    }                                                                                      \
+#define SHM_CHECK_OK(expr)                                                                        \
+  do {                                                                                            \
+    ::absl::Status shm_check_status_ = (expr);                                                    \
+    if (!shm_check_status_.ok()) {                                                                \
+      fprintf(stderr, "[rank %d] %s:%d: %s: %s\n", ::hcomm::shm_test::g_rank, __FILE__, __LINE__, \
+              #expr, shm_check_status_.ToString().c_str());                                       \
+      return 1;                                                                                   \
+    }                                                                                             \
   } while (0)
 
 extern int g_rank;  // this child's rank, for messages (-1 in the parent)
@@ -132,13 +132,13 @@ class TestSink : public FrameSink {
   void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) override;
   void OnConnectionLost(int peer, const absl::Status& status) override;
 
-  int64_t frames_from(int peer) const;      // delivered (kept or discarded)
+  int64_t frames_from(int peer) const;  // delivered (kept or discarded)
   int64_t discarded_from(int peer) const;
   int64_t frames_on(int peer, uint32_t stream) const;
   int64_t total_frames() const;
   bool lost(int peer) const;
   absl::Status lost_status(int peer) const;
-  int64_t lost_at_ns(int peer) const;        // CLOCK_MONOTONIC
+  int64_t lost_at_ns(int peer) const;  // CLOCK_MONOTONIC
   int64_t frames_before_loss(int peer) const;
   int lost_reports(int peer) const;
   std::vector<std::string> errors() const;  // empty when all was well

@@ -36,7 +36,6 @@
 #endif
 
 namespace hcomm {
-namespace {
 
 // ---------------------------------------------------------------------------
 // Shared layout. A segment is [header page][ring 0 control page][ring 0
@@ -61,6 +60,8 @@ constexpr int kMaxRecordsPerVisit = 1024;
 // Inline frames up to this record size are written whole by Send when
 // they fit (one publish); larger ones stream through the queue.
 constexpr uint64_t kWholeWriteMax = ShmTransport::kPipeChunkBytes + 2 * kRecAlign;
+
+namespace shm_internal {
 
 struct SegHeader {
   uint64_t magic;
@@ -107,6 +108,14 @@ struct RingCtl {
 static_assert(sizeof(RingCtl) <= kCtlBytes, "ring control fits its page");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 
+}  // namespace shm_internal
+
+namespace {
+
+using shm_internal::CmaSlot;
+using shm_internal::RingCtl;
+using shm_internal::SegHeader;
+
 // A record starts 64-byte aligned; inline payload follows the header at
 // offset 56 and the record is padded to a multiple of 64.
 struct RecHdr {
@@ -116,6 +125,15 @@ struct RecHdr {
   FrameMeta meta;
 };
 static_assert(sizeof(RecHdr) == kRecHdrBytes, "record header has no padding");
+
+inline RecHdr MakeRecHdr(uint32_t kind, uint32_t slot, uint64_t len, const FrameMeta& meta) {
+  RecHdr h;
+  h.kind = kind;
+  h.slot = slot;
+  h.len = len;
+  h.meta = meta;
+  return h;
+}
 
 inline uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline uint64_t RecordBytes(uint64_t len) { return RoundUp(kRecHdrBytes + len, kRecAlign); }
@@ -140,6 +158,14 @@ int64_t MonoNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// For the liveness cadence: 4 ms resolution is plenty and it costs a
+// fifth of CLOCK_MONOTONIC (it is read on every Poll pass).
+int64_t CoarseNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 void RingWrite(char* data, uint64_t size, uint64_t pos, const void* src, uint64_t n) {
   uint64_t off = pos & (size - 1);
   uint64_t first = std::min(n, size - off);
@@ -156,8 +182,8 @@ void RingRead(const char* data, uint64_t size, uint64_t pos, void* dst, uint64_t
 
 // Writes bytes [a, a+n) of the record (header, payload, padding) at ring
 // position pos.
-void WriteRecordPiece(char* data, uint64_t size, uint64_t pos, const RecHdr& h,
-                      const char* payload, uint64_t a, uint64_t n) {
+void WriteRecordPiece(char* data, uint64_t size, uint64_t pos, const RecHdr& h, const char* payload,
+                      uint64_t a, uint64_t n) {
   const uint64_t end = a + n;
   if (a < kRecHdrBytes) {
     uint64_t k = std::min(end, kRecHdrBytes) - a;
@@ -263,83 +289,15 @@ struct ShmTransport::Segment {
   }
 };
 
-struct ShmTransport::OutFrame {
-  FrameHandle handle = 0;
-  RecHdr hdr;
-  const char* payload = nullptr;
-  uint64_t written = 0;  // record bytes in the ring
-  bool cma = false;
-  uint32_t slot = 0;  // CMA, once described
-  bool slot_cancelled = false;
-  std::unique_ptr<char[]> owned;  // set when Cancel had to keep the payload
-  SendCallback done;
-  uint64_t total() const { return RecordBytes(hdr.len); }
-};
-
 namespace {
 enum RxState { kRxIdle = 0, kRxInline = 1, kRxCma = 2, kRxStopped = 3 };
 enum OutStateBits : uint32_t { kOutRetry = 1, kOutSpace = 2, kOutAcks = 4 };
 enum CmaResult { kCmaDone, kCmaMore, kCmaFailed };
 }  // namespace
 
-struct ShmTransport::Conn {
-  int peer = -1;
-  int ring_index = -1;  // of our inbound ring from `peer` in our segment
-  std::atomic<bool> connected{false};
-
-  // Set by Connect before `connected`; constant afterwards.
-  pid_t pid = 0;
-  int pidfd = -1;
-  void* peer_base = nullptr;
-  size_t peer_size = 0;
-  SegHeader* peer_hdr = nullptr;
-  RingCtl* out_ctl = nullptr;  // our ring in the peer's segment
-  char* out_data = nullptr;
-  uint64_t out_size = 0;
-  // Set by Create.
-  RingCtl* in_ctl = nullptr;  // the peer's ring in our segment
-  char* in_data = nullptr;
-  uint64_t in_size = 0;
-
-  absl::Mutex send_mu;
-  std::deque<OutFrame> queue ABSL_GUARDED_BY(send_mu);
-  std::deque<OutFrame> inflight ABSL_GUARDED_BY(send_mu);  // CMA, not yet acknowledged
-  uint64_t tail ABSL_GUARDED_BY(send_mu) = 0;
-  uint64_t tail_published ABSL_GUARDED_BY(send_mu) = 0;
-  uint64_t head_cached ABSL_GUARDED_BY(send_mu) = 0;
-  uint64_t cma_sent ABSL_GUARDED_BY(send_mu) = 0;
-  uint64_t cma_acked ABSL_GUARDED_BY(send_mu) = 0;
-  bool close_write ABSL_GUARDED_BY(send_mu) = false;
-  bool close_written ABSL_GUARDED_BY(send_mu) = false;
-  bool blocked_space ABSL_GUARDED_BY(send_mu) = false;
-  bool dead ABSL_GUARDED_BY(send_mu) = false;
-  absl::Status death ABSL_GUARDED_BY(send_mu);
-  std::atomic<uint32_t> out_state{0};    // OutStateBits: what Poll should look at
-  std::atomic<uint64_t> acked_seen{0};   // == cma_acked, readable without the lock
-
-  absl::Mutex recv_mu;
-  int rx_state ABSL_GUARDED_BY(recv_mu) = kRxIdle;
-  RecHdr rx_hdr ABSL_GUARDED_BY(recv_mu);
-  char* rx_dst ABSL_GUARDED_BY(recv_mu) = nullptr;
-  uint64_t rx_rec_start ABSL_GUARDED_BY(recv_mu) = 0;
-  uint64_t rx_off ABSL_GUARDED_BY(recv_mu) = 0;  // CMA: payload bytes read
-  uint64_t rx_head ABSL_GUARDED_BY(recv_mu) = 0;
-  uint64_t rx_head_published ABSL_GUARDED_BY(recv_mu) = 0;
-  uint64_t rx_tail_cached ABSL_GUARDED_BY(recv_mu) = 0;
-  uint64_t rx_cma_seen ABSL_GUARDED_BY(recv_mu) = 0;
-  std::atomic<bool> rx_more{false};  // a visit stopped on its budget
-
-  absl::Mutex loss_mu;
-  absl::Status loss_why ABSL_GUARDED_BY(loss_mu);
-  bool loss_drain ABSL_GUARDED_BY(loss_mu) = false;
-  bool loss_closed ABSL_GUARDED_BY(loss_mu) = false;
-  std::atomic<bool> loss_flag{false};
-  std::atomic<bool> lost_reported{false};
-
-  absl::Status Died() const {
-    return PeerFailure(absl::StrCat("rank ", peer, " (pid ", pid, ") died"));
-  }
-};
+absl::Status ShmTransport::Conn::Died() const {
+  return PeerFailure(absl::StrCat("rank ", peer, " (pid ", pid, ") died"));
+}
 
 namespace {
 
@@ -382,7 +340,8 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   }
   if (peers.size() > static_cast<size_t>(kMaxLocalPeers)) {
     return InvalidArgument(absl::StrCat("shm: rank ", self, " has ", peers.size(),
-                                        " local peers; at most ", kMaxLocalPeers, " are supported"));
+                                        " local peers; at most ", kMaxLocalPeers,
+                                        " are supported"));
   }
   AllowPtraceOnce();
 
@@ -423,14 +382,13 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   // Reserve the memory now: a full /dev/shm fails here, not with SIGBUS later.
   if (int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
     return fail_fd(OutOfMem(absl::StrCat("shm: rank ", self, ": cannot reserve ", total,
-                                         " bytes in /dev/shm for ", seg->name, ": ",
-                                         strerror(e))));
+                                         " bytes in /dev/shm for ", seg->name, ": ", strerror(e))));
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
-    return OutOfMem(absl::StrCat("shm: rank ", self, ": mmap of ", total, " bytes: ",
-                                 strerror(errno)));
+    return OutOfMem(
+        absl::StrCat("shm: rank ", self, ": mmap of ", total, " bytes: ", strerror(errno)));
   }
   seg->base = base;
   seg->size = total;
@@ -495,8 +453,7 @@ ShmTransport::Conn* ShmTransport::ConnFor(int peer) const {
   return conns_[peer].get();
 }
 
-absl::Status ShmTransport::Connect(int peer, const std::string& peer_address,
-                                   absl::Time deadline) {
+absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, absl::Time deadline) {
   Conn* c = ConnFor(peer);
   const std::string where = absl::StrCat("shm: rank ", self_, " attaching to rank ", peer);
   if (c == nullptr) {
@@ -514,8 +471,7 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address,
         absl::StrCat(where, ": malformed address '", peer_address.substr(0, 200), "'"));
   }
   if (rank != peer) {
-    return InvalidArgument(
-        absl::StrCat(where, ": the address given belongs to rank ", rank));
+    return InvalidArgument(absl::StrCat(where, ": the address given belongs to rank ", rank));
   }
   int fd = -1;
   for (;;) {
@@ -555,25 +511,25 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address,
   }
   const uint64_t rb = h->ring_bytes;
   if (h->owner_rank != peer || h->owner_pid != pid || h->n_rings > kMaxLocalPeers ||
-      rb < kMinRingBytes || rb > kMaxRingBytes || (rb & (rb - 1)) != 0 ||
-      h->total_bytes != size || kHeaderBytes + h->n_rings * (kCtlBytes + rb) != size) {
+      rb < kMinRingBytes || rb > kMaxRingBytes || (rb & (rb - 1)) != 0 || h->total_bytes != size ||
+      kHeaderBytes + h->n_rings * (kCtlBytes + rb) != size) {
     return fail(Unavailable(absl::StrCat(where, ": segment ", parts[4],
-                                         " does not match its address (owner rank ",
-                                         h->owner_rank, ", pid ", h->owner_pid, ")")));
+                                         " does not match its address (owner rank ", h->owner_rank,
+                                         ", pid ", h->owner_pid, ")")));
   }
   int idx = -1;
   for (uint32_t i = 0; i < h->n_rings; ++i) {
     if (h->ring_peer[i] == self_) idx = static_cast<int>(i);
   }
   if (idx < 0) {
-    return fail(InvalidArgument(absl::StrCat(where, ": rank ", peer, " does not list rank ",
-                                             self_, " among its local peers")));
+    return fail(InvalidArgument(absl::StrCat(where, ": rank ", peer, " does not list rank ", self_,
+                                             " among its local peers")));
   }
   RingCtl* out = RingAt(base, rb, idx);
   int32_t other = out->writer_pid.load();
   if (other != 0 && other != seg_->pid) {
-    return fail(InvalidArgument(
-        absl::StrCat(where, ": process ", other, " already writes that ring")));
+    return fail(
+        InvalidArgument(absl::StrCat(where, ": process ", other, " already writes that ring")));
   }
   pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
   if (pidfd < 0) {
@@ -682,22 +638,24 @@ FrameHandle ShmTransport::Send(int peer, const FrameMeta& meta, const void* payl
   Conn* c = ConnFor(peer);
   absl::Status fail;
   if (c == nullptr) {
-    fail = InvalidArgument(absl::StrCat("shm: rank ", peer, " is not a local peer of rank ", self_));
+    fail =
+        InvalidArgument(absl::StrCat("shm: rank ", peer, " is not a local peer of rank ", self_));
   } else if (len > 0 && payload == nullptr) {
-    fail = InvalidArgument(absl::StrCat("shm: send of ", len, " bytes to rank ", peer,
-                                        " from a null buffer"));
+    fail = InvalidArgument(
+        absl::StrCat("shm: send of ", len, " bytes to rank ", peer, " from a null buffer"));
   } else if (len >= kMaxPayload) {
-    fail = InvalidArgument(absl::StrCat("shm: send of ", len, " bytes to rank ", peer,
-                                        " is too large"));
+    fail = InvalidArgument(
+        absl::StrCat("shm: send of ", len, " bytes to rank ", peer, " is too large"));
   } else if (!c->connected.load(std::memory_order_acquire)) {
-    fail = PeerFailure(absl::StrCat("rank ", self_, " is not attached to rank ", peer,
-                                    " over shared memory"));
+    fail = PeerFailure(
+        absl::StrCat("rank ", self_, " is not attached to rank ", peer, " over shared memory"));
   }
   if (!fail.ok()) {
     if (done) done(fail);
     return handle;
   }
   Completions completions;
+  bool written_now = false;
   {
     absl::MutexLock l(&c->send_mu);
     if (c->dead || c->close_write) {
@@ -707,26 +665,22 @@ FrameHandle ShmTransport::Send(int peer, const FrameMeta& meta, const void* payl
       const bool cma = len > kCmaMinBytes && cma_enabled_ &&
                        c->out_ctl->reader_cma.load(std::memory_order_relaxed) == 1;
       const uint64_t total = RecordBytes(len);
-      RecHdr hdr;
-      hdr.kind = cma ? kRecCma : kRecInline;
-      hdr.slot = 0;
-      hdr.len = len;
-      hdr.meta = meta;
       if (!cma && c->queue.empty() && total <= kWholeWriteMax &&
           FreeLockedImpl(c->tail, &c->head_cached, c->out_size, c->out_ctl, total) >= total) {
         // Fast path: the whole record goes in now, one publish.
-        WriteRecordPiece(c->out_data, c->out_size, c->tail, hdr,
+        WriteRecordPiece(c->out_data, c->out_size, c->tail, MakeRecHdr(kRecInline, 0, len, meta),
                          static_cast<const char*>(payload), 0, total);
         c->tail += total;
         c->out_ctl->tail.store(c->tail, std::memory_order_release);
         c->tail_published = c->tail;
         WakeOwner(c->peer_hdr);
-        completions.emplace_back(std::move(done), absl::OkStatus());
+        written_now = true;
       } else {
         c->queue.emplace_back();
         OutFrame& f = c->queue.back();
         f.handle = handle;
-        f.hdr = hdr;
+        f.meta = meta;
+        f.len = len;
         f.payload = static_cast<const char*>(payload);
         f.cma = cma;
         f.done = std::move(done);
@@ -738,6 +692,10 @@ FrameHandle ShmTransport::Send(int peer, const FrameMeta& meta, const void* payl
   }
   if (!fail.ok()) {
     if (done) done(fail);
+    return handle;
+  }
+  if (written_now) {
+    if (done) done(absl::OkStatus());
     return handle;
   }
   RunCompletions(&completions);
@@ -771,8 +729,8 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
       CmaSlot& s = c->out_ctl->slots[f.slot];
       s.addr.store(reinterpret_cast<uintptr_t>(f.payload), std::memory_order_relaxed);
       s.state.store(kSlotLive, std::memory_order_relaxed);
-      f.hdr.slot = f.slot;
-      RingWrite(c->out_data, c->out_size, c->tail, &f.hdr, kRecHdrBytes);
+      const RecHdr h = MakeRecHdr(kRecCma, f.slot, f.len, f.meta);
+      RingWrite(c->out_data, c->out_size, c->tail, &h, kRecHdrBytes);
       c->tail += kRecAlign;
       f.written = kRecAlign;
       ++c->cma_sent;
@@ -780,7 +738,8 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
       c->queue.pop_front();
       continue;
     }
-    const uint64_t total = f.total();
+    const uint64_t total = RecordBytes(f.len);
+    const RecHdr h = MakeRecHdr(kRecInline, 0, f.len, f.meta);
     while (f.written < total) {
       uint64_t free = FreeLockedImpl(c->tail, &c->head_cached, c->out_size, c->out_ctl, kRecAlign);
       if (free < kRecAlign) {
@@ -788,7 +747,7 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
         break;
       }
       uint64_t n = std::min<uint64_t>({free, total - f.written, kPipeChunkBytes});
-      WriteRecordPiece(c->out_data, c->out_size, c->tail, f.hdr, f.payload, f.written, n);
+      WriteRecordPiece(c->out_data, c->out_size, c->tail, h, f.payload, f.written, n);
       c->tail += n;
       f.written += n;
       if (c->tail - c->tail_published >= kPipeChunkBytes) PublishLocked(c);
@@ -799,8 +758,7 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (c->queue.empty() && c->close_write && !c->close_written) {
-    if (FreeLockedImpl(c->tail, &c->head_cached, c->out_size, c->out_ctl, kRecAlign) >=
-        kRecAlign) {
+    if (FreeLockedImpl(c->tail, &c->head_cached, c->out_size, c->out_ctl, kRecAlign) >= kRecAlign) {
       RecHdr h;
       memset(&h, 0, sizeof h);
       h.kind = kRecClose;
@@ -907,9 +865,9 @@ bool ShmTransport::Cancel(int peer, FrameHandle handle) {
       UpdateOutStateLocked(c);
       return true;
     }
-    if (!it->owned && it->hdr.len > 0) {
-      it->owned.reset(new char[it->hdr.len]);
-      memcpy(it->owned.get(), it->payload, it->hdr.len);
+    if (!it->owned && it->len > 0) {
+      it->owned.reset(new char[it->len]);
+      memcpy(it->owned.get(), it->payload, it->len);
       it->payload = it->owned.get();
     }
     return false;
@@ -921,8 +879,8 @@ bool ShmTransport::Cancel(int peer, FrameHandle handle) {
       // after this swap it reads only from our copy.
       CmaSlot& s = c->out_ctl->slots[f.slot];
       bool locked = LockSlot(c, &s, kLockWriter);
-      f.owned.reset(new char[f.hdr.len]);
-      memcpy(f.owned.get(), f.payload, f.hdr.len);
+      f.owned.reset(new char[f.len]);
+      memcpy(f.owned.get(), f.payload, f.len);
       f.payload = f.owned.get();
       s.addr.store(reinterpret_cast<uintptr_t>(f.payload), std::memory_order_relaxed);
       if (locked) s.lock.store(0, std::memory_order_release);
@@ -962,12 +920,12 @@ void ShmTransport::PublishHeadLocked(Conn* c) {
 }
 
 int ShmTransport::ReadCmaLocked(Conn* c, uint64_t budget) {
-  const uint64_t len = c->rx_hdr.len;
+  const uint64_t len = c->rx_len;
   if (c->rx_dst == nullptr) {  // discarded: nothing to read
     c->rx_off = len;
     return kCmaDone;
   }
-  CmaSlot* s = &c->in_ctl->slots[c->rx_hdr.slot];
+  CmaSlot* s = &c->in_ctl->slots[c->rx_slot];
   while (c->rx_off < len && budget > 0) {
     uint64_t n = std::min<uint64_t>({len - c->rx_off, kCmaPieceBytes, budget});
     if (!LockSlot(c, s, kLockReader)) {
@@ -992,11 +950,11 @@ int ShmTransport::ReadCmaLocked(Conn* c, uint64_t budget) {
     if (r < 0 && e == EINTR) continue;
     if (r <= 0) {
       if (r == 0) e = EFAULT;
-      absl::Status why =
-          e == ESRCH ? c->Died()
-                     : PeerFailure(absl::StrCat("rank ", self_, ": process_vm_readv of ", n,
-                                                " bytes from rank ", c->peer, " (pid ", c->pid,
-                                                ") failed: ", strerror(e)));
+      absl::Status why = e == ESRCH
+                             ? c->Died()
+                             : PeerFailure(absl::StrCat("rank ", self_, ": process_vm_readv of ", n,
+                                                        " bytes from rank ", c->peer, " (pid ",
+                                                        c->pid, ") failed: ", strerror(e)));
       NoteLoss(c, why, /*drain=*/false, /*closed=*/false);
       return kCmaFailed;
     }
@@ -1014,7 +972,8 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
   uint64_t cma_budget = drain ? UINT64_MAX : kCmaBudgetBytes;
   int records = 0;
   bool more = false;
-  auto malformed = [&](const std::string& what) {
+  // (The lambdas run with c->recv_mu held, which the analysis cannot see.)
+  auto malformed = [&](const std::string& what) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     c->rx_state = kRxStopped;
     NoteLoss(c,
              PeerFailure(absl::StrCat("rank ", c->peer,
@@ -1022,7 +981,7 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
                                       what, ")")),
              /*drain=*/false, /*closed=*/false);
   };
-  auto available = [&]() -> uint64_t {
+  auto available = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> uint64_t {
     uint64_t avail = c->rx_tail_cached - c->rx_head;
     if (avail == 0) {
       c->rx_tail_cached = c->in_ctl->tail.load(std::memory_order_acquire);
@@ -1049,7 +1008,9 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
           malformed(absl::StrCat("payload length ", h.len));
           break;
         }
-        c->rx_hdr = h;
+        c->rx_meta = h.meta;
+        c->rx_len = h.len;
+        c->rx_slot = h.slot;
         c->rx_rec_start = c->rx_head;
         c->rx_dst = static_cast<char*>(sink_->OnFrame(c->peer, h.meta, h.len));
         c->rx_state = kRxInline;
@@ -1059,7 +1020,9 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
           malformed(absl::StrCat("CMA frame of ", h.len, " bytes in slot ", h.slot));
           break;
         }
-        c->rx_hdr = h;
+        c->rx_meta = h.meta;
+        c->rx_len = h.len;
+        c->rx_slot = h.slot;
         c->rx_head += kRecAlign;
         moved += kRecAlign;
         c->rx_off = 0;
@@ -1079,13 +1042,13 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
       }
     }
     if (c->rx_state == kRxInline) {
-      const uint64_t total = RecordBytes(c->rx_hdr.len);
+      const uint64_t total = RecordBytes(c->rx_len);
       uint64_t consumed = c->rx_head - c->rx_rec_start;
       while (consumed < total) {
         uint64_t avail = available();
         if (avail == 0) break;
         uint64_t n = std::min<uint64_t>({avail, total - consumed, kPipeChunkBytes});
-        ReadRecordPiece(c->in_data, size, c->rx_head, c->rx_hdr.len, c->rx_dst, consumed, n);
+        ReadRecordPiece(c->in_data, size, c->rx_head, c->rx_len, c->rx_dst, consumed, n);
         c->rx_head += n;
         consumed += n;
         moved += n;
@@ -1093,7 +1056,7 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
       }
       if (consumed < total) break;  // the rest has not been written yet
       c->rx_state = kRxIdle;
-      sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_hdr.len);
+      sink_->OnPayload(c->peer, c->rx_meta, c->rx_len);
       ++events;
       continue;
     }
@@ -1115,7 +1078,7 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
       c->in_ctl->cma_acked.store(c->rx_cma_seen, std::memory_order_release);
       WakeOwner(c->peer_hdr);
       c->rx_state = kRxIdle;
-      sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_hdr.len);
+      sink_->OnPayload(c->peer, c->rx_meta, c->rx_len);
       ++events;
       if (!drain && cma_budget == 0) {
         more = true;
@@ -1220,7 +1183,7 @@ void ShmTransport::SignalPeerGone(Conn* c) {
 }
 
 void ShmTransport::CheckLiveness(bool force) {
-  const int64_t now = MonoNs();
+  const int64_t now = CoarseNs();
   const uint32_t att = seg_->hdr->attention.load(std::memory_order_acquire);
   const bool flags = att != attention_seen_.load(std::memory_order_relaxed);
   const bool pids = force || now >= next_liveness_ns_.load(std::memory_order_relaxed);
@@ -1239,10 +1202,9 @@ void ShmTransport::CheckLiveness(bool force) {
       continue;
     }
     if (c->peer_hdr->dead.load(std::memory_order_acquire) != 0) {
-      NoteLoss(c,
-               PeerFailure(absl::StrCat("rank ", c->peer,
-                                        " shut down its shared-memory transport")),
-               /*drain=*/true, /*closed=*/false);
+      NoteLoss(
+          c, PeerFailure(absl::StrCat("rank ", c->peer, " shut down its shared-memory transport")),
+          /*drain=*/true, /*closed=*/false);
     } else if (c->in_ctl->writer_gone.load(std::memory_order_acquire) != 0 ||
                c->out_ctl->reader_gone.load(std::memory_order_acquire) != 0) {
       NoteLoss(c, PeerFailure(absl::StrCat("rank ", c->peer, " closed its connection")),
@@ -1285,6 +1247,9 @@ void ShmTransport::ShutdownAll() {
     NoteLoss(c, why, /*drain=*/false, /*closed=*/false);
     SignalPeerGone(c);
   }
+  // A thread of ours asleep in Poll reports the losses now.
+  seg_->hdr->attention.fetch_add(1, std::memory_order_acq_rel);
+  WakeOwner(seg_->hdr);
 }
 
 void ShmTransport::FailPeer(int peer, const absl::Status& why) {
@@ -1336,7 +1301,7 @@ bool ShmTransport::AnythingReady() {
       attention_seen_.load(std::memory_order_relaxed)) {
     return true;
   }
-  if (MonoNs() >= next_liveness_ns_.load(std::memory_order_relaxed)) return true;
+  if (CoarseNs() >= next_liveness_ns_.load(std::memory_order_relaxed)) return true;
   for (Conn* c : local_) {
     if (!c->connected.load(std::memory_order_acquire) ||
         c->lost_reported.load(std::memory_order_relaxed)) {
@@ -1360,31 +1325,29 @@ int ShmTransport::Poll(absl::Duration timeout) {
   int events = PollOnce();
   if (events > 0 || timeout <= absl::ZeroDuration()) return events;
   const int64_t start = MonoNs();
-  const int64_t deadline = timeout == absl::InfiniteDuration()
-                               ? INT64_MAX
-                               : start + absl::ToInt64Nanoseconds(timeout);
+  const int64_t deadline =
+      timeout == absl::InfiniteDuration() ? INT64_MAX : start + absl::ToInt64Nanoseconds(timeout);
   // 1. Spin: a reply that comes within microseconds costs no wakeup.
-  // 2. Yield between checks: a peer that shares our core gets to run.
+  const int64_t spin = spin_ns_.load(std::memory_order_relaxed);
   for (;;) {
     const int64_t now = MonoNs();
     if (now >= deadline) return 0;
-    const int64_t spent = now - start;
-    if (spent < kSpinNs) {
-      for (int i = 0; i < 16; ++i) CpuRelax();
-    } else if (spent < kYieldNs) {
-      sched_yield();
-    } else {
-      break;
-    }
+    if (now - start >= spin) break;
+    for (int i = 0; i < 16; ++i) CpuRelax();
     events = PollOnce();
-    if (events > 0) return events;
+    if (events > 0) {
+      spin_ns_.store(std::min(kMaxSpinNs, spin + spin / 4 + 1000), std::memory_order_relaxed);
+      return events;
+    }
   }
-  // 3. Sleep on our doorbell, in slices so that liveness is still checked.
+  spin_ns_.store(std::max(kMinSpinNs, spin / 2), std::memory_order_relaxed);
+  // 2. Sleep on our doorbell, in slices so that liveness is still checked.
   SegHeader* h = seg_->hdr;
   for (;;) {
     const int64_t now = MonoNs();
     if (now >= deadline) return 0;
-    const int64_t slice = std::min<int64_t>(deadline - now, int64_t{kLivenessIntervalMs} * 1'000'000);
+    const int64_t slice =
+        std::min<int64_t>(deadline - now, int64_t{kLivenessIntervalMs} * 1'000'000);
     h->sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t v = h->doorbell.load(std::memory_order_acquire);
     std::atomic_thread_fence(std::memory_order_seq_cst);

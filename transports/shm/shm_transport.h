@@ -3,8 +3,8 @@
 //   // Every local rank:
 //   HCOMM_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(rank, size, local_peers, job_key, sink));
 //   store.Set("shm/" + rank, shm->Address());
-//   for (int p : local_peers) HCOMM_RETURN_IF_ERROR(shm->Connect(p, store.Get("shm/" + p), deadline));
-//   store.Barrier();                          // every local peer has attached to us
+//   for (int p : local_peers) HCOMM_RETURN_IF_ERROR(shm->Connect(p, store.Get("shm/" + p),
+//   deadline)); store.Barrier();                          // every local peer has attached to us
 //   HCOMM_RETURN_IF_ERROR(shm->FinishSetup());  // nothing is left in /dev/shm from here on
 //   shm->Send(peer, meta, buf, len, done);
 //   shm->Poll(absl::Milliseconds(10));
@@ -24,8 +24,8 @@
 // SendCallback. No syscall is made on the small-frame path unless the other
 // side sleeps.
 //
-// Waiting: Poll(timeout > 0) spins briefly, then yields, then sleeps on a
-// futex word in this rank's segment ("doorbell"); writers ring it only
+// Waiting: Poll(timeout > 0) spins for an adaptive 2-50 us, then sleeps on
+// a futex word in this rank's segment ("doorbell"); writers ring it only
 // when a sleeper has announced itself. Sleeps are cut into slices of at
 // most kLivenessIntervalMs so that a dead peer is noticed even then.
 //
@@ -48,6 +48,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,6 +63,11 @@
 
 namespace hcomm {
 
+namespace shm_internal {
+struct SegHeader;  // the shared layout, defined in shm_transport.cc
+struct RingCtl;
+}  // namespace shm_internal
+
 class ShmTransport : public Transport {
  public:
   // Payloads longer than this move by cross-memory attach where it works;
@@ -73,9 +79,9 @@ class ShmTransport : public Transport {
   static constexpr size_t kCmaBudgetBytes = 16 * 1024 * 1024;
   // CMA frames in flight (sent, not yet acknowledged) per peer; more wait.
   static constexpr uint32_t kCmaSlots = 64;
-  // Ring data area per peer: this much with up to kFullRingPeers peers,
-  // then shrinking so one segment holds about kSegmentBudgetBytes, but not
-  // below kMinRingBytes. 8 local ranks: 8 x 7 x 1 MiB = 56 MiB in all.
+  // Ring data area per peer: kMaxRingBytes, halved while a segment would
+  // hold more than kSegmentBudgetBytes of rings, but not below
+  // kMinRingBytes. 8 local ranks: 8 segments x 7 rings x 1 MiB = 56 MiB.
   static constexpr size_t kMaxRingBytes = 1024 * 1024;
   static constexpr size_t kMinRingBytes = 128 * 1024;
   static constexpr size_t kSegmentBudgetBytes = 8 * 1024 * 1024;
@@ -86,10 +92,17 @@ class ShmTransport : public Transport {
   // Peers' liveness (pidfd) is checked at most this often from Poll, and
   // no futex sleep lasts longer.
   static constexpr int kLivenessIntervalMs = 50;
-  // Poll(timeout > 0) spins (pause) this long, then yields the CPU between
-  // checks until kYieldNs, then sleeps on the futex.
-  static constexpr int64_t kSpinNs = 10'000;
-  static constexpr int64_t kYieldNs = 40'000;
+  // Poll(timeout > 0) spins (pause) for an adaptive while before sleeping
+  // on the futex: the spin grows (up to kMaxSpinNs) each time spinning
+  // found work and halves (down to kMinSpinNs) each time it did not. So two
+  // ranks with a core each keep answering without a wakeup (~15 us here),
+  // while ranks that outnumber the cores soon stop spinning and leave the
+  // CPU to the peer they wait for. There is no sched_yield phase: yielding
+  // to a thread that never yields back (a build, a spinning process) costs
+  // a whole scheduler tick (4 ms here).
+  static constexpr int64_t kMinSpinNs = 2'000;
+  static constexpr int64_t kInitialSpinNs = 10'000;
+  static constexpr int64_t kMaxSpinNs = 50'000;
   // Largest number of local peers one segment serves.
   static constexpr int kMaxLocalPeers = 255;
 
@@ -105,6 +118,9 @@ class ShmTransport : public Transport {
                                                               const std::string& job_key,
                                                               FrameSink* sink);
 
+  // Peers see every connection fail at once (as after ShutdownAll); the
+  // callbacks of frames still queued do not run. Unmaps everything and
+  // removes the segment name if FinishSetup has not.
   ~ShmTransport() override;
 
   // What peers need to attach to us: "shm1:<pid>:<rank>:<segment address
@@ -131,6 +147,16 @@ class ShmTransport : public Transport {
   // false for everyone when HCOMM_SHM_CMA=0 here or at the peer.
   bool UsesCma(int peer) const;
 
+  // Transport. Notes on this implementation:
+  // - Send's callback runs once all of the frame is in the ring, or, for a
+  //   CMA frame, once the peer has read the payload (until then the buffer
+  //   is in use); Cancel of a CMA frame in flight copies the payload and
+  //   points the peer at the copy.
+  // - A process_vm_readv that fails after Connect found CMA working (the
+  //   peer died, or passed a bad buffer) ends that connection.
+  // - ShutdownAll stops peers from reading our buffers before it returns;
+  //   the failed callbacks and OnConnectionLost run from the next Poll.
+  //   FailPeer runs them before it returns.
   const char* name() const override { return "shm"; }
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;
@@ -142,10 +168,86 @@ class ShmTransport : public Transport {
   void FailPeer(int peer, const absl::Status& why) override;
 
  private:
-  struct Conn;
-  struct OutFrame;
   struct Segment;
   using Completions = std::vector<std::pair<SendCallback, absl::Status>>;
+
+  // A frame queued for, or in flight to, one peer.
+  struct OutFrame {
+    FrameHandle handle = 0;
+    FrameMeta meta;
+    uint64_t len = 0;
+    const char* payload = nullptr;
+    uint64_t written = 0;  // record bytes in the ring
+    bool cma = false;
+    uint32_t slot = 0;  // CMA, once described
+    bool slot_cancelled = false;
+    std::unique_ptr<char[]> owned;  // set when Cancel had to keep the payload
+    SendCallback done;
+  };
+
+  // One local peer: our ring in its segment (we write), its ring in ours
+  // (we read), and what connects the two.
+  struct Conn {
+    int peer = -1;
+    int ring_index = -1;  // of our inbound ring from `peer` in our segment
+    std::atomic<bool> connected{false};
+
+    // Set by Connect before `connected` (release); constant afterwards.
+    pid_t pid = 0;
+    int pidfd = -1;
+    void* peer_base = nullptr;
+    size_t peer_size = 0;
+    shm_internal::SegHeader* peer_hdr = nullptr;
+    shm_internal::RingCtl* out_ctl = nullptr;  // our ring in the peer's segment
+    char* out_data = nullptr;
+    uint64_t out_size = 0;
+    // Set by Create.
+    shm_internal::RingCtl* in_ctl = nullptr;  // the peer's ring in our segment
+    char* in_data = nullptr;
+    uint64_t in_size = 0;
+
+    // Producer side.
+    absl::Mutex send_mu;
+    std::deque<OutFrame> queue ABSL_GUARDED_BY(send_mu);
+    std::deque<OutFrame> inflight ABSL_GUARDED_BY(send_mu);  // CMA, not yet acknowledged
+    uint64_t tail ABSL_GUARDED_BY(send_mu) = 0;
+    uint64_t tail_published ABSL_GUARDED_BY(send_mu) = 0;
+    uint64_t head_cached ABSL_GUARDED_BY(send_mu) = 0;
+    uint64_t cma_sent ABSL_GUARDED_BY(send_mu) = 0;
+    uint64_t cma_acked ABSL_GUARDED_BY(send_mu) = 0;
+    bool close_write ABSL_GUARDED_BY(send_mu) = false;
+    bool close_written ABSL_GUARDED_BY(send_mu) = false;
+    bool blocked_space ABSL_GUARDED_BY(send_mu) = false;
+    bool dead ABSL_GUARDED_BY(send_mu) = false;
+    absl::Status death ABSL_GUARDED_BY(send_mu);
+    std::atomic<uint32_t> out_state{0};   // what Poll should look at (see .cc)
+    std::atomic<uint64_t> acked_seen{0};  // == cma_acked, readable without the lock
+
+    // Consumer side.
+    absl::Mutex recv_mu;
+    int rx_state ABSL_GUARDED_BY(recv_mu) = 0;
+    FrameMeta rx_meta ABSL_GUARDED_BY(recv_mu);
+    uint64_t rx_len ABSL_GUARDED_BY(recv_mu) = 0;
+    uint32_t rx_slot ABSL_GUARDED_BY(recv_mu) = 0;
+    char* rx_dst ABSL_GUARDED_BY(recv_mu) = nullptr;
+    uint64_t rx_rec_start ABSL_GUARDED_BY(recv_mu) = 0;
+    uint64_t rx_off ABSL_GUARDED_BY(recv_mu) = 0;  // CMA: payload bytes read
+    uint64_t rx_head ABSL_GUARDED_BY(recv_mu) = 0;
+    uint64_t rx_head_published ABSL_GUARDED_BY(recv_mu) = 0;
+    uint64_t rx_tail_cached ABSL_GUARDED_BY(recv_mu) = 0;
+    uint64_t rx_cma_seen ABSL_GUARDED_BY(recv_mu) = 0;
+    std::atomic<bool> rx_more{false};  // a visit stopped on its budget
+
+    // Why the connection ended, before it is reported.
+    absl::Mutex loss_mu;
+    absl::Status loss_why ABSL_GUARDED_BY(loss_mu);
+    bool loss_drain ABSL_GUARDED_BY(loss_mu) = false;
+    bool loss_closed ABSL_GUARDED_BY(loss_mu) = false;
+    std::atomic<bool> loss_flag{false};
+    std::atomic<bool> lost_reported{false};
+
+    absl::Status Died() const;
+  };
 
   ShmTransport(int self, int world_size, FrameSink* sink);
 
@@ -159,21 +261,21 @@ class ShmTransport : public Transport {
   // Receiving (c->recv_mu held). ReadRing reads what is available on c's
   // inbound ring; `drain`: the writer is gone, read every complete record
   // regardless of budgets. Returns the number of events.
-  int ReadRing(Conn* c, bool drain);
-  int ReadCmaLocked(Conn* c, uint64_t budget);
-  void PublishHeadLocked(Conn* c);
+  int ReadRing(Conn* c, bool drain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
+  int ReadCmaLocked(Conn* c, uint64_t budget) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
+  void PublishHeadLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
 
   // Sending (c->send_mu held). FlushLocked writes what fits of c's queue;
   // completed frames' callbacks go to *done for the caller to run unlocked.
-  void FlushLocked(Conn* c, Completions* done);
-  void PublishLocked(Conn* c);
-  int ReapAcksLocked(Conn* c, Completions* done);
-  void UpdateOutStateLocked(Conn* c);
+  void FlushLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  void PublishLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  int ReapAcksLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  void UpdateOutStateLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   bool OutReady(Conn* c, uint32_t state);
   // Fails the queue and the in-flight CMA frames (after taking the peer's
   // access to their payloads away).
-  void AbortSendsLocked(Conn* c, Completions* done);
-  void CancelSlotLocked(Conn* c, OutFrame* f);
+  void AbortSendsLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  void CancelSlotLocked(Conn* c, OutFrame* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   // Takes a CMA slot's cross-process spinlock; false if the peer died.
   bool LockSlot(Conn* c, void* slot, uint32_t who);
 
@@ -183,9 +285,10 @@ class ShmTransport : public Transport {
   // drains and calls MarkDead, which fails c for good and reports it once
   // (no lock may be held). SignalPeerGone tells the peer through the
   // shared segments and wakes it.
-  void NoteLoss(Conn* c, const absl::Status& why, bool drain, bool closed);
+  void NoteLoss(Conn* c, const absl::Status& why, bool drain, bool closed)
+      ABSL_LOCKS_EXCLUDED(c->loss_mu);
   int HandleLoss(Conn* c);
-  void MarkDead(Conn* c, const absl::Status& why);
+  void MarkDead(Conn* c, const absl::Status& why) ABSL_LOCKS_EXCLUDED(c->send_mu, c->recv_mu);
   void SignalPeerGone(Conn* c);
   void CheckLiveness(bool force);
   bool PeerAlive(Conn* c);
@@ -202,6 +305,7 @@ class ShmTransport : public Transport {
   std::atomic<bool> shutdown_{false};
   std::atomic<int64_t> next_liveness_ns_{0};
   std::atomic<uint32_t> attention_seen_{0};
+  std::atomic<int64_t> spin_ns_{kInitialSpinNs};
   absl::Mutex liveness_mu_;
 };
 

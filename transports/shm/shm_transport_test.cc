@@ -4,6 +4,7 @@
 #include "transports/shm/shm_transport.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <memory>
 #include <string>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 #include "transports/shm/shm_test_util.h"
@@ -28,8 +31,8 @@ using shm_test::Tracker;
 using shm_test::UniqueKey;
 
 constexpr size_t kMiB = 1024 * 1024;
-const std::vector<size_t> kSizes = {0,         1,           40,           4096, 64 * 1024 - 1,
-                                    64 * 1024 + 1, kMiB + 3, 48 * kMiB};
+const std::vector<size_t> kSizes = {0,        1,        40, 4096, 64 * 1024 - 1, 64 * 1024 + 1,
+                                    kMiB + 3, 48 * kMiB};
 
 // A payload kept alive until its frame's callback ran (the tests keep
 // every buffer until the end).
@@ -156,6 +159,50 @@ TEST(ShmTransportSetupTest, ConnectRejectsBadAddresses) {
   EXPECT_EQ(tr.ok(), 1);
   EXPECT_TRUE(PollUntil(b->get(), [&] { return sink.frames_from(0) == 1; }));
   EXPECT_TRUE(sink.errors().empty());
+}
+
+// CMA is checked per direction at Connect: a reader that cannot read its
+// writer's memory (here: a wrong address for the probe, as EPERM would do)
+// makes that writer use the ring copy, while the other direction keeps CMA.
+TEST(ShmTransportSetupTest, UnreadablePeerFallsBackToRingCopy) {
+  unsetenv("HCOMM_SHM_CMA");
+  TestSink sink(2);
+  const std::string key = UniqueKey("probe");
+  auto a = ShmTransport::Create(0, 2, {1}, key, &sink);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ShmTransport::Create(1, 2, {0}, key, &sink);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<std::string> parts = absl::StrSplit((*b)->Address(), ':');
+  ASSERT_EQ(parts.size(), 5u);
+  parts[3] = "10";  // not where b's segment lives in b's address space
+  const absl::Time soon = absl::Now() + absl::Seconds(5);
+  ASSERT_TRUE((*a)->Connect(1, absl::StrJoin(parts, ":"), soon).ok());
+  ASSERT_TRUE((*b)->Connect(0, (*a)->Address(), soon).ok());
+  ASSERT_TRUE((*a)->FinishSetup().ok());
+  ASSERT_TRUE((*b)->FinishSetup().ok());
+  EXPECT_TRUE((*a)->UsesCma(1));   // b reads a's memory
+  EXPECT_FALSE((*b)->UsesCma(0));  // a could not read b's: b copies through the ring
+  Tracker tr;
+  std::vector<Payload> keep;
+  const std::vector<size_t> sizes = {kMiB + 3, 5 * kMiB, 100};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    keep.push_back(MakePayload(0, 0, i, sizes[i]));
+    (*a)->Send(1, MakeMeta(0, 0, i, sizes[i]), keep.back().bytes.get(), sizes[i], tr.Callback());
+    keep.push_back(MakePayload(1, 0, i, sizes[i]));
+    (*b)->Send(0, MakeMeta(1, 0, i, sizes[i]), keep.back().bytes.get(), sizes[i], tr.Callback());
+  }
+  const int64_t n = static_cast<int64_t>(sizes.size());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while ((tr.done() < 2 * n || sink.frames_from(0) < n || sink.frames_from(1) < n) &&
+         absl::Now() < deadline) {
+    (*a)->Poll(absl::ZeroDuration());
+    (*b)->Poll(absl::ZeroDuration());
+  }
+  EXPECT_EQ(tr.ok(), 2 * n);
+  EXPECT_EQ(sink.frames_from(0), n);
+  EXPECT_EQ(sink.frames_from(1), n);
+  EXPECT_TRUE(sink.errors().empty());
+  EXPECT_TRUE(Leftovers(key).empty());
 }
 
 // ---------------------------------------------------------------------------
@@ -316,8 +363,7 @@ TEST_P(ShmPairTest, ConcurrentSendersAndPollers) {
         for (int i = 0; i < kPerSender; ++i) {
           size_t len = (i % 100 == 42) ? 100 * 1024 + s : static_cast<size_t>((i * 131 + s) % 2000);
           keep[s].push_back(MakePayload(rank, s, i, len));
-          t->Send(peer, MakeMeta(rank, s, i, len), keep[s].back().bytes.get(), len,
-                  tr.Callback());
+          t->Send(peer, MakeMeta(rank, s, i, len), keep[s].back().bytes.get(), len, tr.Callback());
           if (i % 64 == 0) t->Poll(absl::ZeroDuration());
         }
       });
@@ -360,8 +406,8 @@ TEST_P(ShmPairTest, CancelWithdrawsOrCopies) {
       Tracker tr;
       // Big frame first: in flight by CMA, or partly written into the ring.
       Payload big = MakePayload(0, 0, 0, 3 * kMiB + 1);
-      FrameHandle hb = t->Send(1, MakeMeta(0, 0, 0, big.len), big.bytes.get(), big.len,
-                               tr.Callback());
+      FrameHandle hb =
+          t->Send(1, MakeMeta(0, 0, 0, big.len), big.bytes.get(), big.len, tr.Callback());
       SHM_CHECK(tr.done() == 0);
       SHM_CHECK(!t->Cancel(1, hb));
       memset(big.bytes.get(), 0xEE, big.len);  // the caller reuses its buffer
@@ -375,8 +421,8 @@ TEST_P(ShmPairTest, CancelWithdrawsOrCopies) {
       }
       Payload x = MakePayload(0, 1, 0, 100);
       std::atomic<int> x_calls{0};
-      FrameHandle hx = t->Send(1, MakeMeta(0, 1, 0, 100), x.bytes.get(), 100,
-                               [&](absl::Status) { x_calls++; });
+      FrameHandle hx =
+          t->Send(1, MakeMeta(0, 1, 0, 100), x.bytes.get(), 100, [&](absl::Status) { x_calls++; });
       SHM_CHECK(t->Cancel(1, hx));
       SHM_CHECK(!t->Cancel(1, hx));  // gone already
       keep.push_back(MakePayload(0, 0, seq, 10));

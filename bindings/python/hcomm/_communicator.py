@@ -263,6 +263,10 @@ class Communicator:
         """Changes timeout_ms for calls started afterwards."""
         _n.hcomm_comm_set(self._h(), "timeout_ms", str(_int(timeout_ms, "timeout_ms", 0)))
 
+    def transport(self, peer):
+        """The transport to rank peer: "shm", "tcp", or "self"."""
+        return _n.hcomm_comm_transport(self._h(), _int(peer, "peer"))
+
     def abort(self):
         """Every pending and later operation fails with AbortedError. Any thread."""
         _n.hcomm_comm_abort(self._h())

@@ -1,0 +1,1017 @@
+package org.hcomm;
+
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.hcomm.internal.HcommNative;
+
+/**
+ * A group of ranks that exchange messages and run collectives: the Java face
+ * of {@code hcomm_comm_t} (see c_api/include/hcomm/hcomm.h for each call's
+ * contract).
+ *
+ * <pre>{@code
+ * try (Communicator c = Communicator.init()) {      // RANK, WORLD_SIZE, ... (hcomm_run sets them)
+ *   float[] grad = new float[1024];
+ *   c.allReduce(grad, ReduceOp.SUM);
+ *   if (c.rank() == 0) c.send(new int[] {42}, 1, 7);
+ *   else if (c.rank() == 1) c.recv(new int[1], 0, 7);
+ * }
+ * }</pre>
+ *
+ * <p>Buffers ({@code T}) are {@code byte[]} (INT8), {@code int[]} (INT32),
+ * {@code long[]} (INT64), {@code float[]} (FLOAT32), {@code double[]}
+ * (FLOAT64) or a direct {@link ByteBuffer} (UINT8 unless a {@link DType} is
+ * given; zero copy; the bytes from its position to its limit, which stay
+ * unchanged). A heap ByteBuffer is refused. Arrays are copied to native
+ * memory and back around each blocking call (they are not pinned, since the
+ * call may block on the network); see {@link Request} for nonblocking calls.
+ * Counts come from the buffers: one-buffer calls use the whole buffer,
+ * two-buffer calls check that the other one is large enough.
+ *
+ * <p>Errors throw {@link HcommException} with the C status and
+ * hcomm_last_error()'s message. Collectives must be called in the same order
+ * on every rank. Every blocking call ends by the communicator's
+ * {@code timeout_ms} ({@link #set(String, String)}).
+ *
+ * <p>THREAD SAFETY: point-to-point calls may come from several threads at
+ * once, collectives from one at a time. {@link #close()} waits for calls in
+ * progress on other threads; {@link #abort()} does not, and makes them fail
+ * promptly with {@link Status#ABORTED}.
+ */
+public final class Communicator implements AutoCloseable {
+  /** Receive from any rank (hcomm's HCOMM_ANY_SOURCE). */
+  public static final int ANY_SOURCE = -1;
+  /** Receive with any tag (HCOMM_ANY_TAG). */
+  public static final int ANY_TAG = -1;
+  /** The color of a rank that joins no communicator in {@link #split(int, int)}. */
+  public static final int UNDEFINED = -1;
+
+  /**
+   * Memory of requests closed before they completed: the operation may still
+   * write into it, so it is kept until the world communicator is destroyed.
+   * Shared by a world and every communicator made from it.
+   */
+  static final class Orphans {
+    private final List<Object> kept = new ArrayList<>();
+    private boolean released;
+
+    synchronized void keep(Object memory) {
+      if (!released && memory != null) {
+        kept.add(memory);
+      }
+    }
+
+    synchronized void release() {
+      released = true;
+      kept.clear();
+    }
+  }
+
+  private final NativeHandle handle;
+  private final Communicator parent; // keeps the world (and its connections) alive
+  private final Orphans orphans;
+  private final int rank;
+  private final int size;
+
+  private Communicator(long comm, Communicator parent) {
+    this.parent = parent;
+    this.orphans = parent == null ? new Orphans() : parent.orphans;
+    try {
+      this.rank = HcommNative.hcomm_comm_rank(comm);
+      this.size = HcommNative.hcomm_comm_size(comm);
+    } catch (RuntimeException e) {
+      HcommNative.hcomm_comm_destroy(comm);
+      throw e;
+    }
+    final Orphans kept = orphans;
+    final boolean world = parent == null;
+    this.handle = new NativeHandle(this, comm, "communicator", h -> {
+      try {
+        HcommNative.hcomm_comm_destroy(h);
+      } finally {
+        if (world) {
+          kept.release(); // the connections are gone: nothing writes any more
+        }
+      }
+    });
+  }
+
+  /**
+   * Joins the job, configured entirely from the environment (RANK and
+   * WORLD_SIZE or HCOMM_RANK and HCOMM_WORLD_SIZE, MASTER_ADDR/MASTER_PORT
+   * or HCOMM_STORE_ADDR, HCOMM_JOB_TOKEN, HCOMM_TIMEOUT_MS, ...).
+   * Collective over all ranks; blocks until they have all joined or
+   * timeout_ms passes.
+   */
+  public static Communicator init() {
+    return new Communicator(HcommNative.hcomm_comm_init(0), null);
+  }
+
+  /**
+   * Joins the job with these configuration keys (rank, world_size,
+   * store_addr, job_token, timeout_ms, transports, algo, host_id); keys not
+   * given come from the environment. An unknown key or a bad value is
+   * {@link Status#INVALID_ARGUMENT}. A null map is {@link #init()}.
+   */
+  public static Communicator init(Map<String, String> config) {
+    if (config == null) {
+      return init();
+    }
+    long cfg = HcommNative.hcomm_config_create();
+    try {
+      for (Map.Entry<String, String> e : config.entrySet()) {
+        HcommNative.hcomm_config_set(cfg, e.getKey(), e.getValue());
+      }
+      return new Communicator(HcommNative.hcomm_comm_init(cfg), null);
+    } finally {
+      HcommNative.hcomm_config_destroy(cfg);
+    }
+  }
+
+  /** The library's version, "MAJOR.MINOR.PATCH". */
+  public static String version() {
+    int[] major = new int[1];
+    int[] minor = new int[1];
+    int[] patch = new int[1];
+    HcommNative.hcomm_version(major, minor, patch);
+    return major[0] + "." + minor[0] + "." + patch[0];
+  }
+
+  /** This process's rank in the communicator. */
+  public int rank() {
+    checkOpen();
+    return rank;
+  }
+
+  /** The number of ranks. */
+  public int size() {
+    checkOpen();
+    return size;
+  }
+
+  /**
+   * Changes a setting of the live communicator; only {@code timeout_ms} and
+   * {@code algo} may change after init. Applies to calls started afterwards.
+   */
+  public void set(String key, String value) {
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_comm_set(h, key, value);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  /**
+   * The transport that carries messages between this rank and {@code peer}:
+   * "shm", "tcp", or "self" (peer == own rank).
+   */
+  public String transport(int peer) {
+    long h = handle.enter();
+    try {
+      return HcommNative.hcomm_comm_transport(h, peer);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  /**
+   * Makes every pending and later operation on this communicator fail
+   * promptly with {@link Status#ABORTED}. May be called from any thread,
+   * also while others are blocked in calls; does nothing once closed.
+   */
+  public void abort() {
+    long h = handle.tryEnter();
+    if (h == 0) {
+      return;
+    }
+    try {
+      HcommNative.hcomm_comm_abort(h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  /** True after {@link #close()}. */
+  public boolean isClosed() {
+    return handle.isClosed();
+  }
+
+  /**
+   * Destroys the communicator (hcomm_comm_destroy): local, not collective;
+   * first waits (up to timeout_ms) until this rank's sends have been
+   * delivered. Waits for calls in progress on other threads. Pending requests
+   * fail with {@link Status#ABORTED}. Closing a world communicator ends
+   * every communicator made from it. Idempotent; throws if the destroy
+   * reported an error (the communicator is released anyway).
+   */
+  @Override
+  public void close() {
+    handle.close();
+  }
+
+  /**
+   * A communicator of {@code ranks} (ranks of this one, no duplicates; new
+   * rank = index in the array), or null on ranks not listed. Collective:
+   * every rank calls it with the same list.
+   */
+  public Communicator newGroup(int[] ranks) {
+    if (ranks == null) {
+      throw Buffers.invalid("newGroup: ranks is null");
+    }
+    long h = handle.enter();
+    long child;
+    try {
+      child = HcommNative.hcomm_comm_create_group(h, ranks);
+    } finally {
+      handle.exit();
+    }
+    return child == 0 ? null : new Communicator(child, this);
+  }
+
+  /**
+   * Splits this communicator: ranks passing the same {@code color} (>= 0)
+   * form a new one, ordered by ({@code key}, rank here). Returns null for
+   * {@link #UNDEFINED}. Collective over this communicator.
+   */
+  public Communicator split(int color, int key) {
+    long h = handle.enter();
+    long child;
+    try {
+      child = HcommNative.hcomm_comm_split(h, color, key);
+    } finally {
+      handle.exit();
+    }
+    return child == 0 ? null : new Communicator(child, this);
+  }
+
+  /** Returns once every rank has entered the barrier. */
+  public void barrier() {
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_barrier(h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  @Override
+  public String toString() {
+    return isClosed() ? "Communicator(closed)" : "Communicator(rank " + rank + " of " + size + ")";
+  }
+
+  // --- typed overloads ---------------------------------------------------------------------
+
+  /**
+   * Sends {@code buf} to rank {@code dst} with {@code tag} (>= 0); returns once the buffer may be
+   * reused. {@code byte[]} is INT8.
+   */
+  public void send(byte[] buf, int dst, int tag) {
+    sendImpl(buf, DType.INT8, dst, tag);
+  }
+
+  /** {@link #send(byte[], int, int)} for {@code int[]} (INT32). */
+  public void send(int[] buf, int dst, int tag) {
+    sendImpl(buf, DType.INT32, dst, tag);
+  }
+
+  /** {@link #send(byte[], int, int)} for {@code long[]} (INT64). */
+  public void send(long[] buf, int dst, int tag) {
+    sendImpl(buf, DType.INT64, dst, tag);
+  }
+
+  /** {@link #send(byte[], int, int)} for {@code float[]} (FLOAT32). */
+  public void send(float[] buf, int dst, int tag) {
+    sendImpl(buf, DType.FLOAT32, dst, tag);
+  }
+
+  /** {@link #send(byte[], int, int)} for {@code double[]} (FLOAT64). */
+  public void send(double[] buf, int dst, int tag) {
+    sendImpl(buf, DType.FLOAT64, dst, tag);
+  }
+
+  /** {@link #send(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void send(ByteBuffer buf, int dst, int tag) {
+    sendImpl(buf, DType.UINT8, dst, tag);
+  }
+
+  /**
+   * {@link #send(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   */
+  public void send(ByteBuffer buf, DType dtype, int dst, int tag) {
+    sendImpl(buf, dtype, dst, tag);
+  }
+
+  /**
+   * Receives into {@code buf} (its capacity) from {@code src} (or {@link #ANY_SOURCE}) with
+   * {@code tag} (or {@link #ANY_TAG}); returns the source. A larger message is
+   * {@link Status#MISMATCH}. {@code byte[]} is INT8.
+   */
+  public int recv(byte[] buf, int src, int tag) {
+    return recvImpl(buf, DType.INT8, src, tag);
+  }
+
+  /** {@link #recv(byte[], int, int)} for {@code int[]} (INT32). */
+  public int recv(int[] buf, int src, int tag) {
+    return recvImpl(buf, DType.INT32, src, tag);
+  }
+
+  /** {@link #recv(byte[], int, int)} for {@code long[]} (INT64). */
+  public int recv(long[] buf, int src, int tag) {
+    return recvImpl(buf, DType.INT64, src, tag);
+  }
+
+  /** {@link #recv(byte[], int, int)} for {@code float[]} (FLOAT32). */
+  public int recv(float[] buf, int src, int tag) {
+    return recvImpl(buf, DType.FLOAT32, src, tag);
+  }
+
+  /** {@link #recv(byte[], int, int)} for {@code double[]} (FLOAT64). */
+  public int recv(double[] buf, int src, int tag) {
+    return recvImpl(buf, DType.FLOAT64, src, tag);
+  }
+
+  /** {@link #recv(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public int recv(ByteBuffer buf, int src, int tag) {
+    return recvImpl(buf, DType.UINT8, src, tag);
+  }
+
+  /**
+   * {@link #recv(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   */
+  public int recv(ByteBuffer buf, DType dtype, int src, int tag) {
+    return recvImpl(buf, dtype, src, tag);
+  }
+
+  /**
+   * Starts sending {@code buf}; see {@link Request} for the buffer's lifetime. {@code byte[]} is
+   * INT8.
+   */
+  public Request isend(byte[] buf, int dst, int tag) {
+    return isendImpl(buf, DType.INT8, dst, tag);
+  }
+
+  /** {@link #isend(byte[], int, int)} for {@code int[]} (INT32). */
+  public Request isend(int[] buf, int dst, int tag) {
+    return isendImpl(buf, DType.INT32, dst, tag);
+  }
+
+  /** {@link #isend(byte[], int, int)} for {@code long[]} (INT64). */
+  public Request isend(long[] buf, int dst, int tag) {
+    return isendImpl(buf, DType.INT64, dst, tag);
+  }
+
+  /** {@link #isend(byte[], int, int)} for {@code float[]} (FLOAT32). */
+  public Request isend(float[] buf, int dst, int tag) {
+    return isendImpl(buf, DType.FLOAT32, dst, tag);
+  }
+
+  /** {@link #isend(byte[], int, int)} for {@code double[]} (FLOAT64). */
+  public Request isend(double[] buf, int dst, int tag) {
+    return isendImpl(buf, DType.FLOAT64, dst, tag);
+  }
+
+  /** {@link #isend(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public Request isend(ByteBuffer buf, int dst, int tag) {
+    return isendImpl(buf, DType.UINT8, dst, tag);
+  }
+
+  /**
+   * {@link #isend(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   */
+  public Request isend(ByteBuffer buf, DType dtype, int dst, int tag) {
+    return isendImpl(buf, dtype, dst, tag);
+  }
+
+  /**
+   * Starts receiving into {@code buf}; see {@link Request} for the buffer's lifetime.
+   * {@code byte[]} is INT8.
+   */
+  public Request irecv(byte[] buf, int src, int tag) {
+    return irecvImpl(buf, DType.INT8, src, tag);
+  }
+
+  /** {@link #irecv(byte[], int, int)} for {@code int[]} (INT32). */
+  public Request irecv(int[] buf, int src, int tag) {
+    return irecvImpl(buf, DType.INT32, src, tag);
+  }
+
+  /** {@link #irecv(byte[], int, int)} for {@code long[]} (INT64). */
+  public Request irecv(long[] buf, int src, int tag) {
+    return irecvImpl(buf, DType.INT64, src, tag);
+  }
+
+  /** {@link #irecv(byte[], int, int)} for {@code float[]} (FLOAT32). */
+  public Request irecv(float[] buf, int src, int tag) {
+    return irecvImpl(buf, DType.FLOAT32, src, tag);
+  }
+
+  /** {@link #irecv(byte[], int, int)} for {@code double[]} (FLOAT64). */
+  public Request irecv(double[] buf, int src, int tag) {
+    return irecvImpl(buf, DType.FLOAT64, src, tag);
+  }
+
+  /** {@link #irecv(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public Request irecv(ByteBuffer buf, int src, int tag) {
+    return irecvImpl(buf, DType.UINT8, src, tag);
+  }
+
+  /**
+   * {@link #irecv(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   */
+  public Request irecv(ByteBuffer buf, DType dtype, int src, int tag) {
+    return irecvImpl(buf, dtype, src, tag);
+  }
+
+  /**
+   * In place: every rank's {@code buf} becomes {@code op} over all ranks' buffers. {@code byte[]}
+   * is INT8.
+   */
+  public void allReduce(byte[] buf, ReduceOp op) {
+    allReduceImpl(buf, DType.INT8, op);
+  }
+
+  /** {@link #allReduce(byte[], ReduceOp)} for {@code int[]} (INT32). */
+  public void allReduce(int[] buf, ReduceOp op) {
+    allReduceImpl(buf, DType.INT32, op);
+  }
+
+  /** {@link #allReduce(byte[], ReduceOp)} for {@code long[]} (INT64). */
+  public void allReduce(long[] buf, ReduceOp op) {
+    allReduceImpl(buf, DType.INT64, op);
+  }
+
+  /** {@link #allReduce(byte[], ReduceOp)} for {@code float[]} (FLOAT32). */
+  public void allReduce(float[] buf, ReduceOp op) {
+    allReduceImpl(buf, DType.FLOAT32, op);
+  }
+
+  /** {@link #allReduce(byte[], ReduceOp)} for {@code double[]} (FLOAT64). */
+  public void allReduce(double[] buf, ReduceOp op) {
+    allReduceImpl(buf, DType.FLOAT64, op);
+  }
+
+  /** {@link #allReduce(byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void allReduce(ByteBuffer buf, ReduceOp op) {
+    allReduceImpl(buf, DType.UINT8, op);
+  }
+
+  /**
+   * {@link #allReduce(byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public void allReduce(ByteBuffer buf, DType dtype, ReduceOp op) {
+    allReduceImpl(buf, dtype, op);
+  }
+
+  /**
+   * Starts an in-place allReduce that completes through the returned {@link Request}.
+   * {@code byte[]} is INT8.
+   */
+  public Request iallReduce(byte[] buf, ReduceOp op) {
+    return iallReduceImpl(buf, DType.INT8, op);
+  }
+
+  /** {@link #iallReduce(byte[], ReduceOp)} for {@code int[]} (INT32). */
+  public Request iallReduce(int[] buf, ReduceOp op) {
+    return iallReduceImpl(buf, DType.INT32, op);
+  }
+
+  /** {@link #iallReduce(byte[], ReduceOp)} for {@code long[]} (INT64). */
+  public Request iallReduce(long[] buf, ReduceOp op) {
+    return iallReduceImpl(buf, DType.INT64, op);
+  }
+
+  /** {@link #iallReduce(byte[], ReduceOp)} for {@code float[]} (FLOAT32). */
+  public Request iallReduce(float[] buf, ReduceOp op) {
+    return iallReduceImpl(buf, DType.FLOAT32, op);
+  }
+
+  /** {@link #iallReduce(byte[], ReduceOp)} for {@code double[]} (FLOAT64). */
+  public Request iallReduce(double[] buf, ReduceOp op) {
+    return iallReduceImpl(buf, DType.FLOAT64, op);
+  }
+
+  /** {@link #iallReduce(byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public Request iallReduce(ByteBuffer buf, ReduceOp op) {
+    return iallReduceImpl(buf, DType.UINT8, op);
+  }
+
+  /**
+   * {@link #iallReduce(byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public Request iallReduce(ByteBuffer buf, DType dtype, ReduceOp op) {
+    return iallReduceImpl(buf, dtype, op);
+  }
+
+  /** Copies rank {@code root}'s {@code buf} to every rank's. {@code byte[]} is INT8. */
+  public void broadcast(byte[] buf, int root) {
+    broadcastImpl(buf, DType.INT8, root);
+  }
+
+  /** {@link #broadcast(byte[], int)} for {@code int[]} (INT32). */
+  public void broadcast(int[] buf, int root) {
+    broadcastImpl(buf, DType.INT32, root);
+  }
+
+  /** {@link #broadcast(byte[], int)} for {@code long[]} (INT64). */
+  public void broadcast(long[] buf, int root) {
+    broadcastImpl(buf, DType.INT64, root);
+  }
+
+  /** {@link #broadcast(byte[], int)} for {@code float[]} (FLOAT32). */
+  public void broadcast(float[] buf, int root) {
+    broadcastImpl(buf, DType.FLOAT32, root);
+  }
+
+  /** {@link #broadcast(byte[], int)} for {@code double[]} (FLOAT64). */
+  public void broadcast(double[] buf, int root) {
+    broadcastImpl(buf, DType.FLOAT64, root);
+  }
+
+  /** {@link #broadcast(byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void broadcast(ByteBuffer buf, int root) {
+    broadcastImpl(buf, DType.UINT8, root);
+  }
+
+  /**
+   * {@link #broadcast(byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   */
+  public void broadcast(ByteBuffer buf, DType dtype, int root) {
+    broadcastImpl(buf, dtype, root);
+  }
+
+  /**
+   * In place at {@code root}: its {@code buf} becomes {@code op} over all ranks' buffers (the
+   * others' are left unchanged). {@code byte[]} is INT8.
+   */
+  public void reduce(byte[] buf, ReduceOp op, int root) {
+    reduceImpl(buf, DType.INT8, op, root);
+  }
+
+  /** {@link #reduce(byte[], ReduceOp, int)} for {@code int[]} (INT32). */
+  public void reduce(int[] buf, ReduceOp op, int root) {
+    reduceImpl(buf, DType.INT32, op, root);
+  }
+
+  /** {@link #reduce(byte[], ReduceOp, int)} for {@code long[]} (INT64). */
+  public void reduce(long[] buf, ReduceOp op, int root) {
+    reduceImpl(buf, DType.INT64, op, root);
+  }
+
+  /** {@link #reduce(byte[], ReduceOp, int)} for {@code float[]} (FLOAT32). */
+  public void reduce(float[] buf, ReduceOp op, int root) {
+    reduceImpl(buf, DType.FLOAT32, op, root);
+  }
+
+  /** {@link #reduce(byte[], ReduceOp, int)} for {@code double[]} (FLOAT64). */
+  public void reduce(double[] buf, ReduceOp op, int root) {
+    reduceImpl(buf, DType.FLOAT64, op, root);
+  }
+
+  /** {@link #reduce(byte[], ReduceOp, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void reduce(ByteBuffer buf, ReduceOp op, int root) {
+    reduceImpl(buf, DType.UINT8, op, root);
+  }
+
+  /**
+   * {@link #reduce(byte[], ReduceOp, int)} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public void reduce(ByteBuffer buf, DType dtype, ReduceOp op, int root) {
+    reduceImpl(buf, dtype, op, root);
+  }
+
+  /**
+   * {@code recv} (at least size &times; send elements) gets every rank's {@code send}, in rank
+   * order. {@code byte[]} is INT8.
+   */
+  public void allGather(byte[] send, byte[] recv) {
+    allGatherImpl(send, recv, DType.INT8);
+  }
+
+  /** {@link #allGather(byte[], byte[])} for {@code int[]} (INT32). */
+  public void allGather(int[] send, int[] recv) {
+    allGatherImpl(send, recv, DType.INT32);
+  }
+
+  /** {@link #allGather(byte[], byte[])} for {@code long[]} (INT64). */
+  public void allGather(long[] send, long[] recv) {
+    allGatherImpl(send, recv, DType.INT64);
+  }
+
+  /** {@link #allGather(byte[], byte[])} for {@code float[]} (FLOAT32). */
+  public void allGather(float[] send, float[] recv) {
+    allGatherImpl(send, recv, DType.FLOAT32);
+  }
+
+  /** {@link #allGather(byte[], byte[])} for {@code double[]} (FLOAT64). */
+  public void allGather(double[] send, double[] recv) {
+    allGatherImpl(send, recv, DType.FLOAT64);
+  }
+
+  /** {@link #allGather(byte[], byte[])} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void allGather(ByteBuffer send, ByteBuffer recv) {
+    allGatherImpl(send, recv, DType.UINT8);
+  }
+
+  /**
+   * {@link #allGather(byte[], byte[])} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public void allGather(ByteBuffer send, ByteBuffer recv, DType dtype) {
+    allGatherImpl(send, recv, dtype);
+  }
+
+  /**
+   * {@code send} holds size blocks; rank r's {@code recv} gets {@code op} over all ranks' block r.
+   * {@code byte[]} is INT8.
+   */
+  public void reduceScatter(byte[] send, byte[] recv, ReduceOp op) {
+    reduceScatterImpl(send, recv, DType.INT8, op);
+  }
+
+  /** {@link #reduceScatter(byte[], byte[], ReduceOp)} for {@code int[]} (INT32). */
+  public void reduceScatter(int[] send, int[] recv, ReduceOp op) {
+    reduceScatterImpl(send, recv, DType.INT32, op);
+  }
+
+  /** {@link #reduceScatter(byte[], byte[], ReduceOp)} for {@code long[]} (INT64). */
+  public void reduceScatter(long[] send, long[] recv, ReduceOp op) {
+    reduceScatterImpl(send, recv, DType.INT64, op);
+  }
+
+  /** {@link #reduceScatter(byte[], byte[], ReduceOp)} for {@code float[]} (FLOAT32). */
+  public void reduceScatter(float[] send, float[] recv, ReduceOp op) {
+    reduceScatterImpl(send, recv, DType.FLOAT32, op);
+  }
+
+  /** {@link #reduceScatter(byte[], byte[], ReduceOp)} for {@code double[]} (FLOAT64). */
+  public void reduceScatter(double[] send, double[] recv, ReduceOp op) {
+    reduceScatterImpl(send, recv, DType.FLOAT64, op);
+  }
+
+  /**
+   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy).
+   */
+  public void reduceScatter(ByteBuffer send, ByteBuffer recv, ReduceOp op) {
+    reduceScatterImpl(send, recv, DType.UINT8, op);
+  }
+
+  /**
+   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype}
+   * elements (zero copy).
+   */
+  public void reduceScatter(ByteBuffer send, ByteBuffer recv, DType dtype, ReduceOp op) {
+    reduceScatterImpl(send, recv, dtype, op);
+  }
+
+  /**
+   * Block j of {@code send} (size blocks) goes to rank j; block i of {@code recv} comes from rank
+   * i. {@code byte[]} is INT8.
+   */
+  public void allToAll(byte[] send, byte[] recv) {
+    allToAllImpl(send, recv, DType.INT8);
+  }
+
+  /** {@link #allToAll(byte[], byte[])} for {@code int[]} (INT32). */
+  public void allToAll(int[] send, int[] recv) {
+    allToAllImpl(send, recv, DType.INT32);
+  }
+
+  /** {@link #allToAll(byte[], byte[])} for {@code long[]} (INT64). */
+  public void allToAll(long[] send, long[] recv) {
+    allToAllImpl(send, recv, DType.INT64);
+  }
+
+  /** {@link #allToAll(byte[], byte[])} for {@code float[]} (FLOAT32). */
+  public void allToAll(float[] send, float[] recv) {
+    allToAllImpl(send, recv, DType.FLOAT32);
+  }
+
+  /** {@link #allToAll(byte[], byte[])} for {@code double[]} (FLOAT64). */
+  public void allToAll(double[] send, double[] recv) {
+    allToAllImpl(send, recv, DType.FLOAT64);
+  }
+
+  /** {@link #allToAll(byte[], byte[])} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void allToAll(ByteBuffer send, ByteBuffer recv) {
+    allToAllImpl(send, recv, DType.UINT8);
+  }
+
+  /**
+   * {@link #allToAll(byte[], byte[])} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public void allToAll(ByteBuffer send, ByteBuffer recv, DType dtype) {
+    allToAllImpl(send, recv, dtype);
+  }
+
+  /**
+   * {@code root}'s {@code recv} (size &times; send elements) gets every rank's {@code send} in rank
+   * order; {@code recv} is ignored (may be null) on the other ranks. {@code byte[]} is INT8.
+   */
+  public void gather(byte[] send, byte[] recv, int root) {
+    gatherImpl(send, recv, DType.INT8, root);
+  }
+
+  /** {@link #gather(byte[], byte[], int)} for {@code int[]} (INT32). */
+  public void gather(int[] send, int[] recv, int root) {
+    gatherImpl(send, recv, DType.INT32, root);
+  }
+
+  /** {@link #gather(byte[], byte[], int)} for {@code long[]} (INT64). */
+  public void gather(long[] send, long[] recv, int root) {
+    gatherImpl(send, recv, DType.INT64, root);
+  }
+
+  /** {@link #gather(byte[], byte[], int)} for {@code float[]} (FLOAT32). */
+  public void gather(float[] send, float[] recv, int root) {
+    gatherImpl(send, recv, DType.FLOAT32, root);
+  }
+
+  /** {@link #gather(byte[], byte[], int)} for {@code double[]} (FLOAT64). */
+  public void gather(double[] send, double[] recv, int root) {
+    gatherImpl(send, recv, DType.FLOAT64, root);
+  }
+
+  /** {@link #gather(byte[], byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void gather(ByteBuffer send, ByteBuffer recv, int root) {
+    gatherImpl(send, recv, DType.UINT8, root);
+  }
+
+  /**
+   * {@link #gather(byte[], byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public void gather(ByteBuffer send, ByteBuffer recv, DType dtype, int root) {
+    gatherImpl(send, recv, dtype, root);
+  }
+
+  /**
+   * Block r of {@code root}'s {@code send} (size &times; recv elements) goes to rank r's
+   * {@code recv}; {@code send} is ignored (may be null) on the other ranks. {@code byte[]} is INT8.
+   */
+  public void scatter(byte[] send, byte[] recv, int root) {
+    scatterImpl(send, recv, DType.INT8, root);
+  }
+
+  /** {@link #scatter(byte[], byte[], int)} for {@code int[]} (INT32). */
+  public void scatter(int[] send, int[] recv, int root) {
+    scatterImpl(send, recv, DType.INT32, root);
+  }
+
+  /** {@link #scatter(byte[], byte[], int)} for {@code long[]} (INT64). */
+  public void scatter(long[] send, long[] recv, int root) {
+    scatterImpl(send, recv, DType.INT64, root);
+  }
+
+  /** {@link #scatter(byte[], byte[], int)} for {@code float[]} (FLOAT32). */
+  public void scatter(float[] send, float[] recv, int root) {
+    scatterImpl(send, recv, DType.FLOAT32, root);
+  }
+
+  /** {@link #scatter(byte[], byte[], int)} for {@code double[]} (FLOAT64). */
+  public void scatter(double[] send, double[] recv, int root) {
+    scatterImpl(send, recv, DType.FLOAT64, root);
+  }
+
+  /** {@link #scatter(byte[], byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  public void scatter(ByteBuffer send, ByteBuffer recv, int root) {
+    scatterImpl(send, recv, DType.UINT8, root);
+  }
+
+  /**
+   * {@link #scatter(byte[], byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
+   * copy).
+   */
+  public void scatter(ByteBuffer send, ByteBuffer recv, DType dtype, int root) {
+    scatterImpl(send, recv, dtype, root);
+  }
+
+  // --- implementation ------------------------------------------------------------------------
+
+  Orphans orphans() {
+    return orphans;
+  }
+
+  private void checkOpen() {
+    handle.enter();
+    handle.exit();
+  }
+
+  private static int opCode(ReduceOp op) {
+    if (op == null) {
+      throw Buffers.invalid("op is null");
+    }
+    return op.code();
+  }
+
+  private void sendImpl(Object buf, DType dtype, int dst, int tag) {
+    int n = Buffers.count(buf, dtype, false, "send: buf");
+    Object v = Buffers.view(buf);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_send(v, n, dtype.code(), dst, tag, h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private int recvImpl(Object buf, DType dtype, int src, int tag) {
+    int n = Buffers.count(buf, dtype, true, "recv: buf");
+    if (src == ANY_SOURCE) {
+      // hcomm_recv does not say who sent; a request does.
+      try (Request r = irecvImpl(buf, dtype, src, tag)) {
+        r.await();
+        return r.source();
+      }
+    }
+    Object v = Buffers.view(buf);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_recv(v, n, dtype.code(), src, tag, h);
+    } finally {
+      handle.exit();
+    }
+    return src;
+  }
+
+  private Request isendImpl(Object buf, DType dtype, int dst, int tag) {
+    int n = Buffers.count(buf, dtype, false, "isend: buf");
+    ByteBuffer memory = Buffers.stable(buf, dtype, n, true);
+    long h = handle.enter();
+    try {
+      long req = HcommNative.hcomm_java_isend(memory, n, dtype.code(), dst, tag, h);
+      return new Request(this, req, memory, null, false);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private Request irecvImpl(Object buf, DType dtype, int src, int tag) {
+    int n = Buffers.count(buf, dtype, true, "irecv: buf");
+    ByteBuffer memory = Buffers.stable(buf, dtype, n, false);
+    Object array = buf instanceof ByteBuffer ? null : buf;
+    long h = handle.enter();
+    try {
+      long req = HcommNative.hcomm_java_irecv(memory, n, dtype.code(), src, tag, h);
+      return new Request(this, req, memory, array, false);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void allReduceImpl(Object buf, DType dtype, ReduceOp op) {
+    int n = Buffers.count(buf, dtype, true, "allReduce: buf");
+    int o = opCode(op);
+    Object v = Buffers.view(buf);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_allreduce(v, v, n, dtype.code(), o, h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private Request iallReduceImpl(Object buf, DType dtype, ReduceOp op) {
+    int n = Buffers.count(buf, dtype, true, "iallReduce: buf");
+    int o = opCode(op);
+    ByteBuffer memory = Buffers.stable(buf, dtype, n, true);
+    Object array = buf instanceof ByteBuffer ? null : buf;
+    long h = handle.enter();
+    try {
+      long req = HcommNative.hcomm_java_iallreduce(memory, memory, n, dtype.code(), o, h);
+      return new Request(this, req, memory, array, true);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void broadcastImpl(Object buf, DType dtype, int root) {
+    int n = Buffers.count(buf, dtype, true, "broadcast: buf");
+    Object v = Buffers.view(buf);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_broadcast(v, n, dtype.code(), root, h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void reduceImpl(Object buf, DType dtype, ReduceOp op, int root) {
+    int n = Buffers.count(buf, dtype, true, "reduce: buf");
+    int o = opCode(op);
+    Object v = Buffers.view(buf);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_reduce(v, v, n, dtype.code(), o, root, h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  /** Throws unless {@code have} >= {@code need} elements. */
+  private static void checkRoom(String what, long have, long need, String why) {
+    if (have < need) {
+      throw Buffers.invalid(what + " holds " + have + " elements but needs " + need + " (" + why
+          + ")");
+    }
+  }
+
+  /** Elements per block of a buffer split into one block per rank. */
+  private int blocks(String what, int n) {
+    if (n % size != 0) {
+      throw Buffers.invalid(what + " holds " + n + " elements, not a multiple of the "
+          + size + " ranks");
+    }
+    return n / size;
+  }
+
+  private void allGatherImpl(Object send, Object recv, DType dtype) {
+    int ns = Buffers.count(send, dtype, false, "allGather: send");
+    int nr = Buffers.count(recv, dtype, true, "allGather: recv");
+    checkOpen();
+    checkRoom("allGather: recv", nr, (long) size * ns, size + " ranks x " + ns);
+    Object vs = Buffers.view(send);
+    Object vr = Buffers.view(recv);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_allgather(vs, vr, ns, dtype.code(), h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void reduceScatterImpl(Object send, Object recv, DType dtype, ReduceOp op) {
+    int ns = Buffers.count(send, dtype, false, "reduceScatter: send");
+    int nr = Buffers.count(recv, dtype, true, "reduceScatter: recv");
+    int o = opCode(op);
+    checkOpen();
+    int block = blocks("reduceScatter: send", ns);
+    checkRoom("reduceScatter: recv", nr, block, "one block of send");
+    Object vs = Buffers.view(send);
+    Object vr = Buffers.view(recv);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_reduce_scatter(vs, vr, block, dtype.code(), o, h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void allToAllImpl(Object send, Object recv, DType dtype) {
+    int ns = Buffers.count(send, dtype, false, "allToAll: send");
+    int nr = Buffers.count(recv, dtype, true, "allToAll: recv");
+    checkOpen();
+    int block = blocks("allToAll: send", ns);
+    checkRoom("allToAll: recv", nr, ns, "as many as send");
+    Object vs = Buffers.view(send);
+    Object vr = Buffers.view(recv);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_alltoall(vs, vr, block, dtype.code(), h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void gatherImpl(Object send, Object recv, DType dtype, int root) {
+    int ns = Buffers.count(send, dtype, false, "gather: send");
+    checkOpen();
+    Object vr = null; // only the root's recv is used
+    if (rank == root) {
+      int nr = Buffers.count(recv, dtype, true, "gather: recv");
+      checkRoom("gather: recv", nr, (long) size * ns, size + " ranks x " + ns);
+      vr = Buffers.view(recv);
+    }
+    Object vs = Buffers.view(send);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_gather(vs, vr, ns, dtype.code(), root, h);
+    } finally {
+      handle.exit();
+    }
+  }
+
+  private void scatterImpl(Object send, Object recv, DType dtype, int root) {
+    int nr = Buffers.count(recv, dtype, true, "scatter: recv");
+    checkOpen();
+    Object vs = null; // only the root's send is used
+    if (rank == root) {
+      int ns = Buffers.count(send, dtype, false, "scatter: send");
+      checkRoom("scatter: send", ns, (long) size * nr, size + " ranks x " + nr);
+      vs = Buffers.view(send);
+    }
+    Object vr = Buffers.view(recv);
+    long h = handle.enter();
+    try {
+      HcommNative.hcomm_scatter(vs, vr, nr, dtype.code(), root, h);
+    } finally {
+      handle.exit();
+    }
+  }
+}

@@ -1,0 +1,395 @@
+"""Multi-process tests of the Python binding: 4 ranks started by hcomm_run.
+
+Run by Bazel, this file is the driver (unittest): it starts itself as 4
+ranks (`hcomm_run -n 4 -- python3 multirank_test.py --worker`), each of
+which runs every check in CHECKS in order and prints "ok: NAME"; there is
+one test method per check. Two further runs start their ranks by hand
+(HCOMM_RANK/HCOMM_WORLD_SIZE/HCOMM_STORE_ADDR/HCOMM_JOB_TOKEN): a peer that
+exits mid-job (PeerFailureError) and a rank with the wrong job token
+(PermissionDeniedError).
+"""
+
+import builtins
+import os
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+
+import hcomm
+
+N = 4
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+# ---- worker side (one rank) ----------------------------------------------
+
+R = None  # This rank.
+
+
+@check
+def send_recv():
+    peer = R ^ 1  # Pairs (0,1), (2,3).
+    a = np.full(16, R, np.int64)
+    b = np.zeros(16, np.int64)
+    if R % 2 == 0:
+        hcomm.send(a, dst=peer, tag=1)
+        src = hcomm.recv(b, src=peer, tag=1)
+    else:
+        src = hcomm.recv(b, src=peer, tag=1)
+        hcomm.send(a, dst=peer, tag=1)
+    assert src == peer, src
+    assert (b == peer).all(), b
+
+
+@check
+def transports():
+    names = [hcomm.get_default_group().transport(p) for p in range(N)]
+    assert names[R] == "self", names
+    assert all(names[p] in ("shm", "tcp") for p in range(N) if p != R), names
+
+
+@check
+def isend_irecv():
+    reqs, bufs = [], {}
+    for p in range(N):
+        if p != R:
+            bufs[p] = np.zeros(1000, np.float32)
+            reqs.append(hcomm.irecv(bufs[p], src=p, tag=2))
+    sends = [hcomm.isend(np.full(1000, R + 0.5, np.float32), dst=p, tag=2)
+             for p in range(N) if p != R]
+    for r in sends:
+        assert r.wait() is True
+    hcomm.wait_all(reqs)
+    for r in reqs:
+        assert r.is_completed()
+        assert r.count == 1000 and r.tag == 2
+        assert (bufs[r.source] == r.source + 0.5).all()
+
+
+@check
+def any_source():
+    if R == 0:
+        seen = set()
+        for _ in range(N - 1):
+            b = np.zeros(4, np.int32)
+            src = hcomm.recv(b, src=None, tag=3)
+            assert (b == src * 10).all(), (src, b)
+            seen.add(src)
+        assert seen == {1, 2, 3}, seen
+        b = bytearray(8)  # Any tag too.
+        r = hcomm.irecv(b, src=None, tag=None)
+        r.wait()
+        assert r.source == 2 and r.tag == 33 and bytes(b[:5]) == b"hello", (r.source, r.tag)
+    else:
+        hcomm.send(np.full(4, R * 10, np.int32), dst=0, tag=3)
+        if R == 2:
+            hcomm.send(b"hello", dst=0, tag=33)
+
+
+@check
+def all_reduce_every_op():
+    expect = {
+        hcomm.ReduceOp.SUM: 10, hcomm.ReduceOp.PROD: 24, hcomm.ReduceOp.MIN: 1,
+        hcomm.ReduceOp.MAX: 4, hcomm.ReduceOp.AVG: 2.5,
+    }
+    for op, want in expect.items():
+        for dtype in (np.float64, np.float32, np.float16):
+            t = np.full(37, R + 1, dtype)
+            hcomm.all_reduce(t, op=op)
+            assert (t == want).all(), (op, dtype, t[:3])
+        t = np.full(5, R + 1, np.int32)
+        hcomm.all_reduce(t, op=op)
+        assert (t == int(want)).all(), (op, t)  # AVG of ints truncates: 2.
+    big = np.arange(300000, dtype=np.float32) * (R + 1)  # Large: ring/tree paths.
+    hcomm.all_reduce(big)
+    assert np.allclose(big, np.arange(300000, dtype=np.float32) * 10)
+    a = np.full(3, R, np.int64)
+    req = hcomm.all_reduce(a, op=hcomm.ReduceOp.MAX, async_op=True)
+    req.wait()
+    assert (a == N - 1).all()
+
+
+@check
+def broadcast():
+    t = np.arange(10, dtype=np.float64) if R == 2 else np.zeros(10)
+    hcomm.broadcast(t, src=2)
+    assert (t == np.arange(10)).all(), t
+
+
+@check
+def reduce():
+    t = np.full(6, R + 1, np.int64)
+    hcomm.reduce(t, dst=1, op=hcomm.ReduceOp.SUM)
+    assert (t == (10 if R == 1 else R + 1)).all(), t
+
+
+@check
+def all_gather():
+    t = np.array([R, R * 2, R * 3], np.int32)
+    out = np.zeros(3 * N, np.int32)
+    hcomm.all_gather(out, t)
+    assert out.tolist() == [v for r in range(N) for v in (r, r * 2, r * 3)], out
+    inplace = np.zeros(2 * N)
+    inplace[2 * R:2 * R + 2] = R + 0.25
+    hcomm.all_gather(inplace, inplace[2 * R:2 * R + 2])
+    assert inplace.tolist() == [r + 0.25 for r in range(N) for _ in range(2)], inplace
+
+
+@check
+def reduce_scatter():
+    inp = np.arange(2 * N, dtype=np.float32) + R  # Block r: [2r + R, 2r + 1 + R].
+    out = np.zeros(2, np.float32)
+    hcomm.reduce_scatter(out, inp, op=hcomm.ReduceOp.SUM)
+    assert out.tolist() == [4 * 2 * R + 6, 4 * (2 * R + 1) + 6], out
+
+
+@check
+def all_to_all():
+    inp = np.array([R * 100 + j for j in range(N)], np.int64)
+    out = np.zeros(N, np.int64)
+    hcomm.all_to_all(out, inp)
+    assert out.tolist() == [i * 100 + R for i in range(N)], out
+
+
+@check
+def gather_scatter():
+    out = np.zeros(N, np.int32) if R == 3 else None
+    hcomm.gather(np.array([R + 7], np.int32), out, dst=3)
+    if R == 3:
+        assert out.tolist() == [7, 8, 9, 10], out
+    piece = np.zeros(2, np.float64)
+    inp = np.arange(2 * N, dtype=np.float64) if R == 0 else None
+    hcomm.scatter(piece, inp, src=0)
+    assert piece.tolist() == [2 * R, 2 * R + 1], piece
+
+
+@check
+def barrier():
+    for _ in range(3):
+        hcomm.barrier()
+
+
+@check
+def new_group():
+    g = hcomm.new_group(ranks=[0, 2])
+    if R in (1, 3):
+        assert g is None
+    else:
+        assert hcomm.get_world_size(group=g) == 2
+        assert hcomm.get_rank(group=g) == R // 2
+        t = np.array([R + 1.0])
+        hcomm.all_reduce(t, op=hcomm.ReduceOp.SUM, group=g)
+        assert t[0] == 4.0, t
+        b = np.zeros(1)
+        if hcomm.get_rank(g) == 0:
+            hcomm.send(np.array([42.0]), dst=1, group=g)  # Group rank 1 = world rank 2.
+        else:
+            assert hcomm.recv(b, src=None, group=g) == 0
+            assert b[0] == 42.0
+        hcomm.barrier(group=g)
+        g.destroy()
+    odd_even = hcomm.split(R % 2, key=-R)  # Ordered by key: descending world rank.
+    assert odd_even.size == 2 and odd_even.rank == (0 if R >= 2 else 1), odd_even
+    t = np.array([R], np.int32)
+    hcomm.all_reduce(t, group=odd_even)
+    assert t[0] == (2 if R % 2 == 0 else 4), t
+    odd_even.destroy()
+    hcomm.barrier()
+
+
+@check
+def exceptions():
+    try:
+        hcomm.send(np.zeros(1), dst=N)
+        raise AssertionError("send to rank %d did not raise" % N)
+    except hcomm.InvalidArgumentError as e:
+        assert e.status == 1 and "out of range" in str(e), e
+    if R == 0:
+        hcomm.get_default_group().set_timeout(300)
+        t0 = time.monotonic()
+        try:
+            hcomm.recv(np.zeros(2), src=1, tag=4242)  # Nobody sends it.
+            raise AssertionError("recv did not time out")
+        except builtins.TimeoutError as e:
+            assert isinstance(e, hcomm.TimeoutError) and isinstance(e, hcomm.HcommError), e
+            assert e.status == 4 and "4242" in str(e), e
+            assert time.monotonic() - t0 < 10
+        finally:
+            hcomm.get_default_group().set_timeout(30000)
+    hcomm.barrier()
+
+
+@check
+def shared_memory_channel():
+    name = "pymulti-" + os.environ.get("HCOMM_JOB_TOKEN", str(os.getppid()))[:16]
+    if R == 0:
+        ch = hcomm.SharedMemoryChannel(name, 1 << 16, create=True)
+        hcomm.barrier()  # Created before anyone opens it.
+        got = sorted(ch.read(timeout_ms=10000) for _ in range(N - 1))
+        assert got == [b"from rank %d" % r for r in range(1, N)], got
+        hcomm.barrier()
+        ch.close()
+    else:
+        hcomm.barrier()
+        with hcomm.SharedMemoryChannel(name, 0) as ch:
+            ch.write(b"from rank %d" % R)
+        hcomm.barrier()
+
+
+def worker():
+    global R
+    hcomm.init(timeout_ms=30000)
+    R = hcomm.get_rank()
+    assert hcomm.get_world_size() == N
+    for fn in CHECKS:
+        fn()
+        print("ok:", fn.__name__, flush=True)
+    hcomm.destroy()
+    print("ok: all", flush=True)
+
+
+def peer_failure_worker():
+    """Rank 1 leaves without destroy; rank 0's pending recv sees it."""
+    hcomm.init(timeout_ms=20000)
+    hcomm.barrier()
+    if hcomm.get_rank() == 1:
+        os._exit(0)
+    try:
+        hcomm.recv(np.zeros(4), src=1, tag=5)
+        print("recv returned")
+        sys.exit(1)
+    except hcomm.PeerFailureError as e:
+        assert e.status == 5
+        print("ok: PeerFailureError:", e, flush=True)
+    hcomm.destroy()
+
+
+def bad_token_worker():
+    try:
+        hcomm.init(timeout_ms=3000)
+    except hcomm.PermissionDeniedError as e:
+        print("ok: PermissionDeniedError:", e, flush=True)
+        return
+    except hcomm.HcommError as e:
+        print("ok: %s: %s" % (type(e).__name__, e), flush=True)
+        return
+    print("init succeeded", flush=True)
+    sys.exit(1)
+
+
+# ---- driver side (the Bazel test) -----------------------------------------
+
+def _runfile(rel):
+    for d in (os.environ.get("RUNFILES_DIR"), os.environ.get("TEST_SRCDIR")):
+        if d and os.path.exists(os.path.join(d, "hcomm", rel)):
+            return os.path.join(d, "hcomm", rel)
+    raise unittest.SkipTest("%s not in the runfiles" % rel)
+
+
+def _child_env():
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(hcomm.__file__)))
+    env["PYTHONPATH"] = pkg_root
+    for k in ("HCOMM_RANK", "HCOMM_WORLD_SIZE", "HCOMM_STORE_ADDR", "HCOMM_JOB_TOKEN",
+              "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FourRanks(unittest.TestCase):
+    output = ""
+    returncode = None
+
+    @classmethod
+    def setUpClass(cls):
+        launcher = _runfile("tools/hcomm_run")
+        t0 = time.monotonic()
+        p = subprocess.run(
+            [launcher, "-n", str(N), "--timeout", "50", "--", sys.executable,
+             os.path.abspath(__file__), "--worker"],
+            env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            timeout=70, text=True)
+        cls.output, cls.returncode = p.stdout, p.returncode
+        print(cls.output)
+        print("4-rank run: exit %d in %.1f s" % (p.returncode, time.monotonic() - t0))
+
+    def assert_all_ranks(self, line):
+        for r in range(N):
+            self.assertIn("[rank %d] %s\n" % (r, line), self.output,
+                          "rank %d did not print %r" % (r, line))
+
+    def test_exit_status(self):
+        self.assertEqual(self.returncode, 0, self.output)
+        self.assert_all_ranks("ok: all")
+
+
+def _add_check_test(name):
+    def test(self):
+        self.assert_all_ranks("ok: " + name)
+    test.__name__ = "test_" + name
+    setattr(FourRanks, test.__name__, test)
+
+
+for _fn in CHECKS:
+    _add_check_test(_fn.__name__)
+
+
+def _start_by_hand(mode, tokens):
+    port = _free_port()
+    procs = []
+    for rank, token in enumerate(tokens):
+        env = _child_env()
+        env.update(HCOMM_RANK=str(rank), HCOMM_WORLD_SIZE=str(len(tokens)),
+                   HCOMM_STORE_ADDR="127.0.0.1:%d" % port, HCOMM_JOB_TOKEN=token)
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), mode], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        outs.append((p.returncode, out))
+    for rank, (rc, out) in enumerate(outs):
+        print("%s rank %d exited %s:\n%s" % (mode, rank, rc, out))
+    return outs
+
+
+class Failures(unittest.TestCase):
+    def test_peer_failure(self):
+        outs = _start_by_hand("--peer-failure", ["t0ken-a", "t0ken-a"])
+        self.assertEqual(outs[0][0], 0, outs)
+        self.assertIn("ok: PeerFailureError", outs[0][1])
+
+    def test_wrong_job_token(self):
+        outs = _start_by_hand("--bad-token", ["right-token", "wrong-token"])
+        self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
+        self.assertIn("ok: PermissionDeniedError", outs[1][1], outs)
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        worker()
+    elif "--peer-failure" in sys.argv:
+        peer_failure_worker()
+    elif "--bad-token" in sys.argv:
+        bad_token_worker()
+    else:
+        unittest.main(verbosity=2)

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Builds and runs hcomm's libFuzzer targets (fuzz/*_fuzzer.cc) with clang,
+# outside Bazel (Bazel's toolchain here is gcc, which has no libFuzzer).
+#
+#   bash tools/fuzz.sh TARGET SECONDS    # one target
+#   bash tools/fuzz.sh all SECONDS       # every target, SECONDS each
+#   bash tools/fuzz.sh list              # the targets
+#
+# Targets: store_request (the store's request loop after the handshake),
+# tcp_frames (the TCP transport's frame parser), handshake (the job-token
+# handshake, both sides), config (Config::Set / ParseOption / Resolve).
+#
+# Each target is compiled with -fsanitize=fuzzer,address,undefined together
+# with the library sources it exercises (system Abseil, protobuf and
+# OpenSSL; store.pb.{h,cc} generated with protoc), then run for SECONDS on
+# a working corpus seeded from fuzz/corpus/TARGET/ (the seeds are read,
+# never written). Objects are cached by content under the work directory.
+#
+# Environment: HCOMM_FUZZ_DIR (work directory; default $TEST_TMPDIR or
+# /tmp, + /hcomm-fuzz), CXX (default clang++), HCOMM_FUZZ_FLAGS (extra
+# libFuzzer flags, e.g. "-jobs=2 -workers=2").
+#
+# Prints one line per target ("fuzz TARGET: N executions in S s, ...,
+# findings: none" or the crashing input and how to replay it) and, last,
+# "fuzz: T targets, N executions, F findings". Exit status: 0 when nothing
+# was found, 1 on a finding or a build failure, 3 when clang or its
+# libFuzzer runtime is missing (`bash tools/setup.sh` installs them).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TARGETS=(store_request tcp_frames handshake config)
+
+usage() {
+  echo "usage: $0 {$(IFS='|'; echo "${TARGETS[*]}")|all} SECONDS | list" >&2
+  exit 2
+}
+
+[ $# -ge 1 ] || usage
+if [ "$1" = list ]; then
+  printf '%s\n' "${TARGETS[@]}"
+  exit 0
+fi
+[ $# -eq 2 ] || usage
+WHICH="$1"
+SECONDS_EACH="$2"
+[[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] && [ "$SECONDS_EACH" -ge 1 ] || usage
+if [ "$WHICH" = all ]; then
+  RUN=("${TARGETS[@]}")
+else
+  case " ${TARGETS[*]} " in *" $WHICH "*) RUN=("$WHICH") ;; *) usage ;; esac
+fi
+
+CXX="${CXX:-clang++}"
+if ! command -v "$CXX" >/dev/null 2>&1; then
+  echo "fuzz: $CXX not found; install clang and libclang-rt-14-dev (bash tools/setup.sh)" >&2
+  exit 3
+fi
+RES="$("$CXX" -print-resource-dir 2>/dev/null)"
+if ! ls "$RES"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; then
+  echo "fuzz: $CXX has no libFuzzer runtime under $RES; install libclang-rt-14-dev (bash tools/setup.sh)" >&2
+  exit 3
+fi
+
+WORK="${HCOMM_FUZZ_DIR:-${TEST_TMPDIR:-/tmp}/hcomm-fuzz}"
+GEN="$WORK/gen"
+OBJ="$WORK/obj"
+mkdir -p "$GEN/core" "$OBJ" "$WORK/bin" "$WORK/corpus" "$WORK/artifacts" "$WORK/logs"
+
+# Library sources per target (paths relative to the repository root).
+COMMON=(core/status.cc core/net.cc)
+sources_of() {
+  case "$1" in
+    store_request) echo "${COMMON[*]} core/store_server.cc core/handshake.cc @pb fuzz/store_request_fuzzer.cc" ;;
+    tcp_frames)    echo "${COMMON[*]} transports/tcp/tcp_transport.cc fuzz/tcp_frames_fuzzer.cc" ;;
+    handshake)     echo "${COMMON[*]} core/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
+    config)        echo "${COMMON[*]} core/config.cc fuzz/config_fuzzer.cc" ;;
+  esac
+}
+max_len_of() {
+  case "$1" in
+    store_request|tcp_frames) echo 65536 ;;
+    *) echo 4096 ;;
+  esac
+}
+
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-link
+          -I"$ROOT" -I"$GEN" -include "$ROOT/fuzz/clang_compat.h"
+          -Wno-unused-command-line-argument)
+LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format absl_time \
+          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lpthread"
+
+# store.pb.{h,cc}, regenerated when store.proto changes.
+gen_proto() {
+  local stamp="$GEN/core/store.proto.sha"
+  local sum
+  sum="$(sha1sum "$ROOT/core/store.proto" | cut -d' ' -f1)"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ] || [ ! -f "$GEN/core/store.pb.cc" ]; then
+    protoc --proto_path="$ROOT" --cpp_out="$GEN" "$ROOT/core/store.proto" || return 1
+    echo "$sum" > "$stamp"
+  fi
+}
+
+# The object for one source: cached under a hash of the source, every
+# header it may include from this repository, and the flags.
+HDR_SUM=""
+obj_for() {
+  local src="$1" path
+  if [ "$src" = @pb ]; then path="$GEN/core/store.pb.cc"; else path="$ROOT/$src"; fi
+  local key
+  key="$( { cat "$path"; echo "$HDR_SUM"; echo "${CXXFLAGS[*]}"; "$CXX" --version | head -1; } \
+          | sha1sum | cut -c1-16)"
+  echo "$OBJ/$(basename "$path" .cc)-$key.o"
+}
+
+compile() {
+  local src="$1" out="$2" path
+  if [ "$src" = @pb ]; then path="$GEN/core/store.pb.cc"; else path="$ROOT/$src"; fi
+  [ -f "$out" ] && return 0
+  "$CXX" "${CXXFLAGS[@]}" -c "$path" -o "$out.tmp.$$" 2>"$out.log" \
+    && mv "$out.tmp.$$" "$out" && rm -f "$out.log" && return 0
+  echo "fuzz: compiling $src failed:" >&2
+  cat "$out.log" >&2
+  return 1
+}
+
+build() {
+  local t="$1" bin="$WORK/bin/${1}_fuzzer" objs=() pids=() src o ok=0
+  for src in $(sources_of "$t"); do
+    o="$(obj_for "$src")"
+    objs+=("$o")
+    if [ ! -f "$o" ]; then
+      compile "$src" "$o" &
+      pids+=($!)
+      # Two compilations at a time (the machines are small).
+      if [ ${#pids[@]} -ge 2 ]; then
+        wait "${pids[0]}" || ok=1
+        pids=("${pids[@]:1}")
+      fi
+    fi
+  done
+  for p in "${pids[@]}"; do wait "$p" || ok=1; done
+  [ $ok -eq 0 ] || return 1
+  local link_key
+  link_key="$(printf '%s\n' "${objs[@]}" | sha1sum | cut -c1-16)"
+  if [ -x "$bin" ] && [ "$(cat "$bin.key" 2>/dev/null)" = "$link_key" ]; then return 0; fi
+  "$CXX" $SAN -fsanitize=fuzzer "${objs[@]}" $LIBS -o "$bin" 2>"$bin.log" || {
+    echo "fuzz: linking $t failed:" >&2
+    cat "$bin.log" >&2
+    return 1
+  }
+  echo "$link_key" > "$bin.key"
+}
+
+gen_proto || { echo "fuzz: protoc failed"; echo "fuzz: ${#RUN[@]} targets, 0 executions, build failed"; exit 1; }
+HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/core/*.h "$ROOT"/transports/*.h "$ROOT"/transports/tcp/*.h \
+             "$GEN/core/store.pb.h" | sha1sum | cut -d' ' -f1)"
+
+total_execs=0
+findings=0
+failed_builds=0
+for t in "${RUN[@]}"; do
+  if ! build "$t"; then
+    echo "fuzz $t: BUILD FAILED"
+    failed_builds=$((failed_builds + 1))
+    continue
+  fi
+  corpus="$WORK/corpus/$t"
+  mkdir -p "$corpus"
+  log="$WORK/logs/$t.log"
+  rm -f "$WORK/artifacts/$t-"*
+  # -timeout: one input running this long is a hang; -rss_limit_mb: the
+  # store accepts values of 64 MiB, so a frame may legitimately take that.
+  # shellcheck disable=SC2086
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}" \
+  UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+    "$WORK/bin/${t}_fuzzer" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=2560 \
+      -max_len="$(max_len_of "$t")" -print_final_stats=1 -print_pcs=0 \
+      -artifact_prefix="$WORK/artifacts/$t-" ${HCOMM_FUZZ_FLAGS:-} \
+      "$corpus" "$ROOT/fuzz/corpus/$t" >"$log" 2>&1
+  rc=$?
+  execs="$(grep -h 'stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')"
+  speed="$(grep -h 'stat::average_exec_per_sec' "$log" | awk '{s += $2} END {print s + 0}')"
+  cov="$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')"
+  ncorpus="$(find "$corpus" -type f | wc -l)"
+  total_execs=$((total_execs + execs))
+  artifacts=$(find "$WORK/artifacts" -maxdepth 1 -name "$t-*" -type f 2>/dev/null)
+  if [ "$rc" -eq 0 ] && [ -z "$artifacts" ]; then
+    echo "fuzz $t: $execs executions in ${SECONDS_EACH} s (${speed}/s), coverage ${cov:-?} edges, corpus $ncorpus inputs, findings: none"
+  else
+    findings=$((findings + 1))
+    echo "fuzz $t: $execs executions, FINDING (libFuzzer exit $rc)"
+    grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|.*invariant violated|.*ERROR: libFuzzer)' "$log" \
+      | head -5 | sed 's/^/  /'
+    for a in $artifacts; do
+      echo "  input: $a"
+      echo "  replay: $WORK/bin/${t}_fuzzer $a"
+    done
+    echo "  log: $log"
+  fi
+done
+echo "fuzz: ${#RUN[@]} targets, $total_execs executions, $findings findings$([ $failed_builds -gt 0 ] && echo ", $failed_builds builds failed")"
+[ $findings -eq 0 ] && [ $failed_builds -eq 0 ]
