@@ -135,6 +135,17 @@ Fabric::Fabric(const Options& opts)
 Fabric::~Fabric() { Destroy().IgnoreError(); }
 
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
+  // Debian's Abseil is built with lock-order (deadlock) detection on, which
+  // costs thousands of instructions per lock: far more than a message. It
+  // stays available for debugging (HCOMM_DEBUG_LOCKS=1) and the C++ tests.
+  static const bool locks_configured = [] {
+    const char* v = getenv("HCOMM_DEBUG_LOCKS");
+    absl::SetMutexDeadlockDetectionMode(v != nullptr && v[0] == '1'
+                                            ? absl::OnDeadlockCycle::kAbort
+                                            : absl::OnDeadlockCycle::kIgnore);
+    return true;
+  }();
+  (void)locks_configured;
   if (opts.rank < 0 || opts.world_size < 1 || opts.rank >= opts.world_size) {
     return InvalidArgument(
         absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
@@ -748,7 +759,9 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
   r->started = absl::Now();
   {
     absl::MutexLock l(&mu_);
-    HCOMM_RETURN_IF_ERROR(Annotate(CheckUsable(peer), Describe(*r)));
+    if (absl::Status usable = CheckUsable(peer); !usable.ok()) {
+      return Annotate(usable, Describe(*r));  // described only on failure
+    }
     for (const auto& [key, why] : poisoned_) {
       if (key.first == ctx && key.second == tag) return why;
     }

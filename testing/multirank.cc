@@ -14,6 +14,13 @@ namespace testing {
 
 namespace {
 TransportMode g_mode = TransportMode::kDefault;
+
+// The C++ tests keep Abseil's lock-order checking on (the library turns it
+// off unless HCOMM_DEBUG_LOCKS=1): a lock-order inversion fails the test.
+const bool kLockChecks = [] {
+  setenv("HCOMM_DEBUG_LOCKS", "1", /*overwrite=*/0);
+  return true;
+}();
 }  // namespace
 
 void SetTransportMode(TransportMode mode) { g_mode = mode; }
