@@ -10,7 +10,7 @@ out="$(mktemp "${TEST_TMPDIR:-/tmp}/p2p_acceptance.XXXXXX")"
 trap 'rm -f "$out"' EXIT
 
 # run_mode NAME NP: the whole program as NP ranks, over
-#   shm   - shared memory (all ranks on this host; the default),
+#   shm   - shared memory only (HCOMM_TRANSPORTS=shm; all ranks on this host),
 #   tcp   - TCP only (HCOMM_TRANSPORTS=tcp),
 #   mixed - ranks on two pretend hosts (HCOMM_HOST_ID by rank parity):
 #           shared memory within each, TCP between them.
@@ -18,7 +18,7 @@ run_mode() {
   local mode="$1" np="$2" start rc r
   local -a cmd=("$prog")
   case "$mode" in
-    shm) ;;
+    shm) export HCOMM_TRANSPORTS=shm ;;
     tcp) export HCOMM_TRANSPORTS=tcp ;;
     mixed) cmd=(/bin/sh -c 'HCOMM_HOST_ID="host$((RANK % 2))" exec "$0" "$@"' "$prog") ;;
   esac
