@@ -178,7 +178,9 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
       timeout_ms_(opts.timeout_ms),
       forced_algo_(ParseAlgo(opts.algo)),
       link_(LinkModelFor(fabric_->TransportName())),
-      debug_info_(DebugInfo()) {
+      debug_info_(DebugInfo()),
+      fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
+                    strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
   auto w2g = std::make_shared<std::vector<int>>(fabric_->size(), -1);
   for (int g = 0; g < size_; ++g) (*w2g)[group_to_world_[g]] = g;
   world_to_group_ = std::move(w2g);
@@ -396,8 +398,9 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
   const uint64_t fp = Fingerprint(op, count, t, rop, root);
   fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/true);
   {
-    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask), fp, Deadline(),
-                          what);
+    // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
+    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask),
+                          fingerprints_ ? fp : 0, Deadline(), what);
     s = body(peers, choice.algo);
   }
   fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/false);

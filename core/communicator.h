@@ -154,6 +154,8 @@ class Communicator {
   std::atomic<Algorithm> forced_algo_;
   const LinkModel link_;
   const bool debug_info_;
+  const bool fingerprints_;  // collectives carry fingerprints (always, unless
+                             // HCOMM_FINGERPRINTS=0 for measurement)
 
   // Collectives run one at a time in call order: a call takes a ticket and
   // waits for its turn.

@@ -1146,6 +1146,18 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
       r->phase = Request::Phase::kMatched;
       return r->recv_buf;
     }
+    if (payload_len > kEagerBytes) {
+      // No rank sends more than kEagerBytes eagerly (larger messages go by
+      // RTS/CTS): the header is corrupt or the peer does not follow the
+      // protocol. Never allocate what such a header claims.
+      FailPeerLocked(peer,
+                     PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
+                                              " sent an eager message of ", payload_len,
+                                              " bytes, above the protocol's limit of ",
+                                              kEagerBytes, "; its connection is unusable")),
+                     /*any_source=*/true);
+      return nullptr;
+    }
     Unexpected u;
     u.kind = Unexpected::Kind::kEager;
     u.source = peer;
