@@ -452,6 +452,8 @@ TEST(CollectiveErrorsTest, DifferentCollectivesFailEveryRankWithBothCallsNamed) 
       EXPECT_NE(s.message().find("allreduce(count 10 int32 sum)"), absl::string_view::npos)
           << "rank " << rank << ": " << s;
       EXPECT_NE(s.message().find("seq 1"), absl::string_view::npos) << s;
+      // Stay until every rank has seen it (the next collective still works).
+      EXPECT_TRUE((*c)->Barrier().ok());
     });
   }
   testing::SetTransportMode(testing::TransportMode::kDefault);
@@ -503,7 +505,8 @@ TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
       ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, 0, 5).ok());
       return;
     }
-    ASSERT_TRUE((*c)->SetOption("timeout_ms", "1000").ok());
+    // 5 s: the last fifth is kept for collecting the hang report.
+    ASSERT_TRUE((*c)->SetOption("timeout_ms", "5000").ok());
     std::vector<int32_t> v(4, 1);
     absl::Status s = (*c)->AllReduce(v.data(), v.data(), 4, DataType::kInt32, ReduceOp::kSum);
     EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;

@@ -65,14 +65,27 @@ std::string DescribeFingerprint(uint64_t fp) {
   return out + ")";
 }
 
+// Of a call's timeout, the part kept for asking the other ranks what they
+// wait on (a hang report), so that the call still ends by its timeout.
+absl::Duration ReportReserve(absl::Duration timeout) {
+  return std::min(absl::Seconds(1), std::max(absl::Milliseconds(20), timeout / 5));
+}
+
 }  // namespace
 
 // The point-to-point view one collective call has of its communicator.
 class Communicator::CollectivePeers : public Peers {
  public:
+  // Waits end by `deadline` minus the hang-report reserve; the report
+  // (if one is needed) ends by `deadline`.
   CollectivePeers(Communicator* c, int tag, uint64_t fingerprint, absl::Time deadline,
                   std::string what)
-      : c_(c), tag_(tag), fp_(fingerprint), deadline_(deadline), what_(std::move(what)) {}
+      : c_(c),
+        tag_(tag),
+        fp_(fingerprint),
+        final_deadline_(deadline),
+        deadline_(deadline - ReportReserve(c->timeout())),
+        what_(std::move(what)) {}
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
@@ -103,7 +116,7 @@ class Communicator::CollectivePeers : public Peers {
     if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
       reported_ = true;
       return Timeout(absl::StrCat(what_, ": ", s.message(), "\n",
-                                  c_->HangReport(c_->coll_ctx_, tag_, fp_)));
+                                  c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_)));
     }
     return Annotate(s, what_);
   }
@@ -150,6 +163,7 @@ class Communicator::CollectivePeers : public Peers {
   int tag_;
   uint64_t fp_;
   bool reported_ = false;
+  absl::Time final_deadline_;
   absl::Time deadline_;
   std::string what_;
 };
@@ -222,25 +236,28 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t b
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
                                 int tag) {
-  absl::Status s =
-      fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout());
+  const absl::Time end = absl::Now() + timeout();
+  absl::Status s = fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag,
+                                 timeout() - ReportReserve(timeout()));
   if (CodeOf(s) == ErrorCode::kTimeout) {
-    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0)));
+    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0, end)));
   }
   return s;
 }
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  absl::Status s = fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout());
+  const absl::Time end = absl::Now() + timeout();
+  absl::Status s = fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag,
+                                 timeout() - ReportReserve(timeout()));
   if (CodeOf(s) == ErrorCode::kTimeout) {
-    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0)));
+    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0, end)));
   }
   return s;
 }
 
-std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp) {
-  std::map<int, std::string> states = fabric_->CollectHangReport(absl::Now() + absl::Seconds(2));
+std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline) {
+  std::map<int, std::string> states = fabric_->CollectHangReport(deadline);
   auto g = [this](int world) {
     if (world < 0) return std::string("any rank");
     int r = world < static_cast<int>(world_to_group_->size()) ? (*world_to_group_)[world] : -1;

@@ -138,7 +138,8 @@ class Communicator {
   // Asks every rank what it waits on and describes the wavefront: for
   // collective `seq` (fingerprint fp) of context ctx, who never entered it
   // and who waits on whom; seq < 0 for point-to-point.
-  std::string HangReport(uint32_t ctx, int seq, uint64_t fp);
+  // Ends by `deadline`; ranks that have not answered by then are named.
+  std::string HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline);
   absl::StatusOr<std::unique_ptr<Communicator>> MakeChild(std::vector<int> members_world,
                                                           uint32_t ctx);
 

@@ -471,7 +471,7 @@ void Fabric::HangResponderLoop() {
   absl::Mutex m;
   absl::MutexLock l(&m);
   while (!stop_.load(std::memory_order_acquire)) {
-    auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(300));
+    auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
     if (n.ok()) {
       if (answered < 0) answered = *n;  // requests before we started are old
       if (*n > answered) {
@@ -495,10 +495,11 @@ void Fabric::HangResponderLoop() {
         answered = *n;
       }
     }
-    // Sleep ~300 ms, waking at once when the fabric stops.
+    // Look again in 50 ms (a timing-out rank waits for our answer), waking
+    // at once when the fabric stops.
     m.AwaitWithTimeout(absl::Condition(
                            +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
-                       absl::Milliseconds(300));
+                       absl::Milliseconds(50));
   }
 }
 
@@ -512,12 +513,16 @@ std::map<int, std::string> Fabric::CollectHangReport(absl::Time deadline) {
       .IgnoreError();
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/hang/", *n, "/", r));
-  store_client_->Wait(keys, deadline).IgnoreError();  // whoever answers in time
-  auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(1));
+  // Wait for the answers until just before the deadline, then read whoever
+  // answered (a few local round trips).
+  const absl::Duration left = deadline - absl::Now();
+  store_client_->Wait(keys, deadline - std::min(absl::Milliseconds(20), left / 4)).IgnoreError();
+  const absl::Time read_by = std::max(deadline, absl::Now() + absl::Milliseconds(20));
+  auto have = store_client_->Check(keys, read_by);
   if (!have.ok()) return out;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || !(*have)[r]) continue;
-    auto v = store_client_->Get(keys[r], absl::Now() + absl::Seconds(1));
+    auto v = store_client_->Get(keys[r], read_by);
     if (v.ok()) out[r] = *v;
   }
   return out;

@@ -169,10 +169,15 @@ bool StoreServer::Stopping() const {
 
 void StoreServer::AcceptLoop() {
   bool backoff = false;  // out of descriptors: stop polling the listener briefly
+  bool listener_dead = false;  // torn down under us: serve existing clients only
   for (;;) {
     struct pollfd fds[2] = {{wake_fd_.get(), POLLIN, 0}, {listen_fd_.get(), POLLIN, 0}};
     int timeout_ms = backoff ? 100 : static_cast<int>(absl::ToInt64Milliseconds(kIdleSlice));
-    int r = ::poll(fds, backoff ? 1 : 2, timeout_ms);
+    int r = ::poll(fds, backoff || listener_dead ? 1 : 2, timeout_ms);
+    if (r > 0 && !listener_dead && (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0 &&
+        (fds[1].revents & POLLIN) == 0) {
+      listener_dead = true;
+    }
     backoff = false;
     if (r > 0 && (fds[0].revents & POLLIN) != 0) {
       uint64_t count;
@@ -181,7 +186,7 @@ void StoreServer::AcceptLoop() {
     }
     ReapFinished();
     if (Stopping()) return;
-    if (r <= 0 || (fds[1].revents & POLLIN) == 0) continue;
+    if (r <= 0 || listener_dead || (fds[1].revents & POLLIN) == 0) continue;
     for (;;) {
       int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
@@ -191,6 +196,11 @@ void StoreServer::AcceptLoop() {
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         backoff = true;
+      }
+      if (errno == EINVAL || errno == EBADF || errno == ENOTSOCK) {
+        // The listening socket was shut down (e.g. killed from outside):
+        // polling it again would spin. Keep serving connected clients.
+        listener_dead = true;
       }
       break;  // EAGAIN, or an error to retry after the next poll
     }
