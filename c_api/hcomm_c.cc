@@ -56,7 +56,20 @@ hcomm_status_t Guard(const char* fn, F&& body) {
   }
 }
 
-size_t DtypeSize(hcomm_dtype_t d) {
+// The value a C caller passed for an enum parameter, read without an
+// enum-typed load: in C any int may arrive, but in C++ loading a value
+// outside an enum's range (e.g. dtype 99, op -1) is undefined behaviour, so
+// enum arguments are validated through this and passed by reference until
+// then.
+template <typename E>
+int RawValue(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "the C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+size_t DtypeSize(int d) {
   switch (d) {
     case HCOMM_INT8:
     case HCOMM_UINT8: return 1;
@@ -74,14 +87,14 @@ size_t DtypeSize(hcomm_dtype_t d) {
 
 // Checks shared by every point-to-point entry point. On success *bytes is
 // the message size in bytes.
-hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, hcomm_dtype_t dtype,
+hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, const hcomm_dtype_t& dtype,
                         int peer, int tag, hcomm_comm_t comm, bool is_recv, size_t* bytes) {
   if (comm == nullptr || !comm->impl) return BadArg(absl::StrCat(fn, ": comm is NULL"));
   const int rank = comm->impl->rank();
   const int size = comm->impl->size();
-  size_t esize = DtypeSize(dtype);
+  size_t esize = DtypeSize(RawValue(dtype));
   if (esize == 0) {
-    return BadArg(absl::StrCat(fn, " on rank ", rank, ": dtype ", static_cast<int>(dtype),
+    return BadArg(absl::StrCat(fn, " on rank ", rank, ": dtype ", RawValue(dtype),
                                " is not an hcomm_dtype_t"));
   }
   // No buffer can hold more than PTRDIFF_MAX bytes; a larger count would
@@ -122,12 +135,12 @@ constexpr int kNoOp = INT32_MIN;  // CheckTypes: the call takes no reduce op
 
 // Checks a collective's dtype (and op, unless op_value is kNoOp) and returns
 // the element size in *esize.
-hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, hcomm_dtype_t dtype, int op_value,
-                          size_t* esize) {
-  *esize = DtypeSize(dtype);
+hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, const hcomm_dtype_t& dtype,
+                          int op_value, size_t* esize) {
+  *esize = DtypeSize(RawValue(dtype));
   if (*esize == 0) {
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": dtype ",
-                               static_cast<int>(dtype), " is not an hcomm_dtype_t"));
+                               RawValue(dtype), " is not an hcomm_dtype_t"));
   }
   if (op_value != kNoOp && !hcomm::IsValidReduceOp(op_value)) {
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": op ", op_value,
@@ -173,7 +186,7 @@ hcomm::ReduceOp OP(hcomm_reduce_op_t o) { return static_cast<hcomm::ReduceOp>(o)
 extern "C" {
 
 const char* hcomm_status_string(hcomm_status_t status) {
-  switch (status) {
+  switch (RawValue(status)) {
     case HCOMM_SUCCESS: return "HCOMM_SUCCESS";
     case HCOMM_ERR_INVALID_ARGUMENT: return "HCOMM_ERR_INVALID_ARGUMENT";
     case HCOMM_ERR_NO_DEVICE: return "HCOMM_ERR_NO_DEVICE";
@@ -454,7 +467,7 @@ hcomm_status_t hcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,
     const char* fn = "hcomm_allreduce";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
     return ToC(comm->impl->AllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op)));
@@ -481,7 +494,7 @@ hcomm_status_t hcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
     const char* fn = "hcomm_reduce";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
     HCOMM_C_CHECK(CheckRoot(fn, comm, root));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
     if (comm->impl->rank() == root) {
@@ -511,7 +524,7 @@ hcomm_status_t hcomm_reduce_scatter(const void* sendbuf, void* recvbuf, size_t r
     const char* fn = "hcomm_reduce_scatter";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
     HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
     return ToC(comm->impl->ReduceScatter(sendbuf, recvbuf, recvcount, DT(dtype), OP(op)));
@@ -580,7 +593,7 @@ hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
     if (req == nullptr) return BadArg("hcomm_iallreduce: req is NULL");
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, static_cast<int>(op), &es));
+    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
     HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
     auto r = comm->impl->IAllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op));

@@ -500,9 +500,11 @@ TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE((*c)->Barrier().ok());  // seq 0
     if (rank == 3) {
-      // Never enters seq 1; waits for rank 0 to let it go.
-      int go = 0;
-      ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, 0, 5).ok());
+      // Never enters seq 1; waits until the others have timed out.
+      for (int from = 0; from < 3; ++from) {
+        int go = 0;
+        ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, from, 5).ok());
+      }
       return;
     }
     // 5 s: the last fifth is kept for collecting the hang report.
@@ -516,10 +518,8 @@ TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
     EXPECT_NE(s.message().find("waits in recv from rank"), absl::string_view::npos)
         << "rank " << rank << ": " << s;
     ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
-    if (rank == 0) {
-      int go = 1;
-      ASSERT_TRUE((*c)->Send(&go, sizeof go, 4, 3, 5).ok());
-    }
+    int go = 1;
+    ASSERT_TRUE((*c)->Send(&go, sizeof go, 4, 3, 5).ok());
   });
 }
 

@@ -65,12 +65,6 @@ std::string DescribeFingerprint(uint64_t fp) {
   return out + ")";
 }
 
-// Of a call's timeout, the part kept for asking the other ranks what they
-// wait on (a hang report), so that the call still ends by its timeout.
-absl::Duration ReportReserve(absl::Duration timeout) {
-  return std::min(absl::Seconds(1), std::max(absl::Milliseconds(20), timeout / 5));
-}
-
 }  // namespace
 
 // The point-to-point view one collective call has of its communicator.
@@ -84,7 +78,7 @@ class Communicator::CollectivePeers : public Peers {
         tag_(tag),
         fp_(fingerprint),
         final_deadline_(deadline),
-        deadline_(deadline - ReportReserve(c->timeout())),
+        deadline_(deadline - Fabric::ReportReserve(c->timeout())),
         what_(std::move(what)) {}
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
@@ -100,7 +94,14 @@ class Communicator::CollectivePeers : public Peers {
     return r;
   }
   absl::Status Wait(Request* r) override {
-    absl::Status s = c_->fabric_->Wait(r, deadline_);
+    absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_);
+    if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
+      // The last part of the timeout: ask everyone what they wait on, and
+      // keep waiting meanwhile (the message may still come).
+      reported_ = true;
+      report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
+      s = c_->fabric_->Wait(r, final_deadline_);
+    }
     if (!s.ok()) return Explain(s);
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {
       int src = r->out_source >= 0 ? (*c_->world_to_group_)[r->out_source] : -1;
@@ -113,10 +114,8 @@ class Communicator::CollectivePeers : public Peers {
   char* Scratch(int slot, size_t bytes) override { return c_->ScratchSlot(slot, bytes); }
   absl::Status Explain(const absl::Status& s) {
     if (CodeOf(s) == ErrorCode::kMismatch && s.GetPayload(kClashUrl)) return Clash(s);
-    if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
-      reported_ = true;
-      return Timeout(absl::StrCat(what_, ": ", s.message(), "\n",
-                                  c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_)));
+    if (CodeOf(s) == ErrorCode::kTimeout && !report_.empty()) {
+      return Timeout(absl::StrCat(what_, ": ", s.message(), "\n", report_));
     }
     return Annotate(s, what_);
   }
@@ -163,6 +162,7 @@ class Communicator::CollectivePeers : public Peers {
   int tag_;
   uint64_t fp_;
   bool reported_ = false;
+  std::string report_;
   absl::Time final_deadline_;
   absl::Time deadline_;
   std::string what_;
@@ -236,24 +236,15 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t b
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
                                 int tag) {
-  const absl::Time end = absl::Now() + timeout();
-  absl::Status s = fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag,
-                                 timeout() - ReportReserve(timeout()));
-  if (CodeOf(s) == ErrorCode::kTimeout) {
-    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0, end)));
-  }
-  return s;
+  Fabric::HangReporter report = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  return fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
+                       &report);
 }
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  const absl::Time end = absl::Now() + timeout();
-  absl::Status s = fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag,
-                                 timeout() - ReportReserve(timeout()));
-  if (CodeOf(s) == ErrorCode::kTimeout) {
-    return Timeout(absl::StrCat(s.message(), "\n", HangReport(p2p_ctx_, -1, 0, end)));
-  }
-  return s;
+  Fabric::HangReporter report = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  return fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
 }
 
 std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline) {

@@ -1034,11 +1034,23 @@ absl::Status Fabric::TimeoutStatus(const Request& r, absl::Duration waited) {
                               Seconds(waited), ": ", PendingReason(r)));
 }
 
+absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
+                                    std::string* report) {
+  if (reporter != nullptr && *reporter) {
+    absl::Status s = Wait(r, end - ReportReserve(end - r->started));
+    if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
+    *report = (*reporter)(end);
+  }
+  return Wait(r, end);
+}
+
 absl::Status Fabric::Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size,
-                          int peer, int tag, absl::Duration timeout) {
+                          int peer, int tag, absl::Duration timeout,
+                          const HangReporter* reporter) {
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
                          Isend(ctx, buf, bytes, elem_size, peer, tag));
-  absl::Status s = Wait(r.get(), r->started + timeout);
+  std::string report;
+  absl::Status s = WaitWithReport(r.get(), r->started + timeout, reporter, &report);
   if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
   // Withdraw the send so that the caller may reuse its buffer at once.
   absl::Status why;
@@ -1047,7 +1059,9 @@ absl::Status Fabric::Send(uint32_t ctx, const void* buf, size_t bytes, size_t el
     if (r->done.load()) return r->status;
     why = TimeoutStatus(*r, absl::Now() - r->started);
   }
-  return Withdraw(r, why);
+  absl::Status result = Withdraw(r, why);
+  if (report.empty() || CodeOf(result) != ErrorCode::kTimeout) return result;
+  return Timeout(absl::StrCat(result.message(), "\n", report));
 }
 
 absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Status& why) {
@@ -1084,16 +1098,19 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
 }
 
 absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer,
-                          int tag, absl::Duration timeout, std::shared_ptr<Request>* out) {
+                          int tag, absl::Duration timeout, std::shared_ptr<Request>* out,
+                          const HangReporter* reporter) {
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
                          Irecv(ctx, buf, bytes, elem_size, peer, tag));
   if (out != nullptr) *out = r;
-  absl::Status s = Wait(r.get(), r->started + timeout);
+  std::string report;
+  absl::Status s = WaitWithReport(r.get(), r->started + timeout, reporter, &report);
   if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
   {
     absl::MutexLock l(&mu_);
     if (MatcherFor(r->ctx).RemovePosted(r.get())) {
       absl::Status t = TimeoutStatus(*r, absl::Now() - r->started);
+      if (!report.empty()) t = Timeout(absl::StrCat(t.message(), "\n", report));
       Complete(r, t);
       return t;
     }

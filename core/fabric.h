@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <cstdint>
 #include <memory>
@@ -109,10 +110,24 @@ class Fabric : public FrameSink {
 
   // Blocking forms. On timeout the operation is withdrawn where the protocol
   // allows it, and the message names what was pending.
+  // `reporter`, if given, is asked for a hang report when the operation is
+  // still pending with the last part of its timeout left (see
+  // ReportReserve); the operation keeps its whole timeout, and a timeout's
+  // message ends with the report.
+  using HangReporter = std::function<std::string(absl::Time deadline)>;
   absl::Status Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size, int peer,
-                    int tag, absl::Duration timeout);
+                    int tag, absl::Duration timeout, const HangReporter* reporter = nullptr);
   absl::Status Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer, int tag,
-                    absl::Duration timeout, std::shared_ptr<Request>* out = nullptr);
+                    absl::Duration timeout, std::shared_ptr<Request>* out = nullptr,
+                    const HangReporter* reporter = nullptr);
+  // Waits for `r` until `end`; with a reporter, first until the reserve
+  // before `end`, then collects the report into *report and waits on.
+  absl::Status WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
+                              std::string* report);
+  // Of a call's timeout, the part kept for collecting a hang report.
+  static absl::Duration ReportReserve(absl::Duration timeout) {
+    return std::min(absl::Seconds(1), std::max(absl::Milliseconds(20), timeout / 5));
+  }
 
   // Aborted if Abort was called or the fabric was destroyed, else OK.
   absl::Status Usable() {

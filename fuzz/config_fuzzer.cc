@@ -102,10 +102,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     input = nl == absl::string_view::npos ? absl::string_view() : input.substr(nl + 1);
     size_t sp = line.find(' ');
     absl::string_view cmd = line.substr(0, sp);
-    absl::string_view arg = sp == absl::string_view::npos ? absl::string_view() : line.substr(sp + 1);
+    absl::string_view arg =
+        sp == absl::string_view::npos ? absl::string_view() : line.substr(sp + 1);
     size_t eq = arg.find('=');
     absl::string_view key = arg.substr(0, eq);
-    absl::string_view value = eq == absl::string_view::npos ? absl::string_view() : arg.substr(eq + 1);
+    absl::string_view value =
+        eq == absl::string_view::npos ? absl::string_view() : arg.substr(eq + 1);
 
     if (cmd == "set") {
       hcomm::Config before = cfg;

@@ -7,7 +7,7 @@
 # Skips (passes, saying so) when clang or its libFuzzer runtime is missing.
 set -uo pipefail
 root="${TEST_SRCDIR:?run me with bazel test}/${TEST_WORKSPACE:-hcomm}"
-seconds="${HCOMM_FUZZ_SMOKE_SECONDS:-12}"
+seconds="${HCOMM_FUZZ_SMOKE_SECONDS:-10}"
 bash "$root/tools/fuzz.sh" all "$seconds"
 rc=$?
 if [ "$rc" -eq 3 ]; then

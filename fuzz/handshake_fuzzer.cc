@@ -144,9 +144,8 @@ void MutatedClient(absl::string_view in) {
 
   Pair p;
   absl::Status server_status;
-  std::thread server([&] {
-    server_status = hcomm::HandshakeAsServer(p.fd[0], token, absl::Now() + kDeadline);
-  });
+  std::thread server(
+      [&] { server_status = hcomm::HandshakeAsServer(p.fd[0], token, absl::Now() + kDeadline); });
 
   // Read the Hello the way an honest client does.
   absl::StatusOr<std::string> hello_frame =
@@ -197,8 +196,8 @@ void MutatedClient(absl::string_view in) {
       hcomm::store::Proof got;
       if (got.ParseFromString(wire.substr(4, n)) && got.client_nonce().size() == 32 &&
           got.mac().size() == 32) {
-        valid = got.mac() ==
-                Hmac(token, "hcomm-v1-client", hello.server_nonce(), got.client_nonce());
+        valid =
+            got.mac() == Hmac(token, "hcomm-v1-client", hello.server_nonce(), got.client_nonce());
       }
     }
   }

@@ -149,3 +149,44 @@ write(C, "env_bad", b"env HCOMM_TIMEOUT_MS=99999999999999999999\nenv HCOMM_RANK=
 write(C, "parse", b"parse rank=1048575\nparse world_size=1048577\nparse store_addr=[fe80::1]:65536\n"
                   b"parse transports= , \nparse algo=auto\n")
 write(C, "hostport", b"hostport [::1]:80\nhostport :80\nhostport host:\nhostport [::1\nhostport a:b:c:1\n")
+
+# ---- fabric_frames: commands (see fuzz/fabric_frames_fuzzer.cc) ----
+
+F = "fabric_frames"
+
+
+def post_recv(cap, tag, any_source=False):
+    return bytes([0]) + struct.pack("<I", cap) + bytes([tag, 1 if any_source else 0])
+
+
+def send0(n, tag):
+    return bytes([1]) + struct.pack("<I", n) + bytes([tag])
+
+
+def peer_frame(kind, tag, size, payload=b"", ident=0, ident2=0, comm=0, declared=None,
+               eager_full=False):
+    out = bytes([2, 0 if declared is None else 200, kind, 0, comm, tag & 0xFF, 0])
+    out += struct.pack("<I", size) + bytes([ident, ident2])
+    out += struct.pack("<H", len(payload)) + payload
+    if declared is not None:
+        out += bytes([200]) + struct.pack("<Q", declared)
+    elif kind == 1:
+        out += bytes([1 if eager_full else 0])
+    return out
+
+
+PROGRESS = bytes([5])
+write(F, "unexpected_eager", peer_frame(1, 1, 5, b"hello") + post_recv(100, 1) + PROGRESS)
+write(F, "posted_eager", post_recv(100, 2, True) + peer_frame(1, 2, 5, b"world") + PROGRESS)
+write(F, "eager_truncated", post_recv(2, 3) + peer_frame(1, 3, 5, b"12345") + PROGRESS)
+write(F, "eager_full_size", peer_frame(1, 0, 60000, b"", eager_full=True) + post_recv(65536, 0))
+write(F, "rts_then_data", post_recv(100000, 1) + peer_frame(2, 1, 100000, ident=3) + PROGRESS
+      + peer_frame(5, 1, 100000, b"d" * 4000, ident=1))
+write(F, "send_rts_cts", send0(100000, 2) + PROGRESS + peer_frame(3, 2, 0, ident=1, ident2=9)
+      + PROGRESS)
+write(F, "send_eager", send0(10, 1) + send0(0, 1) + PROGRESS)
+write(F, "reject_and_cancel", send0(90000, 1) + peer_frame(4, 1, 0, ident=1)
+      + peer_frame(6, 1, 0, ident=4) + peer_frame(7, 1, 0, ident=2))
+write(F, "goodbye", post_recv(10, 1) + peer_frame(8, 0, 0) + PROGRESS)
+write(F, "eager_huge_length", peer_frame(1, 1, 5, b"hello", declared=1 << 40) + PROGRESS)
+write(F, "raw_junk", post_recv(10, 0) + bytes([4, 20]) + b"not an hcomm frame!!")

@@ -156,7 +156,8 @@ int Listener(int* port) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
-  uint32_t seed = static_cast<uint32_t>(Le(absl::string_view(reinterpret_cast<const char*>(data), 4), 4));
+  uint32_t seed =
+      static_cast<uint32_t>(Le(absl::string_view(reinterpret_cast<const char*>(data), 4), 4));
   absl::string_view stream(reinterpret_cast<const char*>(data + 4), size - 4);
 
   int port = 0;

@@ -8,7 +8,9 @@
 #
 # Targets: store_request (the store's request loop after the handshake),
 # tcp_frames (the TCP transport's frame parser), handshake (the job-token
-# handshake, both sides), config (Config::Set / ParseOption / Resolve).
+# handshake, both sides), config (Config::Set / ParseOption / Resolve),
+# fabric_frames (the point-to-point protocol, Fabric::OnFrame/OnPayload,
+# behind a TCP connection whose peer passed the handshake).
 #
 # Each target is compiled with -fsanitize=fuzzer,address,undefined together
 # with the library sources it exercises (system Abseil, protobuf and
@@ -27,7 +29,7 @@
 # libFuzzer runtime is missing (`bash tools/setup.sh` installs them).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TARGETS=(store_request tcp_frames handshake config)
+TARGETS=(store_request tcp_frames handshake config fabric_frames)
 
 usage() {
   echo "usage: $0 {$(IFS='|'; echo "${TARGETS[*]}")|all} SECONDS | list" >&2
@@ -73,11 +75,15 @@ sources_of() {
     tcp_frames)    echo "${COMMON[*]} transports/tcp/tcp_transport.cc fuzz/tcp_frames_fuzzer.cc" ;;
     handshake)     echo "${COMMON[*]} core/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
     config)        echo "${COMMON[*]} core/config.cc fuzz/config_fuzzer.cc" ;;
+    fabric_frames) echo "${COMMON[*]} core/config.cc core/handshake.cc core/store_server.cc \
+                         core/store_client.cc core/matcher.cc core/fabric.cc @pb \
+                         transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
+                         fuzz/fabric_frames_fuzzer.cc" ;;
   esac
 }
 max_len_of() {
   case "$1" in
-    store_request|tcp_frames) echo 65536 ;;
+    store_request|tcp_frames|fabric_frames) echo 65536 ;;
     *) echo 4096 ;;
   esac
 }
@@ -152,7 +158,7 @@ build() {
 }
 
 gen_proto || { echo "fuzz: protoc failed"; echo "fuzz: ${#RUN[@]} targets, 0 executions, build failed"; exit 1; }
-HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/core/*.h "$ROOT"/transports/*.h "$ROOT"/transports/tcp/*.h \
+HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/core/*.h "$ROOT"/transports/*.h "$ROOT"/transports/*/*.h \
              "$GEN/core/store.pb.h" | sha1sum | cut -d' ' -f1)"
 
 total_execs=0

@@ -13,6 +13,9 @@
 #       set down). Every rank must report HCOMM_ERR_PEER_FAILURE or
 #       HCOMM_ERR_TIMEOUT, no earlier than the cut and within 20 s of it, and
 #       exit within 50 s of it; no rank may report corrupted data.
+#       (b2) the same with timeout_ms=60000: now only keepalive / the TCP
+#       user timeout can notice, and every rank must get PEER_FAILURE within
+#       20 s.
 #   (c) dead host: the same loop; both ranks of host b are SIGKILLed. The
 #       four survivors must report PEER_FAILURE or TIMEOUT within 10 s and
 #       exit within 30 s; no corrupted data.
@@ -233,24 +236,40 @@ grep -h 'transports:' "$dir"/r*.log
 echo "(a) passed in $(elapsed "$start") s"
 
 # --- (b) cut cable ------------------------------------------------------------
-echo "=== (b) host c's cable cut at the switch while 6 ranks loop"
-start_job cut loop aabbcc 5000
-wait_files running 90
-cut_at="$(now)"
-ip -n "$sw" link set pc down || fail "cannot set the switch port of host c down"
-echo "(b) switch port of host c down at $cut_at"
-wait_ranks $(($(date +%s) + 50))
-for ((r = 0; r < n; r++)); do
-  if [[ "${rank_rc[r]}" -eq 124 ]]; then
-    show_logs
-    fail "(b): rank $r (host ${map:r:1}) still running 50 s after the cut (hang)"
-  fi
-done
-no_corruption "(b)"
-check_broken "(b) cut" "$cut_at" 20 0 1 2 3 4 5
-echo "(b) every rank exited within $(elapsed "$cut_at") s of the cut"
-grep -h 'hcomm_comm_destroy returned' "$dir"/r*.log
-ip -n "$sw" link set pc up || fail "cannot set the switch port of host c up again"
+# cut_cable LABEL TIMEOUT_MS LIMIT STATUSES: 6 ranks loop; host c's switch
+# port goes down; every rank must report one of STATUSES (a regex) within
+# LIMIT s and exit within LIMIT + 30 s of the cut. The port comes back up.
+cut_cable() {
+  local label="$1" tmo="$2" limit="$3" statuses="$4" r
+  start_job "cut-$tmo" loop aabbcc "$tmo"
+  wait_files running 90
+  cut_at="$(now)"
+  ip -n "$sw" link set pc down || fail "cannot set the switch port of host c down"
+  echo "$label switch port of host c down at $cut_at (timeout_ms=$tmo)"
+  wait_ranks $(($(date +%s) + limit + 30))
+  for ((r = 0; r < n; r++)); do
+    if [[ "${rank_rc[r]}" -eq 124 ]]; then
+      show_logs
+      fail "$label: rank $r (host ${map:r:1}) still running $((limit + 30)) s after the cut (hang)"
+    fi
+  done
+  no_corruption "$label"
+  check_broken "$label cut" "$cut_at" "$limit" 0 1 2 3 4 5
+  for ((r = 0; r < n; r++)); do
+    grep -m1 ': error: ' "$dir/r$r.log" | grep -Eq " returned ($statuses) at " ||
+      { show_logs; fail "$label: rank $r did not fail with $statuses"; }
+  done
+  echo "$label every rank exited within $(elapsed "$cut_at") s of the cut"
+  grep -h 'hcomm_comm_destroy returned' "$dir"/r*.log | sed "s/^/$label /"
+  ip -n "$sw" link set pc up || fail "cannot set the switch port of host c up again"
+}
+
+echo "=== (b) host c's cable cut at the switch while 6 ranks loop, timeout_ms 5000"
+cut_cable "(b)" 5000 20 "HCOMM_ERR_PEER_FAILURE|HCOMM_ERR_TIMEOUT"
+# With a long timeout only the transport can notice: keepalive and the TCP
+# user timeout (~10 s) must turn the silence into PEER_FAILURE.
+echo "=== (b2) the same with timeout_ms 60000: the transport must notice by itself"
+cut_cable "(b2)" 60000 20 "HCOMM_ERR_PEER_FAILURE"
 
 # --- (c) dead host ------------------------------------------------------------
 echo "=== (c) both ranks of host b SIGKILLed while 6 ranks loop"
@@ -331,4 +350,4 @@ idle0="$(sed -n 's/^rank 0: idle cpu \([0-9]*\) ms.*/\1/p' "$dir/r0.log")"
   fail "(d): rank 0 burnt ${idle0:-?} ms of CPU in 1 s idle after its store lost its sockets"
 echo "(d) passed: 10 checked rounds and a split ran without the store"
 
-echo "PASS: healthy, cut cable, dead host, store gone"
+echo "PASS: healthy, cut cable (short and long timeout), dead host, store gone"

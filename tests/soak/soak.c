@@ -28,23 +28,29 @@
  *
  * Resources, sampled by every rank at the start, every INTERVAL operations
  * (10^4, or OPS/10 when smaller) and at the end, and printed by rank 0:
- *   rss    VmRSS of /proc/self/status (kB)
+ *   rss    VmRSS of /proc/self/status (kB), with its RssAnon and RssShmem
+ *   heap   bytes malloc'd and not freed (mallinfo2, all arenas, kB): shows
+ *          whether an RSS trend is retained memory or only touched pages
  *   fds    entries of /proc/self/fd
  *   maps   distinct /dev/shm/hcomm-* files this process maps (/proc/self/maps)
  *   shm    /dev/shm/hcomm-* entries of this job (named after the segment key
  *          seen in maps; the library unlinks them once every rank attached)
  *   host   all /dev/shm/hcomm-* entries on the host (other jobs included:
  *          informational only)
- * The warm-up is the first INTERVAL operations. PASS needs: no lost or
- * corrupted data, RSS at the end < 110% of RSS after warm-up, fds and maps
- * at the end no more than after warm-up, no shm entry of this job left.
- * Rank 0 prints "soak: PASS" or "soak: FAIL: <reasons>"; every rank exits 0
- * on PASS, 1 otherwise (2 on bad usage).
+ * The program's own buffers (18 MiB) are allocated and touched before the
+ * first sample. The warm-up is the first INTERVAL operations. PASS needs:
+ * no lost or corrupted data, RSS at the end < 110% of RSS after warm-up,
+ * fds and maps at the end no more than after warm-up, no shm entry of this
+ * job left. Rank 0 prints "soak: PASS" or "soak: FAIL: <reasons>"; every
+ * rank exits 0 on PASS, 1 otherwise (2 on bad usage).
+ * SOAK_KINDS=p2p (only p2p rounds) or =coll (only collectives) narrows the
+ * mix, to tell where a trend comes from.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* mallinfo2 */
 
 #include <dirent.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,11 +63,12 @@
 enum {
   kMaxBytes = 1 << 20,
   kMaxMessages = 8, /* per p2p round */
-  kNumRes = 5,      /* rss, fds, maps, shm, host */
+  kNumRes = 8,      /* rss, anon, shmem, heap, fds, maps, shm, host */
   kRssTolerancePct = 10,
 };
 
-static const char* const kResNames[kNumRes] = {"rss_kB", "fds", "maps", "shm", "host"};
+static const char* const kResNames[kNumRes] = {"rss_kB", "anon_kB", "shmem_kB", "heap_kB",
+                                                 "fds",    "maps",    "shm",      "host"};
 
 static hcomm_comm_t g_comm = NULL;
 static int g_rank = -1;
@@ -365,13 +372,15 @@ static void collective(uint64_t step) {
 /* ------------------------------------------------------------------------ */
 /* Resources                                                                */
 
-static int64_t rss_kb(void) {
+/* A "Name:   N kB" line of /proc/self/status. */
+static int64_t status_kb(const char* name) {
   FILE* f = fopen("/proc/self/status", "r");
   char line[256];
+  const size_t len = strlen(name);
   int64_t kb = -1;
   if (f == NULL) return -1;
   while (fgets(line, sizeof line, f) != NULL) {
-    if (strncmp(line, "VmRSS:", 6) == 0) kb = strtoll(line + 6, NULL, 10);
+    if (strncmp(line, name, len) == 0 && line[len] == ':') kb = strtoll(line + len + 1, NULL, 10);
   }
   fclose(f);
   return kb;
@@ -421,12 +430,24 @@ static int64_t mapped_segments(void) {
   return n;
 }
 
+/* Bytes the process has allocated with malloc and not freed (all arenas,
+ * mmapped blocks included), in kB. */
+static int64_t heap_kb(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return (int64_t)((mi.uordblks + mi.hblkhd) / 1024);
+}
+
+enum { kRss, kAnon, kShmem, kHeap, kFds, kMaps, kShm, kHost };
+
 static void sample(int64_t out[kNumRes]) {
-  out[0] = rss_kb();
-  out[1] = count_dir("/proc/self/fd", NULL) - 1; /* less the one listing it */
-  out[2] = mapped_segments();
-  out[3] = g_key[0] != '\0' ? count_dir("/dev/shm", g_key) : 0;
-  out[4] = count_dir("/dev/shm", "hcomm-");
+  out[kRss] = status_kb("VmRSS");
+  out[kAnon] = status_kb("RssAnon");
+  out[kShmem] = status_kb("RssShmem");
+  out[kHeap] = heap_kb();
+  out[kFds] = count_dir("/proc/self/fd", NULL) - 1; /* less the one listing it */
+  out[kMaps] = mapped_segments();
+  out[kShm] = g_key[0] != '\0' ? count_dir("/dev/shm", g_key) : 0;
+  out[kHost] = count_dir("/dev/shm", "hcomm-");
 }
 
 /* Rank 0 keeps every rank's samples: [checkpoint][rank][resource]. */
@@ -453,10 +474,11 @@ static void checkpoint(double t0) {
     printf("soak: %7" PRIu64 " ops %8.1f s |", cp->ops, cp->seconds);
     for (int r = 0; r < g_size; ++r) {
       const int64_t* s = all + (size_t)r * kNumRes;
-      printf(" r%d rss %" PRId64 " fds %" PRId64 " maps %" PRId64 " shm %" PRId64 " |", r, s[0],
-             s[1], s[2], s[3]);
+      printf(" r%d rss %" PRId64 " (anon %" PRId64 " shmem %" PRId64 ") heap %" PRId64
+             " fds %" PRId64 " maps %" PRId64 " shm %" PRId64 " |",
+             r, s[kRss], s[kAnon], s[kShmem], s[kHeap], s[kFds], s[kMaps], s[kShm]);
     }
-    printf(" host hcomm-* %" PRId64 "\n", all[4]);
+    printf(" host hcomm-* %" PRId64 "\n", all[kHost]);
     fflush(stdout);
   }
 }
@@ -476,6 +498,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const uint64_t seed = argc == 3 ? strtoull(argv[2], NULL, 10) : 1;
+  /* SOAK_KINDS=p2p or coll restricts the mix (to tell where a trend comes from). */
+  const char* kinds_env = getenv("SOAK_KINDS");
+  const char kinds = kinds_env == NULL ? 'a' : kinds_env[0];
   const uint64_t interval = ops / 10 < 10000 ? (ops / 10 > 0 ? ops / 10 : 1) : 10000;
 
   CALL(hcomm_comm_init(NULL, &g_comm));
@@ -484,13 +509,16 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kMaxMessages; ++i) {
     g_send[i] = (uint8_t*)xmalloc(kMaxBytes);
     g_recv[i] = (uint8_t*)xmalloc(kMaxBytes);
-    memset(g_send[i], 0, kMaxBytes); /* touch now: RSS then measures the library */
-    memset(g_recv[i], 0, kMaxBytes);
+    /* Touch every page now, so that RSS growth is the library's. (Not with
+     * zeros: the compiler would turn malloc + memset 0 into calloc, which
+     * leaves fresh pages untouched.) */
+    memset(g_send[i], 0x5A, kMaxBytes);
+    memset(g_recv[i], 0x5A, kMaxBytes);
   }
   g_a = (uint8_t*)xmalloc(kMaxBytes);
   g_b = (uint8_t*)xmalloc(kMaxBytes);
-  memset(g_a, 0, kMaxBytes);
-  memset(g_b, 0, kMaxBytes);
+  memset(g_a, 0x5A, kMaxBytes);
+  memset(g_b, 0x5A, kMaxBytes);
   g_cp = (Checkpoint*)xmalloc(sizeof(Checkpoint) * (size_t)(ops / interval + 3));
   if (g_rank == 0) {
     printf("soak: %" PRIu64 " ops over %d ranks, seed %" PRIu64 ", sampling every %" PRIu64
@@ -502,7 +530,8 @@ int main(int argc, char** argv) {
   checkpoint(t0);
   uint64_t next = interval, step = 0, round = 0;
   while (g_ops < ops) {
-    if (draw_below(10) < 6) p2p_round(round++);
+    const int p2p = draw_below(10) < 6;
+    if (kinds == 'p' || (kinds != 'c' && p2p)) p2p_round(round++);
     else collective(step);
     ++step;
     if (g_ops >= next && g_ops < ops) {
@@ -535,7 +564,8 @@ int main(int argc, char** argv) {
       const int64_t* s0 = first->v + (size_t)r * kNumRes;
       const int64_t* s1 = warm->v + (size_t)r * kNumRes;
       const int64_t* s2 = last->v + (size_t)r * kNumRes;
-      const double growth = s1[0] > 0 ? 100.0 * (double)(s2[0] - s1[0]) / (double)s1[0] : 0;
+      const double growth =
+          s1[kRss] > 0 ? 100.0 * (double)(s2[kRss] - s1[kRss]) / (double)s1[kRss] : 0;
       printf("soak:   rank %d:", r);
       for (int k = 0; k < kNumRes; ++k) {
         printf(" %s %" PRId64 "/%" PRId64 "/%" PRId64, kResNames[k], s0[k], s1[k], s2[k]);
@@ -546,17 +576,17 @@ int main(int argc, char** argv) {
         w += (size_t)snprintf(why + w, sizeof why - w, " rank %d RSS grew %.1f%% after warm-up;",
                               r, growth);
       }
-      if (s2[1] > s1[1]) {
+      if (s2[kFds] > s1[kFds]) {
         w += (size_t)snprintf(why + w, sizeof why - w, " rank %d fds %" PRId64 " -> %" PRId64 ";",
-                              r, s1[1], s2[1]);
+                              r, s1[kFds], s2[kFds]);
       }
-      if (s2[2] > s1[2]) {
+      if (s2[kMaps] > s1[kMaps]) {
         w += (size_t)snprintf(why + w, sizeof why - w, " rank %d maps %" PRId64 " -> %" PRId64 ";",
-                              r, s1[2], s2[2]);
+                              r, s1[kMaps], s2[kMaps]);
       }
-      if (s2[3] != 0) {
+      if (s2[kShm] != 0) {
         w += (size_t)snprintf(why + w, sizeof why - w, " rank %d sees %" PRId64
-                              " /dev/shm entries of this job;", r, s2[3]);
+                              " /dev/shm entries of this job;", r, s2[kShm]);
       }
       if (w >= sizeof why) w = sizeof why - 1;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -228,6 +229,76 @@ TEST(ShmWaitTest, SleepingPollerIsWokenByEachFrame) {
       SHM_CHECK(secs < 5);
     }
     SHM_CHECK(sink.errors().empty());
+    link.Barrier();
+    return 0;
+  });
+  EXPECT_EQ(g.Run(), std::vector<int>({0, 0}));
+  EXPECT_TRUE(Leftovers(key).empty());
+}
+
+// A sink that answers every frame from inside OnPayload (as the core
+// answers a request-to-send), i.e. Send while the transport holds the
+// ring's receive lock: frames of every size echo back intact and in order.
+class EchoSink : public FrameSink {
+ public:
+  explicit EchoSink(int self) : self_(self), inner_(2) {}
+  void set_transport(Transport* t) { t_ = t; }
+  void* OnFrame(int peer, const FrameMeta& meta, uint64_t len) override {
+    return inner_.OnFrame(peer, meta, len);
+  }
+  void OnPayload(int peer, const FrameMeta& meta, uint64_t len) override {
+    inner_.OnPayload(peer, meta, len);
+    const shm_test::TestMeta m = shm_test::ReadMeta(meta);
+    keep_.push_back(MakePayload(self_, 0, m.seq, len));
+    t_->Send(peer, MakeMeta(self_, 0, m.seq, len), keep_.back().bytes.get(), len,
+             tracker_.Callback());
+  }
+  void OnConnectionLost(int peer, const absl::Status& s) override {
+    inner_.OnConnectionLost(peer, s);
+  }
+  const TestSink& inner() const { return inner_; }
+  const Tracker& tracker() const { return tracker_; }
+
+ private:
+  const int self_;
+  TestSink inner_;
+  Transport* t_ = nullptr;
+  std::deque<Payload> keep_;  // only touched under the ring's receive lock
+  Tracker tracker_;
+};
+
+TEST_P(ShmPathTest, SinkMaySendFromItsCallbacks) {
+  const std::string key = UniqueKey("echo");
+  const bool cma = this->cma();
+  Group g(2, [&](int rank, Link& link) {
+    SetCmaEnv(cma);
+    constexpr int kFrames = 300;
+    if (rank == 0) {
+      TestSink sink(2);
+      std::unique_ptr<ShmTransport> t;
+      if (int rc = shm_test::SetUp(rank, 2, key, &sink, link, &t)) return rc;
+      Tracker tr;
+      std::vector<Payload> keep;
+      for (int i = 0; i < kFrames; ++i) {
+        size_t len = i % 30 == 3 ? kMiB + 3 : (i % 10 == 1 ? 100 * 1024 : (i * 97) % 5000);
+        keep.push_back(MakePayload(0, 0, i, len));
+        t->Send(1, MakeMeta(0, 0, i, len), keep.back().bytes.get(), len, tr.Callback());
+      }
+      SHM_CHECK(PollUntil(t.get(),
+                          [&] { return tr.done() == kFrames && sink.frames_from(1) == kFrames; }));
+      SHM_CHECK(tr.ok() == kFrames);
+      SHM_CHECK(sink.errors().empty());
+    } else {
+      EchoSink sink(1);
+      std::unique_ptr<ShmTransport> t;
+      if (int rc = shm_test::SetUp(rank, 2, key, &sink, link, &t)) return rc;
+      sink.set_transport(t.get());
+      SHM_CHECK(PollUntil(t.get(), [&] {
+        return sink.inner().frames_from(0) == kFrames && sink.tracker().done() == kFrames;
+      }));
+      SHM_CHECK(sink.tracker().ok() == kFrames);
+      SHM_CHECK(sink.inner().errors().empty());
+    }
     link.Barrier();
     return 0;
   });

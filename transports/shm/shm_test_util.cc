@@ -355,7 +355,7 @@ TestMeta ReadMeta(const FrameMeta& m) {
 // ---------------------------------------------------------------------------
 
 struct TestSink::Peer {
-  absl::Mutex mu;
+  Mutex mu;
   std::vector<char> buf ABSL_GUARDED_BY(mu);
   bool in_frame ABSL_GUARDED_BY(mu) = false;
   TestMeta cur ABSL_GUARDED_BY(mu);
@@ -377,7 +377,7 @@ TestSink::~TestSink() = default;
 
 void TestSink::Error(const std::string& e) {
   fprintf(stderr, "[rank %d] sink: %s\n", g_rank, e.c_str());
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (errors_.size() < 20) errors_.push_back(e);
 }
 
@@ -388,7 +388,7 @@ void* TestSink::OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) {
   }
   Peer& p = *peers_[peer];
   TestMeta t = ReadMeta(meta);
-  absl::MutexLock l(&p.mu);
+  MutexLock l(&p.mu);
   if (p.in_frame) Error(absl::StrCat("OnFrame from rank ", peer, " before OnPayload"));
   p.in_frame = true;
   p.cur = t;
@@ -405,7 +405,7 @@ void TestSink::OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) 
   if (peer < 0 || peer >= world_) return;
   Peer& p = *peers_[peer];
   TestMeta t = ReadMeta(meta);
-  absl::MutexLock l(&p.mu);
+  MutexLock l(&p.mu);
   if (!p.in_frame || memcmp(&t, &p.cur, sizeof t) != 0) {
     Error(absl::StrCat("OnPayload from rank ", peer, " does not match OnFrame"));
   }
@@ -430,7 +430,7 @@ void TestSink::OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) 
 void TestSink::OnConnectionLost(int peer, const absl::Status& status) {
   if (peer < 0 || peer >= world_) return;
   Peer& p = *peers_[peer];
-  absl::MutexLock l(&p.mu);
+  MutexLock l(&p.mu);
   if (++p.lost_reports == 1) {
     p.lost_status = status;
     p.lost_at = NowNs();
@@ -439,15 +439,15 @@ void TestSink::OnConnectionLost(int peer, const absl::Status& status) {
 }
 
 int64_t TestSink::frames_from(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->frames;
 }
 int64_t TestSink::discarded_from(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->discarded;
 }
 int64_t TestSink::frames_on(int peer, uint32_t stream) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   auto it = peers_[peer]->per_stream.find(stream);
   return it == peers_[peer]->per_stream.end() ? 0 : it->second;
 }
@@ -457,27 +457,27 @@ int64_t TestSink::total_frames() const {
   return n;
 }
 bool TestSink::lost(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->lost_reports > 0;
 }
 absl::Status TestSink::lost_status(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->lost_status;
 }
 int64_t TestSink::lost_at_ns(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->lost_at;
 }
 int64_t TestSink::frames_before_loss(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->frames_before_loss;
 }
 int TestSink::lost_reports(int peer) const {
-  absl::MutexLock l(&peers_[peer]->mu);
+  MutexLock l(&peers_[peer]->mu);
   return peers_[peer]->lost_reports;
 }
 std::vector<std::string> TestSink::errors() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return errors_;
 }
 
@@ -490,7 +490,7 @@ SendCallback Tracker::Callback() {
       return;
     }
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (first_failure_.ok()) first_failure_ = s;
     }
     failed_.fetch_add(1);
@@ -498,7 +498,7 @@ SendCallback Tracker::Callback() {
 }
 
 absl::Status Tracker::first_failure() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return first_failure_;
 }
 

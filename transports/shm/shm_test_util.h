@@ -21,11 +21,12 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/transport.h"
@@ -53,6 +54,25 @@ namespace shm_test {
   } while (0)
 
 extern int g_rank;  // this child's rank, for messages (-1 in the parent)
+
+// std::mutex with thread-safety annotations (absl::Mutex from Debian's
+// uninstrumented library would make ThreadSanitizer report false races).
+class ABSL_LOCKABLE Mutex {
+ public:
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+class ABSL_SCOPED_LOCKABLE MutexLock {
+ public:
+  explicit MutexLock(Mutex* m) ABSL_EXCLUSIVE_LOCK_FUNCTION(m) : m_(m) { m_->Lock(); }
+  ~MutexLock() ABSL_UNLOCK_FUNCTION() { m_->Unlock(); }
+
+ private:
+  Mutex* const m_;
+};
 
 // The child's end of its link to the parent.
 class Link {
@@ -148,7 +168,7 @@ class TestSink : public FrameSink {
   void Error(const std::string& e);
   const int world_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -164,7 +184,7 @@ class Tracker {
  private:
   std::atomic<int64_t> ok_{0};
   std::atomic<int64_t> failed_{0};
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::Status first_failure_ ABSL_GUARDED_BY(mu_);
 };
 

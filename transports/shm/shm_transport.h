@@ -1,10 +1,10 @@
 // Shared-memory transport between processes on one host.
 //
-//   // Every local rank:
-//   HCOMM_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(rank, size, local_peers, job_key, sink));
+//   // Every local rank (the store is the core's rendezvous store):
+//   HCOMM_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(rank, size, local, job_key, sink));
 //   store.Set("shm/" + rank, shm->Address());
-//   for (int p : local_peers) HCOMM_RETURN_IF_ERROR(shm->Connect(p, store.Get("shm/" + p),
-//   deadline)); store.Barrier();                          // every local peer has attached to us
+//   for (int p : local) HCOMM_RETURN_IF_ERROR(shm->Connect(p, store.Get("shm/" + p), deadline));
+//   store.Barrier();                            // every local peer has attached to us
 //   HCOMM_RETURN_IF_ERROR(shm->FinishSetup());  // nothing is left in /dev/shm from here on
 //   shm->Send(peer, meta, buf, len, done);
 //   shm->Poll(absl::Milliseconds(10));
@@ -38,8 +38,12 @@
 // from one thread, before the first Send/Poll towards the peers concerned.
 // All Transport methods may then be called from any number of threads.
 // Lock order: a ring's receive lock (held while the sink runs) may be
-// followed by any connection's send lock, never the other way round; no
-// lock is held while SendCallbacks or OnConnectionLost run.
+// followed by any connection's send lock, never the other way round; the
+// liveness lock and the per-connection loss lock come last. The transport
+// holds no lock while SendCallbacks or OnConnectionLost run (unless the
+// sink itself calls Send/FailPeer from OnFrame/OnPayload). Cross-process:
+// a CMA slot's spinlock is held only around one process_vm_readv or one
+// copy, and a waiter gives up when the holder's process is gone.
 #ifndef HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
 #define HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
 
@@ -50,6 +54,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,7 +62,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transports/transport.h"
 
@@ -168,6 +172,30 @@ class ShmTransport : public Transport {
   void FailPeer(int peer, const absl::Status& why) override;
 
  private:
+  // std::mutex with the annotations clang's thread-safety analysis needs.
+  // Not absl::Mutex: Debian's Abseil is built without NDEBUG, so every
+  // absl::Mutex operation runs deadlock detection (a graph-cycle lookup),
+  // which cost more than the rest of a small Send here.
+  class ABSL_LOCKABLE Lock {
+   public:
+    void Acquire() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+    bool TryAcquire() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
+    void Release() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+
+   private:
+    std::mutex mu_;
+  };
+  class ABSL_SCOPED_LOCKABLE Locked {
+   public:
+    explicit Locked(Lock* l) ABSL_EXCLUSIVE_LOCK_FUNCTION(l) : l_(l) { l_->Acquire(); }
+    ~Locked() ABSL_UNLOCK_FUNCTION() { l_->Release(); }
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    Lock* const l_;
+  };
+
   struct Segment;
   using Completions = std::vector<std::pair<SendCallback, absl::Status>>;
 
@@ -189,7 +217,6 @@ class ShmTransport : public Transport {
   // (we read), and what connects the two.
   struct Conn {
     int peer = -1;
-    int ring_index = -1;  // of our inbound ring from `peer` in our segment
     std::atomic<bool> connected{false};
 
     // Set by Connect before `connected` (release); constant afterwards.
@@ -207,7 +234,7 @@ class ShmTransport : public Transport {
     uint64_t in_size = 0;
 
     // Producer side.
-    absl::Mutex send_mu;
+    Lock send_mu;
     std::deque<OutFrame> queue ABSL_GUARDED_BY(send_mu);
     std::deque<OutFrame> inflight ABSL_GUARDED_BY(send_mu);  // CMA, not yet acknowledged
     uint64_t tail ABSL_GUARDED_BY(send_mu) = 0;
@@ -224,7 +251,7 @@ class ShmTransport : public Transport {
     std::atomic<uint64_t> acked_seen{0};  // == cma_acked, readable without the lock
 
     // Consumer side.
-    absl::Mutex recv_mu;
+    Lock recv_mu;
     int rx_state ABSL_GUARDED_BY(recv_mu) = 0;
     FrameMeta rx_meta ABSL_GUARDED_BY(recv_mu);
     uint64_t rx_len ABSL_GUARDED_BY(recv_mu) = 0;
@@ -239,7 +266,7 @@ class ShmTransport : public Transport {
     std::atomic<bool> rx_more{false};  // a visit stopped on its budget
 
     // Why the connection ended, before it is reported.
-    absl::Mutex loss_mu;
+    Lock loss_mu;
     absl::Status loss_why ABSL_GUARDED_BY(loss_mu);
     bool loss_drain ABSL_GUARDED_BY(loss_mu) = false;
     bool loss_closed ABSL_GUARDED_BY(loss_mu) = false;
@@ -290,7 +317,7 @@ class ShmTransport : public Transport {
   int HandleLoss(Conn* c);
   void MarkDead(Conn* c, const absl::Status& why) ABSL_LOCKS_EXCLUDED(c->send_mu, c->recv_mu);
   void SignalPeerGone(Conn* c);
-  void CheckLiveness(bool force);
+  void CheckLiveness();
   bool PeerAlive(Conn* c);
 
   const int self_;
@@ -306,7 +333,7 @@ class ShmTransport : public Transport {
   std::atomic<int64_t> next_liveness_ns_{0};
   std::atomic<uint32_t> attention_seen_{0};
   std::atomic<int64_t> spin_ns_{kInitialSpinNs};
-  absl::Mutex liveness_mu_;
+  Lock liveness_mu_;
 };
 
 }  // namespace hcomm
