@@ -1543,6 +1543,12 @@ absl::Status Fabric::Destroy() {
       }
     }
     for (auto& [ctx, matcher] : contexts_) matcher->unexpected().clear();
+    // A receive whose message was still arriving (as in Abort): after our
+    // goodbye the peer's close counts as orderly and fails nothing.
+    for (auto& p : peers_) {
+      if (p->rx_req) Complete(p->rx_req, why);
+      p->rx_req.reset();
+    }
   }
   for (auto& t : transports_) t->ShutdownAll();
   transports_.clear();

@@ -47,11 +47,7 @@ Payload MakePayload(int src, uint32_t stream, uint64_t seq, size_t len) {
 }
 
 void SetCmaEnv(bool cma) {
-  if (cma) {
-    unsetenv("HCOMM_SHM_CMA");
-  } else {
-    setenv("HCOMM_SHM_CMA", "0", 1);
-  }
+  setenv("HCOMM_SHM_CMA", cma ? "1" : "0", 1);
 }
 
 class ShmPathTest : public ::testing::TestWithParam<bool> {

@@ -50,11 +50,7 @@ Payload MakePayload(int src, uint32_t stream, uint64_t seq, size_t len) {
 }
 
 void SetCmaEnv(bool cma) {
-  if (cma) {
-    unsetenv("HCOMM_SHM_CMA");
-  } else {
-    setenv("HCOMM_SHM_CMA", "0", 1);
-  }
+  setenv("HCOMM_SHM_CMA", cma ? "1" : "0", 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -165,7 +161,7 @@ TEST(ShmTransportSetupTest, ConnectRejectsBadAddresses) {
 // writer's memory (here: a wrong address for the probe, as EPERM would do)
 // makes that writer use the ring copy, while the other direction keeps CMA.
 TEST(ShmTransportSetupTest, UnreadablePeerFallsBackToRingCopy) {
-  unsetenv("HCOMM_SHM_CMA");
+  setenv("HCOMM_SHM_CMA", "1", 1);
   TestSink sink(2);
   const std::string key = UniqueKey("probe");
   auto a = ShmTransport::Create(0, 2, {1}, key, &sink);
