@@ -67,19 +67,43 @@ std::string DescribeFingerprint(uint64_t fp) {
 
 }  // namespace
 
+// What one collective call is, for its error messages:
+// "allreduce seq 17 (count 1024 float32 sum, ring, 8 ranks)".
+struct Communicator::CallInfo {
+  CollectiveOp op;
+  uint64_t seq;
+  size_t count;
+  DataType t;
+  ReduceOp rop;
+  int root;
+  Algorithm algo;
+  int nranks;
+  std::string Describe() const {
+    std::string what = absl::StrCat(CollectiveOpName(op), " seq ", seq, " (count ", count);
+    if (op != CollectiveOp::kBarrier) absl::StrAppend(&what, " ", DataTypeName(t));
+    if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
+        op == CollectiveOp::kReduceScatter) {
+      absl::StrAppend(&what, " ", ReduceOpName(rop));
+    }
+    if (root >= 0) absl::StrAppend(&what, " root ", root);
+    absl::StrAppend(&what, ", ", AlgorithmName(algo), ", ", nranks, " ranks)");
+    return what;
+  }
+};
+
 // The point-to-point view one collective call has of its communicator.
 class Communicator::CollectivePeers : public Peers {
  public:
   // Waits end by `deadline` minus the hang-report reserve; the report
   // (if one is needed) ends by `deadline`.
   CollectivePeers(Communicator* c, int tag, uint64_t fingerprint, absl::Time deadline,
-                  std::string what)
+                  CallInfo info)
       : c_(c),
         tag_(tag),
         fp_(fingerprint),
         final_deadline_(deadline),
         deadline_(deadline - Fabric::ReportReserve(c->timeout())),
-        what_(std::move(what)) {}
+        info_(info) {}
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
@@ -105,7 +129,7 @@ class Communicator::CollectivePeers : public Peers {
     if (!s.ok()) return Explain(s);
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {
       int src = r->out_source >= 0 ? (*c_->world_to_group_)[r->out_source] : -1;
-      return Mismatch(absl::StrCat(what_, ": rank ", c_->rank_, " expected ", r->bytes,
+      return Mismatch(absl::StrCat(What(), ": rank ", c_->rank_, " expected ", r->bytes,
                                    " bytes from rank ", src, " but got ", r->out_bytes,
                                    "; the ranks disagree on the collective's arguments"));
     }
@@ -115,9 +139,9 @@ class Communicator::CollectivePeers : public Peers {
   absl::Status Explain(const absl::Status& s) {
     if (CodeOf(s) == ErrorCode::kMismatch && s.GetPayload(kClashUrl)) return Clash(s);
     if (CodeOf(s) == ErrorCode::kTimeout && !report_.empty()) {
-      return Timeout(absl::StrCat(what_, ": ", s.message(), "\n", report_));
+      return Timeout(absl::StrCat(What(), ": ", s.message(), "\n", report_));
     }
-    return Annotate(s, what_);
+    return Annotate(s, What());
   }
 
   // Ranks disagree on the collective: say who called what. If this rank
@@ -153,7 +177,7 @@ class Communicator::CollectivePeers : public Peers {
   }
 
   void Withdraw(const std::shared_ptr<Request>& r) override {
-    c_->fabric_->Withdraw(r, Aborted(absl::StrCat(what_, ": withdrawn after an error")))
+    c_->fabric_->Withdraw(r, Aborted(absl::StrCat(What(), ": withdrawn after an error")))
         .IgnoreError();
   }
 
@@ -165,7 +189,8 @@ class Communicator::CollectivePeers : public Peers {
   std::string report_;
   absl::Time final_deadline_;
   absl::Time deadline_;
-  std::string what_;
+  CallInfo info_;
+  std::string What() const { return info_.Describe(); }
 };
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& opts) {
@@ -388,14 +413,9 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
     return Annotate(usable, CollectiveOpName(op));
   }
   Choice choice = ChooseAlgorithm(op, bytes, size_, link_, forced_algo_.load());
-  std::string what = absl::StrCat(CollectiveOpName(op), " seq ", ticket, " (count ", count);
-  if (op != CollectiveOp::kBarrier) absl::StrAppend(&what, " ", DataTypeName(t));
-  if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
-      op == CollectiveOp::kReduceScatter) {
-    absl::StrAppend(&what, " ", ReduceOpName(rop));
-  }
-  if (root >= 0) absl::StrAppend(&what, " root ", root);
-  absl::StrAppend(&what, ", ", AlgorithmName(choice.algo), ", ", size_, " ranks)");
+  // Described only if something goes wrong: a collective's hot path
+  // formats nothing.
+  CallInfo info{op, ticket, count, t, rop, root, choice.algo, size_};
   if (debug_info_ && rank_ == 0) {
     fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)\n", CollectiveOpName(op),
             Bytes(bytes).c_str(), op == CollectiveOp::kBarrier ? "" : DataTypeName(t), size_,
@@ -408,7 +428,7 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
   {
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
     CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask),
-                          fingerprints_ ? fp : 0, Deadline(), what);
+                          fingerprints_ ? fp : 0, Deadline(), info);
     s = body(peers, choice.algo);
   }
   fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/false);

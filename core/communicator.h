@@ -110,6 +110,7 @@ class Communicator {
 
  private:
   class CollectivePeers;
+  struct CallInfo;
   struct Scratch {
     char* data = nullptr;
     size_t capacity = 0;
