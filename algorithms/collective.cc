@@ -21,6 +21,7 @@ InFlight::~InFlight() {
 }
 
 absl::Status InFlight::Send(const void* buf, size_t bytes, int peer) {
+  if (peers_.SendNow(buf, bytes, peer)) return absl::OkStatus();
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r, peers_.Isend(buf, bytes, peer));
   reqs_.push_back(std::move(r));
   return absl::OkStatus();

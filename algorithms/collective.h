@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "algorithms/reduce.h"
@@ -38,6 +39,9 @@ class Peers {
   // Waits for `r` by the collective's deadline; the error names the
   // collective.
   virtual absl::Status Wait(Request* r) = 0;
+  // Sends at once, with nothing left to wait for, if the message is small
+  // and can leave now; false: nothing was sent, use Isend.
+  virtual bool SendNow(const void* buf, size_t bytes, int peer) = 0;
   // A persistent buffer of at least `bytes` bytes; slots 0..3 are
   // independent. Valid until the next call with the same slot.
   virtual char* Scratch(int slot, size_t bytes) = 0;
@@ -62,7 +66,7 @@ class InFlight {
 
  private:
   Peers& peers_;
-  std::vector<std::shared_ptr<Request>> reqs_;
+  absl::InlinedVector<std::shared_ptr<Request>, 8> reqs_;
 };
 
 // Splits `count` elements into `parts` nearly equal blocks; block b starts

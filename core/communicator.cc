@@ -112,6 +112,9 @@ class Communicator::CollectivePeers : public Peers {
     if (!r.ok()) return Explain(r.status());
     return r;
   }
+  bool SendNow(const void* buf, size_t bytes, int peer) override {
+    return c_->fabric_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], tag_, fp_);
+  }
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) override {
     auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_, fp_);
     if (!r.ok()) return Explain(r.status());
@@ -390,21 +393,33 @@ uint64_t Communicator::TakeTicket() {
   return next_ticket_++;
 }
 
-absl::Status Communicator::RunCollective(
-    CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root, size_t count,
-    const std::function<absl::Status(Peers&, Algorithm)>& body) {
+absl::Status Communicator::RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
+                                         int root, size_t count, Body body) {
   return RunTicket(TakeTicket(), op, bytes, t, rop, root, count, body);
 }
 
+const Choice& Communicator::ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced) {
+  auto& c = choice_cache_;
+  if (!c.valid || c.op != op || c.bytes != bytes || c.forced != forced) {
+    c.choice = ChooseAlgorithm(op, bytes, size_, link_, forced);
+    c.op = op;
+    c.bytes = bytes;
+    c.forced = forced;
+    c.valid = true;
+  }
+  return c.choice;
+}
+
 absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
-                                     ReduceOp rop, int root, size_t count,
-                                     const std::function<absl::Status(Peers&, Algorithm)>& body) {
+                                     ReduceOp rop, int root, size_t count, Body body) {
   {
     absl::MutexLock l(&seq_mu_);
-    auto my_turn = [this, ticket]() ABSL_SHARED_LOCKS_REQUIRED(seq_mu_) {
-      return now_serving_ == ticket;
-    };
-    seq_mu_.Await(absl::Condition(&my_turn));
+    if (now_serving_ != ticket) {
+      auto my_turn = [this, ticket]() ABSL_SHARED_LOCKS_REQUIRED(seq_mu_) {
+        return now_serving_ == ticket;
+      };
+      seq_mu_.Await(absl::Condition(&my_turn));
+    }
   }
   absl::Status usable = fabric_->Usable();
   if (!usable.ok()) {
@@ -412,7 +427,7 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
     ++now_serving_;
     return Annotate(usable, CollectiveOpName(op));
   }
-  Choice choice = ChooseAlgorithm(op, bytes, size_, link_, forced_algo_.load());
+  const Choice& choice = ChooseCached(op, bytes, forced_algo_.load());
   // Described only if something goes wrong: a collective's hot path
   // formats nothing.
   CallInfo info{op, ticket, count, t, rop, root, choice.algo, size_};
@@ -498,8 +513,22 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
 
 absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType t,
                                      ReduceOp op) {
+  if (IsHalf(t)) {
+    return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
+                         AllReduceBody(send, recv, count, t, op));
+  }
+  // Not through a std::function: a small allreduce allocates nothing.
   return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
-                       AllReduceBody(send, recv, count, t, op));
+                       [&](Peers& p, Algorithm a) {
+                         switch (a) {
+                           case Algorithm::kTree:
+                             return AllReduceRecursiveDoubling(p, send, recv, count, t, op);
+                           case Algorithm::kDirect:
+                             return AllReduceDirect(p, send, recv, count, t, op);
+                           default:
+                             return AllReduceRing(p, send, recv, count, t, op);
+                         }
+                       });
 }
 
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -122,11 +123,14 @@ class Communicator {
   // Runs `body` as collective `name` with the next sequence number, once all
   // earlier collectives of this communicator have finished.
   uint64_t TakeTicket();
+  using Body = absl::FunctionRef<absl::Status(Peers&, Algorithm)>;
   absl::Status RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root,
-                             size_t count, const std::function<absl::Status(Peers&, Algorithm)>& body);
+                             size_t count, Body body);
   absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
-                         int root, size_t count,
-                         const std::function<absl::Status(Peers&, Algorithm)>& body);
+                         int root, size_t count, Body body);
+  // The algorithm for a call: the cost model's choice, remembered for the
+  // last (op, bytes, forced) asked (only the serving collective calls it).
+  const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
   std::function<absl::Status(Peers&, Algorithm)> Widened(
       const void* send, void* recv, size_t in_count, size_t out_count, DataType t,
       bool has_output,
@@ -155,6 +159,13 @@ class Communicator {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
   const LinkModel link_;
+  struct {
+    bool valid = false;
+    CollectiveOp op;
+    size_t bytes = 0;
+    Algorithm forced = Algorithm::kAuto;
+    Choice choice;
+  } choice_cache_;
   const bool debug_info_;
   const bool fingerprints_;  // collectives carry fingerprints (always, unless
                              // HCOMM_FINGERPRINTS=0 for measurement)

@@ -2,6 +2,7 @@
 
 #include <string.h>
 #include <sched.h>
+#include <time.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -109,6 +110,23 @@ absl::StatusOr<uint64_t> RandomU64() {
 }
 
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
+
+// A monotonic clock read cheaply (to within a few milliseconds), for
+// bookkeeping on every message: when a peer was last heard, when the last
+// wait ended.
+int64_t CoarseNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 }  // namespace
 
@@ -272,6 +290,13 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
             : ""));
   }
 
+  int local_ranks = 0;
+  for (int r = 0; r < size_; ++r) local_ranks += host_of[r] == host_id_ ? 1 : 0;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  oversubscribed_ = local_ranks > ncpu;
+
   // Shared memory first: create our segment, publish it, attach to every
   // local peer's, and unlink ours once all have attached to it.
   std::unique_ptr<ShmTransport> shm;
@@ -280,6 +305,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
                                         this);
     if (!created.ok()) return Annotate(created.status(), absl::StrCat(where, ": shared memory"));
     shm = std::move(created).value();
+    shm->SetCpusShared(oversubscribed_);
     HCOMM_RETURN_IF_ERROR(
         store_client_->Set(absl::StrCat("hcomm/shm/", rank_), shm->Address(), deadline));
     for (int p : local_peers) {
@@ -391,6 +417,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     transports_.push_back(std::move(tcp));
   }
+  transport_spins_ = transports_.size() == 1 && transports_[0]->SpinsBeforeSleep();
   return absl::OkStatus();
 }
 
@@ -434,12 +461,12 @@ void Fabric::NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bo
   a.seq = seq;
   a.fingerprint = fingerprint;
   a.in_progress = in_progress;
-  a.since_ns = NowNs();
+  a.since_ns = CoarseNs();
 }
 
 std::string Fabric::PendingState() {
   std::string out;
-  const int64_t now = NowNs();
+  const int64_t now = CoarseNs();
   {
     absl::MutexLock l(&activity_mu_);
     for (const auto& [ctx, a] : activity_) {
@@ -535,7 +562,7 @@ void Fabric::ProgressLoop() {
   const int64_t quiet_ns = 2'000'000;
   while (!stop_.load(std::memory_order_acquire)) {
     if (active_waiters_.load(std::memory_order_acquire) > 0 ||
-        NowNs() - last_wait_end_ns_.load(std::memory_order_relaxed) < quiet_ns) {
+        CoarseNs() - last_wait_end_ns_.load(std::memory_order_relaxed) < quiet_ns) {
       absl::MutexLock l(&bg_mu_);
       bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(2));
       continue;
@@ -573,15 +600,22 @@ void Fabric::PollOnce(absl::Duration block) {
 }
 
 absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
+  if (!r->done.load(std::memory_order_acquire) && !transports_.empty() &&
+      progress_mu_.TryLock()) {
+    // What we wait for has often arrived already: look before reading the
+    // clock.
+    PollAll(absl::ZeroDuration());
+    progress_mu_.Unlock();
+  }
   if (!r->done.load(std::memory_order_acquire)) {
     active_waiters_.fetch_add(1, std::memory_order_acq_rel);
-    const absl::Time start = absl::Now();
-    absl::Time spin_until = start + spin_;
-    while (!r->done.load(std::memory_order_acquire)) {
-      absl::Time now = absl::Now();
+    absl::Time now = absl::Now();
+    absl::Time spin_until = now + spin_;
+    for (bool first = true; !r->done.load(std::memory_order_acquire); first = false) {
+      if (!first) now = absl::Now();
       if (now >= deadline) break;
       if (!transports_.empty() && progress_mu_.TryLock()) {
-        absl::Duration block = now < spin_until
+        absl::Duration block = now < spin_until && !transport_spins_
                                    ? absl::ZeroDuration()
                                    : std::min(deadline - now, absl::Milliseconds(50));
         int events = PollAll(block);
@@ -589,11 +623,15 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
         // Keep spinning while data flows (a large transfer is a stream of
         // events); sleep in the kernel only after spin_ of silence.
         if (events > 0) {
-          spin_until = absl::Now() + spin_;
+          if (!transport_spins_) spin_until = absl::Now() + spin_;
         } else if (block == absl::ZeroDuration()) {
-          // Nothing yet: give the core to any other runnable thread (the
-          // peer we wait for may share it when ranks outnumber cores).
-          sched_yield();
+          // Nothing yet. With ranks outnumbering the CPUs, the peer we wait
+          // for may need ours; otherwise a yield is only a wasted syscall.
+          if (oversubscribed_) {
+            sched_yield();
+          } else {
+            for (int i = 0; i < 8; ++i) CpuRelax();
+          }
         }
         continue;
       }
@@ -605,9 +643,11 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
       cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(2)));
       --sleepers_;
     }
-    last_wait_end_ns_.store(NowNs(), std::memory_order_relaxed);
+    last_wait_end_ns_.store(CoarseNs(), std::memory_order_relaxed);
     active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
   }
+  // Once done, a request's outcome no longer changes (see Complete).
+  if (r->done.load(std::memory_order_acquire)) return r->status;
   absl::MutexLock l(&mu_);
   if (!r->done.load(std::memory_order_acquire)) {
     return TimeoutStatus(*r, absl::Now() - r->started);
@@ -667,6 +707,7 @@ void Fabric::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
     if (key.first == ctx && key.second == tag) return;
   }
   poisoned_.push_back({{ctx, tag}, why});
+  any_poisoned_.store(true, std::memory_order_release);
   if (poisoned_.size() > 64) poisoned_.pop_front();
   Matcher& matcher = MatcherFor(ctx);
   for (auto it = matcher.posted().begin(); it != matcher.posted().end();) {
@@ -726,8 +767,11 @@ void Fabric::ReserveContexts(uint32_t first, uint32_t count) {
 // Posting
 
 Matcher& Fabric::MatcherFor(uint32_t ctx) {
+  if (ctx == last_ctx_) return *last_matcher_;
   std::unique_ptr<Matcher>& m = contexts_[ctx];
   if (!m) m = std::make_unique<Matcher>();
+  last_ctx_ = ctx;
+  last_matcher_ = m.get();
   return *m;
 }
 
@@ -751,7 +795,7 @@ std::string Fabric::Describe(const Request& r) const {
 absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void* buf,
                                                        size_t bytes, size_t elem_size, int peer,
                                                        int tag, uint64_t fingerprint) {
-  auto r = std::make_shared<Request>();
+  std::shared_ptr<Request> r = NewRequest();
   r->kind = Request::Kind::kSend;
   r->ctx = ctx;
   r->fingerprint = fingerprint;
@@ -844,10 +888,48 @@ void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
   }
 }
 
+std::shared_ptr<Request> Fabric::NewRequest() {
+  // A request held only by this pool can gain a new reference only from
+  // this thread; the fence pairs with the release by whoever dropped the
+  // last other one.
+  constexpr int kPool = 8;
+  thread_local std::shared_ptr<Request> pool[kPool];
+  thread_local unsigned next = 0;
+  for (int i = 0; i < kPool; ++i) {
+    std::shared_ptr<Request>& r = pool[(next + i) % kPool];
+    if (r && r.use_count() == 1) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      r->Reset();
+      next = (next + i + 1) % kPool;
+      return r;
+    }
+  }
+  std::shared_ptr<Request>& slot = pool[next];
+  next = (next + 1) % kPool;
+  slot = std::make_shared<Request>();
+  return slot;
+}
+
+bool Fabric::SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int tag,
+                     uint64_t fingerprint) {
+  if (bytes > kEagerBytes || peer == rank_ || peer < 0 || peer >= size_ || route_.empty() ||
+      route_[peer] == nullptr) {
+    return false;
+  }
+  if (aborted_flag_.load(std::memory_order_acquire) || closing_.load(std::memory_order_acquire) ||
+      any_poisoned_.load(std::memory_order_acquire) ||
+      !peers_[peer]->fast_send.load(std::memory_order_acquire)) {
+    return false;
+  }
+  Meta m = MakeMeta(kEager, ctx, rank_, tag, bytes, next_id_.fetch_add(1, std::memory_order_relaxed),
+                    fingerprint);
+  return route_[peer]->TrySendNow(peer, Pack(m), buf, bytes);
+}
+
 absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, size_t bytes,
                                                        size_t elem_size, int peer, int tag,
                                                        uint64_t fingerprint) {
-  auto r = std::make_shared<Request>();
+  std::shared_ptr<Request> r = NewRequest();
   r->kind = Request::Kind::kRecv;
   r->ctx = ctx;
   r->fingerprint = fingerprint;
@@ -1013,7 +1095,7 @@ std::string Fabric::PendingReason(const Request& r) {
     int64_t last = peers_[r.peer]->last_rx_ns.load(std::memory_order_relaxed);
     heard = last == 0 ? absl::StrCat("; nothing has arrived from rank ", r.peer, " yet")
                       : absl::StrCat("; last frame from rank ", r.peer, " arrived ",
-                                     Seconds(absl::Nanoseconds(NowNs() - last)), " ago");
+                                     Seconds(absl::Nanoseconds(CoarseNs() - last)), " ago");
   }
   if (r.kind == Request::Kind::kRecv) {
     if (r.phase == Request::Phase::kMatched) {
@@ -1047,6 +1129,7 @@ absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReport
 absl::Status Fabric::Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size,
                           int peer, int tag, absl::Duration timeout,
                           const HangReporter* reporter) {
+  if (SendNow(ctx, buf, bytes, peer, tag, 0)) return absl::OkStatus();
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
                          Isend(ctx, buf, bytes, elem_size, peer, tag));
   std::string report;
@@ -1146,7 +1229,7 @@ void Fabric::Release(const std::shared_ptr<Request>& r) {
 void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
   Meta m = Unpack(fm);
   PeerInfo& p = *peers_[peer];
-  p.last_rx_ns.store(NowNs(), std::memory_order_relaxed);
+  p.last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
   if (payload_len == 0) return nullptr;
   absl::MutexLock l(&mu_);
   p.rx_req.reset();
@@ -1355,6 +1438,7 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
                                                   " destroyed its communicator while this was "
                                                   "pending")),
                          /*any_source=*/false, /*keep_queued_sends=*/true);
+          p.fast_send.store(false, std::memory_order_release);
           p.state = PeerState::kClosed;
         }
         break;
@@ -1372,6 +1456,7 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
 void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
                             bool keep_queued_sends) {
   PeerInfo& p = *peers_[peer];
+  p.fast_send.store(false, std::memory_order_release);
   p.state = PeerState::kFailed;
   p.failure = why;
   auto fails = [&](const Request& r) { return r.peer == peer || (any_source && r.peer == kAnySource); };
@@ -1426,6 +1511,7 @@ void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
   if (aborted_ || p.state != PeerState::kUp) return;
   if (p.said_goodbye || p.got_goodbye || destroyed_) {
     // An orderly close: either side's goodbye came first.
+    p.fast_send.store(false, std::memory_order_release);
     p.state = PeerState::kClosed;
     p.failure = PeerFailure(absl::StrCat("rank ", peer, " has closed its connection"));
     return;
@@ -1473,6 +1559,7 @@ absl::Status Fabric::Destroy() {
     absl::MutexLock l(&mu_);
     if (destroyed_) return absl::OkStatus();
   }
+  closing_.store(true, std::memory_order_release);
   absl::Status result;
   if (!transports_.empty() && !aborted_flag_.load()) {
     // 1. Let our own sends reach their peers.
@@ -1492,6 +1579,7 @@ absl::Status Fabric::Destroy() {
       absl::MutexLock l(&mu_);
       for (int p = 0; p < size_; ++p) {
         if (p != rank_ && peers_[p]->state == PeerState::kUp) {
+          peers_[p]->fast_send.store(false, std::memory_order_release);
           peers_[p]->said_goodbye = true;
           up.push_back(p);
         }

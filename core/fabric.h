@@ -101,6 +101,12 @@ class Fabric : public FrameSink {
                                                  size_t elem_size, int peer, int tag,
                                                  uint64_t fingerprint = 0);
 
+  // A small message that can leave at once, with nothing to track: written
+  // straight to the transport without a request (the buffer is free again
+  // on return). False: nothing was sent; use Isend, which reports any error.
+  bool SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int tag,
+               uint64_t fingerprint = 0);
+
   // After a fingerprint clash in (ctx, tag): fails every pending and later
   // operation there, here and at `members` (world ranks), with Mismatch and a
   // "hcomm.dev/clash" payload "<culprit fp> <culprit rank> <reporter fp>
@@ -131,6 +137,10 @@ class Fabric : public FrameSink {
 
   // Aborted if Abort was called or the fabric was destroyed, else OK.
   absl::Status Usable() {
+    if (!aborted_flag_.load(std::memory_order_acquire) &&
+        !closing_.load(std::memory_order_acquire)) {
+      return absl::OkStatus();
+    }
     absl::MutexLock l(&mu_);
     return CheckUsable(kAnySource);
   }
@@ -198,7 +208,10 @@ class Fabric : public FrameSink {
     absl::Status failure;       // why, when not kUp
     bool said_goodbye = false;  // we sent ours
     bool got_goodbye = false;   // theirs arrived
-    std::atomic<int64_t> last_rx_ns{0};
+    std::atomic<int64_t> last_rx_ns{0};  // CoarseNs() of the last frame
+    // Cleared (before anything else changes) once the peer is no longer up
+    // or we said goodbye: eager sends then take the full path.
+    std::atomic<bool> fast_send{true};
     // The frame whose payload is arriving now (touched only by the thread
     // holding the transport's receive lock for this peer, under mu_).
     std::shared_ptr<Request> rx_req;
@@ -236,6 +249,9 @@ class Fabric : public FrameSink {
                 const std::shared_ptr<Request>& r, std::vector<Outgoing>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SelfSend(const std::shared_ptr<Request>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fresh request: one of the calling thread's recent ones when nothing
+  // else holds it any more, or a new one.
+  static std::shared_ptr<Request> NewRequest();
   // True (and `r` completed with Mismatch) if `r` expects another
   // collective than the arriving message's fingerprint says.
   bool Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source)
@@ -258,6 +274,11 @@ class Fabric : public FrameSink {
   const std::string host_id_;
   std::atomic<int64_t> timeout_ms_;
   absl::Duration spin_;
+  // Fixed after Bootstrap: more ranks on this host than CPUs we may run on
+  // (a waiter then yields its CPU instead of spinning on it), and whether
+  // the only transport spins in Poll by itself (shm), so Wait need not.
+  bool oversubscribed_ = false;
+  bool transport_spins_ = false;
 
   std::unique_ptr<StoreServer> store_server_;
   std::unique_ptr<StoreClient> store_client_;
@@ -280,6 +301,11 @@ class Fabric : public FrameSink {
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> aborted_flag_{false};
+  std::atomic<bool> closing_{false};        // Destroy has begun
+  std::atomic<bool> any_poisoned_{false};   // poisoned_ is not empty
+  // The matcher of the context used last (contexts are never removed).
+  uint32_t last_ctx_ ABSL_GUARDED_BY(mu_) = UINT32_MAX;
+  Matcher* last_matcher_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<uint64_t> next_id_{1};
   uint32_t next_free_ctx_ ABSL_GUARDED_BY(mu_) = 2;  // the world uses 0 and 1
   // (ctx, tag) pairs failed by Poison, newest last (bounded).

@@ -6,7 +6,11 @@ std::shared_ptr<Request> Matcher::TakePosted(int source, int tag) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (Accepts((*it)->peer, (*it)->tag, source, tag)) {
       std::shared_ptr<Request> r = std::move(*it);
-      posted_.erase(it);
+      if (it == posted_.begin()) {
+        posted_.pop_front();
+      } else {
+        posted_.erase(it);
+      }
       return r;
     }
   }

@@ -12,6 +12,7 @@
 #define HCOMM_CORE_MATCHER_H_
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 
@@ -65,11 +66,12 @@ class Matcher {
   // Erases the entry whose address is `u`.
   void EraseUnexpected(const Unexpected* u);
 
-  std::list<std::shared_ptr<Request>>& posted() { return posted_; }
+  std::deque<std::shared_ptr<Request>>& posted() { return posted_; }
   UnexpectedList& unexpected() { return unexpected_; }
 
  private:
-  std::list<std::shared_ptr<Request>> posted_;
+  // A deque: posting a receive costs no allocation once it has grown.
+  std::deque<std::shared_ptr<Request>> posted_;
   UnexpectedList unexpected_;
 };
 

@@ -26,6 +26,29 @@ struct Request {
     kDone,
   };
 
+  // Back to a fresh state, for reuse.
+  void Reset() {
+    kind = Kind::kRecv;
+    id = 0;
+    ctx = 0;
+    fingerprint = 0;
+    peer = kAnySource;
+    tag = kAnyTag;
+    recv_buf = nullptr;
+    send_buf = nullptr;
+    bytes = 0;
+    elem_size = 1;
+    started = absl::Time();
+    phase = Phase::kPosted;
+    rendezvous = false;
+    frame = 0;
+    done.store(false, std::memory_order_relaxed);
+    status = absl::OkStatus();
+    out_source = -1;
+    out_tag = -1;
+    out_bytes = 0;
+  }
+
   Kind kind = Kind::kRecv;
   uint64_t id = 0;
   uint32_t ctx = 0;  // matching context

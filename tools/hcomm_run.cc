@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/random.h>
@@ -72,7 +73,7 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kTokenBytes = 32;
 
 constexpr char kUsage[] =
-    "usage: hcomm_run -n N [--timeout S] [--port P] -- PROG [ARGS...]\n"
+    "usage: hcomm_run -n N [--timeout S] [--port P] [--bind-to core|none] -- PROG [ARGS...]\n"
     "\n"
     "Starts N local ranks of PROG (1 <= N <= 1024). Each rank gets RANK,\n"
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,\n"
@@ -84,6 +85,8 @@ constexpr char kUsage[] =
     "  -n, --nproc N   number of ranks\n"
     "  --timeout S     stop the job after S seconds (exit status 124)\n"
     "  --port P        MASTER_PORT to use (default: a free port)\n"
+    "  --bind-to W     core: pin rank R to the R-th CPU this launcher may use\n"
+    "                  (round robin); none (default): let the kernel place them\n"
     "  -h, --help      print this message\n"
     "\n"
     "exit status: 0 if all ranks exit 0; the first failing rank's status\n"
@@ -95,6 +98,7 @@ struct Options {
   int nranks = 0;
   std::optional<double> timeout_s;
   int port = 0;  // 0: pick a free one.
+  bool bind_core = false;
   std::string program_path;       // Resolved path that is exec'd.
   std::vector<std::string> argv;  // argv[0] is PROG as the user wrote it.
 };
@@ -220,7 +224,8 @@ int ParseArgs(int argc, char** argv, Options* opts) {
       name = "-n";
       value = arg.substr(2);
     }
-    if (name != "-n" && name != "--nproc" && name != "--timeout" && name != "--port") {
+    if (name != "-n" && name != "--nproc" && name != "--timeout" && name != "--port" &&
+        name != "--bind-to") {
       return UsageError("unknown option '" + arg + "'");
     }
     if (!value) {
@@ -240,6 +245,11 @@ int ParseArgs(int argc, char** argv, Options* opts) {
       if (!opts->timeout_s) {
         return UsageError("--timeout needs a positive number of seconds, got '" + *value + "'");
       }
+    } else if (name == "--bind-to") {
+      if (*value != "core" && *value != "none") {
+        return UsageError("--bind-to needs 'core' or 'none', got '" + *value + "'");
+      }
+      opts->bind_core = *value == "core";
     } else {  // --port
       std::optional<long> p = ParseInt(value->c_str(), 1, 65535);
       if (!p) return UsageError("--port needs an integer from 1 to 65535, got '" + *value + "'");
@@ -402,8 +412,23 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
     Message(std::string("cannot open /dev/null: ") + strerror(errno));
     return false;
   }
+  // --bind-to core: the CPUs we may use, in order; rank r gets the
+  // (r mod count)-th.
+  std::vector<int> cpus;
+  if (opts_.bind_core) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+      }
+    }
+  }
   ranks_.resize(n);
   for (int r = 0; r < n; ++r) {
+    cpu_set_t bind;
+    CPU_ZERO(&bind);
+    if (!cpus.empty()) CPU_SET(cpus[r % cpus.size()], &bind);
     std::vector<std::string> env = base_env;
     env.push_back("RANK=" + std::to_string(r));
     env.push_back("WORLD_SIZE=" + std::to_string(n));
@@ -460,6 +485,7 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
       dup2(null_fd, STDIN_FILENO);
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
+      if (!cpus.empty()) sched_setaffinity(0, sizeof bind, &bind);
       execve(opts_.program_path.c_str(), argv.data(), envp.data());
       std::string msg = exec_error_prefix + strerror(errno) + "\n";
       ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());

@@ -93,6 +93,20 @@ expect_rc 0
 expect_out_line "[rank 0] 0 sekrit 23456 unset"
 expect_out_line "[rank 1] 1 sekrit 23456 unset"
 
+begin "--bind-to core pins rank r to the r-th allowed CPU; none leaves them all"
+ncpu=$(nproc)
+launch -n 3 --bind-to core -- /bin/sh -c 'echo "cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+expect_rc 0
+mapfile -t allowed < <(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' | while IFS=- read a b; do seq "$a" "${b:-$a}"; done)
+for r in 0 1 2; do
+  expect_out_line "[rank $r] cpus=${allowed[$((r % ${#allowed[@]}))]}"
+done
+launch -n 1 --bind-to none -- /bin/sh -c 'echo "n=$(nproc)"'
+expect_rc 0
+expect_out_line "[rank 0] n=$ncpu"
+launch -n 1 --bind-to socket -- /bin/true
+expect_rc 2
+
 begin "arguments passed verbatim"
 launch -n 1 -- /bin/sh -c 'printf "<%s>\n" "$@"' sh "a b" "" '$HOME'
 expect_rc 0

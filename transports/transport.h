@@ -78,6 +78,13 @@ class Transport {
   virtual FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                            SendCallback done) = 0;
 
+  // Sends the frame at once if it can leave whole without waiting and
+  // without a callback: nothing queued ahead of it on the connection and
+  // room for it now. Returns true when the payload is no longer needed (the
+  // frame is out, or the transport kept a copy of what could not leave
+  // yet); false when nothing was sent, and the caller should use Send.
+  virtual bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) = 0;
+
   // Withdraws a queued frame. Returns true if none of it had left: the frame
   // is dropped and its callback never runs. Returns false if it is partly or
   // wholly sent; then the transport copies what remains so the caller's
@@ -87,6 +94,10 @@ class Transport {
   // Moves bytes for up to `timeout` (zero: only what is ready now). Returns
   // the number of events handled.
   virtual int Poll(absl::Duration timeout) = 0;
+
+  // True if Poll(timeout > 0) spins by itself before it sleeps, adapting
+  // the spin to how soon work came before; a caller then need not spin.
+  virtual bool SpinsBeforeSleep() const { return false; }
 
   // Queued frames not yet handed on, over all connections.
   virtual size_t PendingSends() const = 0;

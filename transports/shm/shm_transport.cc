@@ -647,6 +647,35 @@ uint64_t FreeLockedImpl(uint64_t tail, uint64_t* head_cached, uint64_t size, Rin
 
 }  // namespace
 
+bool ShmTransport::WriteWholeLocked(Conn* c, const FrameMeta& meta, const void* payload,
+                                    size_t len) {
+  const uint64_t total = RecordBytes(len);
+  if (!c->queue.empty() || total > kWholeWriteMax ||
+      FreeLockedImpl(c->tail, &c->head_cached, c->out_size, c->out_ctl, total) < total) {
+    return false;
+  }
+  // The whole record goes in now, one publish.
+  WriteRecordPiece(c->out_data, c->out_size, c->tail, MakeRecHdr(kRecInline, 0, len, meta),
+                   static_cast<const char*>(payload), 0, total);
+  c->tail += total;
+  c->out_ctl->tail.store(c->tail, std::memory_order_release);
+  c->tail_published = c->tail;
+  WakeOwner(c->peer_hdr);
+  return true;
+}
+
+bool ShmTransport::TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) {
+  Conn* c = ConnFor(peer);
+  if (c == nullptr || (len > 0 && payload == nullptr) || len > kCmaMinBytes ||
+      !c->connected.load(std::memory_order_acquire)) {
+    return false;  // Send reports what is wrong
+  }
+  Locked l(&c->send_mu);
+  if (c->dead || c->close_write || !WriteWholeLocked(c, meta, payload, len)) return false;
+  UpdateOutStateLocked(c);
+  return true;
+}
+
 FrameHandle ShmTransport::Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                                SendCallback done) {
   const FrameHandle handle = next_handle_.fetch_add(1, std::memory_order_relaxed);
@@ -679,16 +708,7 @@ FrameHandle ShmTransport::Send(int peer, const FrameMeta& meta, const void* payl
     } else {
       const bool cma = len > kCmaMinBytes && cma_enabled_ &&
                        c->out_ctl->reader_cma.load(std::memory_order_relaxed) == 1;
-      const uint64_t total = RecordBytes(len);
-      if (!cma && c->queue.empty() && total <= kWholeWriteMax &&
-          FreeLockedImpl(c->tail, &c->head_cached, c->out_size, c->out_ctl, total) >= total) {
-        // Fast path: the whole record goes in now, one publish.
-        WriteRecordPiece(c->out_data, c->out_size, c->tail, MakeRecHdr(kRecInline, 0, len, meta),
-                         static_cast<const char*>(payload), 0, total);
-        c->tail += total;
-        c->out_ctl->tail.store(c->tail, std::memory_order_release);
-        c->tail_published = c->tail;
-        WakeOwner(c->peer_hdr);
+      if (!cma && WriteWholeLocked(c, meta, payload, len)) {
         written_now = true;
       } else {
         c->queue.emplace_back();
@@ -1313,11 +1333,14 @@ int ShmTransport::PollOnce() {
 }
 
 bool ShmTransport::AnythingReady() {
+  return CoarseNs() >= next_liveness_ns_.load(std::memory_order_relaxed) || WorkReady();
+}
+
+bool ShmTransport::WorkReady() {
   if (seg_->hdr->attention.load(std::memory_order_acquire) !=
       attention_seen_.load(std::memory_order_relaxed)) {
     return true;
   }
-  if (CoarseNs() >= next_liveness_ns_.load(std::memory_order_relaxed)) return true;
   for (Conn* c : local_) {
     if (!c->connected.load(std::memory_order_acquire) ||
         c->lost_reported.load(std::memory_order_relaxed)) {
@@ -1344,19 +1367,28 @@ int ShmTransport::Poll(absl::Duration timeout) {
   const int64_t deadline =
       timeout == absl::InfiniteDuration() ? INT64_MAX : start + absl::ToInt64Nanoseconds(timeout);
   // 1. Spin: a reply that comes within microseconds costs no wakeup.
-  const int64_t spin = spin_ns_.load(std::memory_order_relaxed);
-  for (;;) {
-    const int64_t now = MonoNs();
-    if (now >= deadline) return 0;
-    if (now - start >= spin) break;
-    for (int i = 0; i < 16; ++i) CpuRelax();
+  const int64_t spin = std::max(spin_ns_.load(std::memory_order_relaxed),
+                                min_spin_ns_.load(std::memory_order_relaxed));
+  // Look often (an arrival waits at most one short pause) and read the
+  // clock seldom.
+  for (uint32_t i = 0;; ++i) {
+    if ((i & 31) == 0) {
+      const int64_t now = MonoNs();
+      if (now >= deadline) return 0;
+      if (now - start >= spin) break;
+    }
+    CpuRelax();
+    // A full PollOnce (which also looks at liveness) now and then; in
+    // between only the shared words that say work is waiting.
+    if ((i & 31) != 31 && !WorkReady()) continue;
     events = PollOnce();
     if (events > 0) {
       spin_ns_.store(std::min(kMaxSpinNs, spin + spin / 4 + 1000), std::memory_order_relaxed);
       return events;
     }
   }
-  spin_ns_.store(std::max(kMinSpinNs, spin / 2), std::memory_order_relaxed);
+  spin_ns_.store(std::max(min_spin_ns_.load(std::memory_order_relaxed), spin / 2),
+                 std::memory_order_relaxed);
   // 2. Sleep on our doorbell, in slices so that liveness is still checked.
   SegHeader* h = seg_->hdr;
   for (;;) {

@@ -104,11 +104,21 @@ class ShmTransport : public Transport {
   // CPU to the peer they wait for. There is no sched_yield phase: yielding
   // to a thread that never yields back (a build, a spinning process) costs
   // a whole scheduler tick (4 ms here).
+  // With a CPU per local rank the spin never drops below kDedicatedMinSpinNs:
+  // one slow answer must not turn every later one into a futex wakeup.
   static constexpr int64_t kMinSpinNs = 2'000;
+  static constexpr int64_t kDedicatedMinSpinNs = 25'000;
   static constexpr int64_t kInitialSpinNs = 10'000;
   static constexpr int64_t kMaxSpinNs = 50'000;
   // Largest number of local peers one segment serves.
   static constexpr int kMaxLocalPeers = 255;
+
+  // Whether local ranks outnumber the CPUs they may run on (the default):
+  // only then may the spin before sleeping shrink below
+  // kDedicatedMinSpinNs.
+  void SetCpusShared(bool shared) {
+    min_spin_ns_.store(shared ? kMinSpinNs : kDedicatedMinSpinNs, std::memory_order_relaxed);
+  }
 
   // Creates this rank's inbound segment ("/hcomm-<job_key>-<self>", with
   // characters outside [A-Za-z0-9_.-] of job_key replaced), sized for
@@ -163,6 +173,8 @@ class ShmTransport : public Transport {
   //   the failed callbacks and OnConnectionLost run from the next Poll.
   //   FailPeer runs them before it returns.
   const char* name() const override { return "shm"; }
+  bool SpinsBeforeSleep() const override { return true; }
+  bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;
   bool Cancel(int peer, FrameHandle handle) override;
@@ -285,6 +297,8 @@ class ShmTransport : public Transport {
   int PollOnce();
   // Whether PollOnce would find something to do (checked before sleeping).
   bool AnythingReady();
+  // AnythingReady without the clock: data, space, acks or a flag waiting.
+  bool WorkReady();
 
   // Receiving (c->recv_mu held). ReadRing reads what is available on c's
   // inbound ring; `drain`: the writer is gone, read every complete record
@@ -296,6 +310,10 @@ class ShmTransport : public Transport {
   // Sending (c->send_mu held). FlushLocked writes what fits of c's queue;
   // completed frames' callbacks go to *done for the caller to run unlocked.
   void FlushLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  // Writes a frame as one inline record and publishes it, if nothing is
+  // queued ahead and the ring has room; false (nothing written) otherwise.
+  bool WriteWholeLocked(Conn* c, const FrameMeta& meta, const void* payload, size_t len)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void PublishLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   int ReapAcksLocked(Conn* c, Completions* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void UpdateOutStateLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
@@ -334,6 +352,7 @@ class ShmTransport : public Transport {
   std::atomic<int64_t> next_liveness_ns_{0};
   std::atomic<uint32_t> attention_seen_{0};
   std::atomic<int64_t> spin_ns_{kInitialSpinNs};
+  std::atomic<int64_t> min_spin_ns_{kMinSpinNs};
   Lock liveness_mu_;
 };
 

@@ -126,6 +126,45 @@ absl::Status TcpTransport::AddConnection(int peer, net::Fd fd) {
   return absl::OkStatus();
 }
 
+bool TcpTransport::TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) {
+  if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer] == nullptr) return false;
+  Conn* c = conns_[peer].get();
+  absl::MutexLock l(&c->send_mu);
+  if (c->dead || c->close_write || !c->queue.empty()) return false;
+  WireHeader hdr;
+  hdr.magic = kMagic;
+  hdr.reserved = 0;
+  hdr.payload_len = len;
+  hdr.meta = meta;
+  struct iovec iov[2] = {{&hdr, sizeof hdr}, {const_cast<void*>(payload), len}};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = iov;
+  msg.msg_iovlen = len > 0 ? 2 : 1;
+  ssize_t w;
+  do {
+    w = ::sendmsg(c->fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (w < 0 && errno == EINTR);
+  if (w <= 0) return false;  // full, or broken: Send queues it or reports why
+  const size_t total = sizeof hdr + len;
+  if (static_cast<size_t>(w) == total) return true;
+  // Part of it left: keep the rest (header included) for Poll to finish.
+  c->queue.emplace_back();
+  OutFrame& f = c->queue.back();
+  f.handle = next_handle_.fetch_add(1, std::memory_order_relaxed);
+  f.hdr = hdr;
+  f.len = len;
+  f.off = static_cast<size_t>(w);
+  if (len > 0) {
+    f.owned.reset(new char[len]);
+    memcpy(f.owned.get(), payload, len);
+    f.payload = f.owned.get();
+  }
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  UpdateInterestLocked(c);
+  return true;
+}
+
 FrameHandle TcpTransport::Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                                SendCallback done) {
   Conn* c = conns_[peer].get();

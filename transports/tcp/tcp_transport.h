@@ -38,6 +38,7 @@ class TcpTransport : public Transport {
   absl::Status AddConnection(int peer, net::Fd fd);
 
   const char* name() const override { return "tcp"; }
+  bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;
   bool Cancel(int peer, FrameHandle handle) override;
