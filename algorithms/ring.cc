@@ -14,33 +14,46 @@ constexpr size_t kChunkBytes = 512 * 1024;
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
-// One reduce-scatter step: sends block `send_block` of `work` to the right
-// while receiving block `recv_block` from the left, reducing it into `work`
-// chunk by chunk as it arrives.
-absl::Status ReduceStep(Peers& p, char* work, size_t count, size_t esize, DataType t,
-                        ReduceOp op, int send_block, int recv_block, int parts) {
+// Receives in flight per reduce-scatter step: each lands in one of this
+// many chunk-sized buffers, reused round robin, so the incoming data stays
+// in cache until it is reduced.
+constexpr int kWindow = 4;
+
+// One reduce-scatter step: sends block `send_block` (read from `send_src`)
+// to the right while receiving block `recv_block` from the left, and as
+// each chunk arrives writes work = local op incoming for it, reading the
+// local operand from `local` (work itself, or the caller's untouched input).
+absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char* work,
+                        size_t count, size_t esize, DataType t, ReduceOp op, int send_block,
+                        int recv_block, int parts) {
   const int n = p.size(), right = Mod(p.rank() + 1, n), left = Mod(p.rank() - 1, n);
   const size_t s_off = BlockOffset(count, parts, send_block) * esize;
   const size_t s_len = BlockCount(count, parts, send_block) * esize;
   const size_t r_off = BlockOffset(count, parts, recv_block) * esize;
   const size_t r_len = BlockCount(count, parts, recv_block) * esize;
   const size_t chunk = std::max(esize, kChunkBytes / esize * esize);
-  char* in = p.Scratch(1, std::max<size_t>(r_len, 1));
+  const size_t chunks = (r_len + chunk - 1) / chunk;
+  char* in = p.Scratch(1, std::max<size_t>(std::min<size_t>(chunks, kWindow) * chunk, 1));
   InFlight f(p);
-  std::vector<Request*> recvs;
-  for (size_t o = 0; o < r_len; o += chunk) {
-    HCOMM_ASSIGN_OR_RETURN(Request * r, f.RecvRequest(in + o, std::min(chunk, r_len - o), left));
-    recvs.push_back(r);
+  Request* window[kWindow] = {};
+  auto post = [&](size_t i) -> absl::Status {
+    const size_t o = i * chunk;
+    HCOMM_ASSIGN_OR_RETURN(window[i % kWindow],
+                           f.RecvRequest(in + (i % kWindow) * chunk, std::min(chunk, r_len - o),
+                                         left));
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < chunks && i < static_cast<size_t>(kWindow); ++i) {
+    HCOMM_RETURN_IF_ERROR(post(i));
   }
   for (size_t o = 0; o < s_len; o += chunk) {
-    HCOMM_RETURN_IF_ERROR(f.Send(work + s_off + o, std::min(chunk, s_len - o), right));
+    HCOMM_RETURN_IF_ERROR(f.Send(send_src + s_off + o, std::min(chunk, s_len - o), right));
   }
-  size_t o = 0;
-  for (Request* r : recvs) {
-    HCOMM_RETURN_IF_ERROR(f.Wait(r));
-    size_t len = std::min(chunk, r_len - o);
-    ReduceInto(work + r_off + o, in + o, len / esize, t, op);
-    o += len;
+  for (size_t i = 0; i < chunks; ++i) {
+    HCOMM_RETURN_IF_ERROR(f.Wait(window[i % kWindow]));
+    const size_t o = i * chunk, len = std::min(chunk, r_len - o);
+    Reduce2(work + r_off + o, local + r_off + o, in + (i % kWindow) * chunk, len / esize, t, op);
+    if (i + kWindow < chunks) HCOMM_RETURN_IF_ERROR(post(i + kWindow));
   }
   return f.WaitAll();
 }
@@ -65,12 +78,17 @@ absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count,
   const int n = p.size(), r = p.rank();
   const size_t esize = DataTypeSize(t);
   char* work = static_cast<char*>(recv);
-  if (send != recv && count > 0) memcpy(work, send, count * esize);
+  const char* in = static_cast<const char*>(send);
+  if (n == 1 && send != recv && count > 0) memcpy(work, send, count * esize);
   if (n > 1) {
     // Reduce-scatter: after n-1 steps rank r holds block r+1 fully reduced.
+    // The input is never copied: step 0 sends block r straight from it, and
+    // every block received is combined with the input's own copy (no rank
+    // receives a block twice), so each block of `work` is written once
+    // here, or by the allgather (block r).
     for (int s = 0; s < n - 1; ++s) {
-      HCOMM_RETURN_IF_ERROR(
-          ReduceStep(p, work, count, esize, t, op, Mod(r - s, n), Mod(r - s - 1, n), n));
+      HCOMM_RETURN_IF_ERROR(ReduceStep(p, s == 0 ? in : work, in, work, count, esize, t, op,
+                                       Mod(r - s, n), Mod(r - s - 1, n), n));
     }
     // Allgather the reduced blocks.
     for (int s = 0; s < n - 1; ++s) {
@@ -92,8 +110,8 @@ absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t re
   for (int s = 0; s < n - 1; ++s) {
     // Step s: send block r-s-1, receive and reduce block r-s-2; the last
     // step leaves block r complete here.
-    HCOMM_RETURN_IF_ERROR(
-        ReduceStep(p, work, total, esize, t, op, Mod(r - s - 1, n), Mod(r - s - 2, n), n));
+    HCOMM_RETURN_IF_ERROR(ReduceStep(p, work, work, work, total, esize, t, op,
+                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n));
   }
   if (recvcount > 0) memmove(recv, work + r * recvcount * esize, recvcount * esize);
   if (op == ReduceOp::kAvg) DivideBy(recv, recvcount, t, n);
@@ -156,8 +174,8 @@ absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, Da
   char* work = p.Scratch(0, std::max<size_t>(count * esize, 1));
   if (count > 0) memcpy(work, send, count * esize);
   for (int s = 0; s < n - 1; ++s) {
-    HCOMM_RETURN_IF_ERROR(
-        ReduceStep(p, work, count, esize, t, op, Mod(r - s - 1, n), Mod(r - s - 2, n), n));
+    HCOMM_RETURN_IF_ERROR(ReduceStep(p, work, work, work, count, esize, t, op,
+                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n));
   }
   InFlight f(p);
   if (r == root) {
