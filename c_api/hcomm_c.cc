@@ -152,7 +152,9 @@ hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, const hcomm_dtype_t
 // A buffer of `count` elements (times `mult`) must exist when count > 0.
 hcomm_status_t CheckBuf(const char* fn, hcomm_comm_t comm, const void* buf, const char* name,
                         size_t count, size_t esize, size_t mult = 1) {
-  if (count > 0 && (count > static_cast<size_t>(PTRDIFF_MAX) / esize / mult)) {
+  size_t total = 0;
+  if (__builtin_mul_overflow(count, esize * mult, &total) ||
+      total > static_cast<size_t>(PTRDIFF_MAX)) {
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": count ", count,
                                " is too large"));
   }

@@ -12,13 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 
 namespace hcomm {
 namespace {
 
-constexpr int kCollectiveTagMask = 0x7fffffff;
+// Collective tags: the call's sequence number, below kSetupTag; the
+// communicator's own setup exchanges use kSetupTag and up.
+constexpr int kCollectiveTagMask = 0x3fffffff;
+constexpr int kSetupTag = 0x40000000;
 
 Algorithm ParseAlgo(const std::string& s) {
   if (s == "ring") return Algorithm::kRing;
@@ -78,6 +82,7 @@ struct Communicator::CallInfo {
   int root;
   Algorithm algo;
   int nranks;
+  bool shm = false;  // ran in the shared-memory segment (core/shm_collective.h)
   std::string Describe() const {
     std::string what = absl::StrCat(CollectiveOpName(op), " seq ", seq, " (count ", count);
     if (op != CollectiveOp::kBarrier) absl::StrAppend(&what, " ", DataTypeName(t));
@@ -86,13 +91,14 @@ struct Communicator::CallInfo {
       absl::StrAppend(&what, " ", ReduceOpName(rop));
     }
     if (root >= 0) absl::StrAppend(&what, " root ", root);
-    absl::StrAppend(&what, ", ", AlgorithmName(algo), ", ", nranks, " ranks)");
+    absl::StrAppend(&what, ", ", shm ? "shared memory" : AlgorithmName(algo), ", ", nranks,
+                    " ranks)");
     return what;
   }
 };
 
 // The point-to-point view one collective call has of its communicator.
-class Communicator::CollectivePeers : public Peers {
+class Communicator::CollectivePeers : public Peers, public ShmWaiter {
  public:
   // Waits end by `deadline` minus the hang-report reserve; the report
   // (if one is needed) ends by `deadline`.
@@ -139,6 +145,45 @@ class Communicator::CollectivePeers : public Peers {
     return absl::OkStatus();
   }
   char* Scratch(int slot, size_t bytes) override { return c_->ScratchSlot(slot, bytes); }
+
+  // ShmWaiter: the same deadlines, hang report and failure checks as a
+  // message-based collective.
+  absl::Status StillWaiting(const std::vector<int>& missing, const char* phase) override {
+    if (absl::Status p = c_->fabric_->PoisonedStatus(c_->coll_ctx_, tag_); !p.ok()) {
+      return Explain(p);
+    }
+    std::vector<int> world;
+    for (int g : missing) {
+      absl::Status h = c_->fabric_->PeerHealth(c_->group_to_world_[g]);
+      if (!h.ok()) return Explain(h);
+      world.push_back(c_->group_to_world_[g]);
+    }
+    const absl::Time now = absl::Now();
+    if (world.size() != noted_) {
+      // For hang reports: whom this rank waits for.
+      noted_ = world.size();
+      c_->fabric_->NoteSegmentWait(c_->coll_ctx_, world, info_.count * DataTypeSize(info_.t));
+    }
+    if (!reported_ && now >= deadline_) {
+      reported_ = true;
+      report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
+    }
+    if (now < final_deadline_) return absl::OkStatus();
+    std::vector<std::string> who;
+    for (int g : missing) who.push_back(absl::StrCat(g));
+    return Explain(Timeout(absl::StrCat(
+        "rank ", c_->rank_, " waited ", absl::StrFormat("%.1f s", absl::ToDoubleSeconds(c_->timeout())), " in the shared-memory segment for ",
+        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(who, ", "), " to ",
+        strcmp(phase, "arrive") == 0 ? "arrive" : "finish reducing", " (",
+        info_.count * DataTypeSize(info_.t), " bytes per rank)")));
+  }
+  absl::Status Clash(int rank, uint64_t their_fp) override {
+    absl::Status s = Mismatch("another collective under this sequence number");
+    s.SetPayload(kClashUrl, absl::Cord(absl::StrCat(their_fp, " ", c_->group_to_world_[rank], " ",
+                                                    fp_)));
+    return Explain(s);
+  }
+  bool ShareCpu() const override { return c_->fabric_->oversubscribed(); }
   absl::Status Explain(const absl::Status& s) {
     if (CodeOf(s) == ErrorCode::kMismatch && s.GetPayload(kClashUrl)) return Clash(s);
     if (CodeOf(s) == ErrorCode::kTimeout && !report_.empty()) {
@@ -189,6 +234,7 @@ class Communicator::CollectivePeers : public Peers {
   int tag_;
   uint64_t fp_;
   bool reported_ = false;
+  size_t noted_ = SIZE_MAX;  // ranks last given to NoteSegmentWait
   std::string report_;
   absl::Time final_deadline_;
   absl::Time deadline_;
@@ -201,8 +247,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& 
   std::vector<int> all(opts.world_size);
   std::iota(all.begin(), all.end(), 0);
   std::shared_ptr<Fabric> shared(std::move(fabric));
-  return std::unique_ptr<Communicator>(
+  std::unique_ptr<Communicator> world(
       new Communicator(std::move(shared), /*is_world=*/true, std::move(all), 0, opts));
+  HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpShmCollective(), "init"));
+  return world;
 }
 
 Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
@@ -314,6 +362,9 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
       } else if (f[0] == "X") {
         waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4],
                                      " bytes, arriving)"));
+      } else if (f[0] == "M") {
+        waits.push_back(absl::StrCat("the shared-memory allreduce for ", g(peer), " (", f[4],
+                                     " bytes)"));
       } else if (f[0] == "S") {
         bool w_ = f.size() > 5 && f[5] == "w";
         waits.push_back(absl::StrCat("send to ", g(peer), tagtxt, " (", f[4], " bytes",
@@ -394,8 +445,45 @@ uint64_t Communicator::TakeTicket() {
 }
 
 absl::Status Communicator::RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
-                                         int root, size_t count, Body body) {
-  return RunTicket(TakeTicket(), op, bytes, t, rop, root, count, body);
+                                         int root, size_t count, Body body,
+                                         const ShmAllReduceArgs* shm) {
+  return RunTicket(TakeTicket(), op, bytes, t, rop, root, count, body, shm);
+}
+
+absl::StatusOr<int32_t> Communicator::SetupAgreeMin(int32_t v, int round) {
+  CallInfo info{CollectiveOp::kAllReduce, 0,      1, DataType::kInt32, ReduceOp::kMin, -1,
+                Algorithm::kDirect,       size_};
+  CollectivePeers peers(this, kSetupTag + round, 0, Deadline(), info);
+  int32_t out = 0;
+  HCOMM_RETURN_IF_ERROR(AllReduceDirect(peers, &v, &out, 1, DataType::kInt32, ReduceOp::kMin));
+  return out;
+}
+
+absl::Status Communicator::SetUpShmCollective() {
+  if (size_ < 2) return absl::OkStatus();
+  const char* env = getenv("HCOMM_SHM_COLL");
+  int32_t ok = (env == nullptr || strcmp(env, "0") != 0) && !fabric_->job_key().empty();
+  for (int g = 0; g < size_ && ok; ++g) {
+    if (g != rank_ && strcmp(TransportTo(g), "shm") != 0) ok = 0;
+  }
+  const std::string name = absl::StrCat("/hcomm-", fabric_->job_key(), "-c", coll_ctx_);
+  std::unique_ptr<ShmCollective> seg;
+  if (ok && rank_ == 0) {
+    auto created = ShmCollective::Create(name, rank_, size_);
+    if (created.ok()) seg = std::move(created).value();
+    ok = seg != nullptr;
+  }
+  HCOMM_ASSIGN_OR_RETURN(int32_t all, SetupAgreeMin(ok, 0));
+  if (all != 0 && rank_ != 0) {
+    auto opened = ShmCollective::Open(name, rank_, size_);
+    if (opened.ok()) seg = std::move(opened).value();
+    ok = seg != nullptr;
+  }
+  absl::StatusOr<int32_t> agreed = all != 0 ? SetupAgreeMin(ok, 1) : absl::StatusOr<int32_t>(0);
+  if (rank_ == 0 && seg) seg->Unlink();  // everyone has it mapped, or gave up
+  HCOMM_RETURN_IF_ERROR(agreed.status());
+  if (*agreed != 0) shm_coll_ = std::move(seg);
+  return absl::OkStatus();
 }
 
 const Choice& Communicator::ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced) {
@@ -411,7 +499,8 @@ const Choice& Communicator::ChooseCached(CollectiveOp op, size_t bytes, Algorith
 }
 
 absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
-                                     ReduceOp rop, int root, size_t count, Body body) {
+                                     ReduceOp rop, int root, size_t count, Body body,
+                                     const ShmAllReduceArgs* shm) {
   {
     absl::MutexLock l(&seq_mu_);
     if (now_serving_ != ticket) {
@@ -428,23 +517,37 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
     return Annotate(usable, CollectiveOpName(op));
   }
   const Choice& choice = ChooseCached(op, bytes, forced_algo_.load());
+  // An allreduce of a communicator within one host runs in its shared
+  // segment, unless an algorithm is forced.
+  const bool use_shm = shm != nullptr && shm_coll_ != nullptr && !choice.forced;
   // Described only if something goes wrong: a collective's hot path
   // formats nothing.
-  CallInfo info{op, ticket, count, t, rop, root, choice.algo, size_};
+  CallInfo info{op, ticket, count, t, rop, root, choice.algo, size_, use_shm};
   if (debug_info_ && rank_ == 0) {
-    fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)\n", CollectiveOpName(op),
-            Bytes(bytes).c_str(), op == CollectiveOp::kBarrier ? "" : DataTypeName(t), size_,
-            AlgorithmName(choice.algo), choice.forced ? " [forced]" : "",
-            choice.Explain().c_str());
+    if (use_shm) {
+      fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> shared memory (all ranks on this host)\n",
+              CollectiveOpName(op), Bytes(bytes).c_str(), DataTypeName(t), size_);
+    } else {
+      fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)\n", CollectiveOpName(op),
+              Bytes(bytes).c_str(), op == CollectiveOp::kBarrier ? "" : DataTypeName(t), size_,
+              AlgorithmName(choice.algo), choice.forced ? " [forced]" : "",
+              choice.Explain().c_str());
+    }
   }
   absl::Status s;
   const uint64_t fp = Fingerprint(op, count, t, rop, root);
   fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/true);
+  const int tag = static_cast<int>(ticket & kCollectiveTagMask);
+  if (shm_coll_ != nullptr) shm_coll_->Enter(tag, fp);
   {
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
-    CollectivePeers peers(this, static_cast<int>(ticket & kCollectiveTagMask),
-                          fingerprints_ ? fp : 0, Deadline(), info);
-    s = body(peers, choice.algo);
+    CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, Deadline(), info);
+    if (use_shm) {
+      s = shm_coll_->AllReduce(shm->send, shm->recv, count, t, rop, tag, fp, peers);
+      if (!s.ok()) shm_coll_.reset();  // its counters are out of step now
+    } else {
+      s = body(peers, choice.algo);
+    }
   }
   fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/false);
   absl::MutexLock l(&seq_mu_);
@@ -518,6 +621,7 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
                          AllReduceBody(send, recv, count, t, op));
   }
   // Not through a std::function: a small allreduce allocates nothing.
+  const ShmAllReduceArgs shm{send, recv};
   return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -528,7 +632,8 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
                            default:
                              return AllReduceRing(p, send, recv, count, t, op);
                          }
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {
@@ -681,9 +786,10 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
       }
     });
   }
-  work_.push_back([this, r, ticket, body, count, t, op] {
+  work_.push_back([this, r, ticket, body, count, t, op, send, recv] {
+    const ShmAllReduceArgs shm{send, recv};
     absl::Status s = RunTicket(ticket, CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op,
-                               -1, count, body);
+                               -1, count, body, IsHalf(t) ? nullptr : &shm);
     r->out_bytes = r->bytes;
     fabric_->CompleteExternal(r, s);
   });
@@ -698,8 +804,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   Options o;
   o.timeout_ms = timeout_ms_.load();
   o.algo = AlgorithmName(forced_algo_.load());
-  return std::unique_ptr<Communicator>(
+  std::unique_ptr<Communicator> child(
       new Communicator(fabric_, /*is_world=*/false, std::move(members_world), ctx, o));
+  HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());
+  return child;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
@@ -780,6 +888,7 @@ absl::Status Communicator::Destroy() {
     work_stop_ = true;
   }
   if (worker_.joinable()) worker_.join();
+  shm_coll_.reset();
   absl::Status s;
   if (is_world_) s = fabric_->Destroy();
   for (Scratch& sc : scratch_) {

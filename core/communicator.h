@@ -42,6 +42,7 @@
 #include "core/config.h"
 #include "core/fabric.h"
 #include "core/request.h"
+#include "core/shm_collective.h"
 
 namespace hcomm {
 
@@ -124,10 +125,22 @@ class Communicator {
   // earlier collectives of this communicator have finished.
   uint64_t TakeTicket();
   using Body = absl::FunctionRef<absl::Status(Peers&, Algorithm)>;
+  // An allreduce that the shared-memory segment may run instead of `body`.
+  struct ShmAllReduceArgs {
+    const void* send;
+    void* recv;
+  };
   absl::Status RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root,
-                             size_t count, Body body);
+                             size_t count, Body body, const ShmAllReduceArgs* shm = nullptr);
   absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
-                         int root, size_t count, Body body);
+                         int root, size_t count, Body body,
+                         const ShmAllReduceArgs* shm = nullptr);
+  // Collective over the members: maps the communicator's shared-memory
+  // segment when every member shares this host (and HCOMM_SHM_COLL is not
+  // 0), agreeing with the others on whether all could.
+  absl::Status SetUpShmCollective();
+  // min over the members of `v`, with the setup tags (no sequence number).
+  absl::StatusOr<int32_t> SetupAgreeMin(int32_t v, int round);
   // The algorithm for a call: the cost model's choice, remembered for the
   // last (op, bytes, forced) asked (only the serving collective calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
@@ -176,6 +189,9 @@ class Communicator {
   uint64_t next_ticket_ ABSL_GUARDED_BY(seq_mu_) = 0;
   uint64_t now_serving_ ABSL_GUARDED_BY(seq_mu_) = 0;
   Scratch scratch_[4];  // used only by the collective being served
+  // The shared-memory segment for allreduce (null: messages only); dropped
+  // after a failure in it, whose counters are then out of step.
+  std::unique_ptr<ShmCollective> shm_coll_;
 
   // Worker for nonblocking collectives.
   absl::Mutex work_mu_;

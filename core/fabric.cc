@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cstring>
 #include <utility>
 
@@ -209,6 +210,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     if (!absl::SimpleAtoi(*v, &job_id)) return Internal("store holds a malformed job id");
   }
+  job_key_ = absl::StrFormat("%016x", job_id);
 
   // Listen for higher ranks on the address that routes towards the store.
   std::string my_ip = "127.0.0.1";
@@ -218,9 +220,22 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   }
   int my_port = 0;
   HCOMM_ASSIGN_OR_RETURN(net::Fd listener, net::Listen(my_ip, 0, &my_port));
+  // The CPUs we may run on, so that ranks of one host can tell whether
+  // they outnumber the CPUs they share.
+  std::vector<int> my_cpus;
+  {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &cpus)) my_cpus.push_back(c);
+      }
+    }
+  }
   HCOMM_RETURN_IF_ERROR(store_client_->Set(
       absl::StrCat("hcomm/addr/", rank_),
-      absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid()),
+      absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid(), " ",
+                   my_cpus.empty() ? "-" : absl::StrJoin(my_cpus, ",")),
       deadline));
 
   std::vector<std::string> keys;
@@ -247,11 +262,13 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // Routes: shared memory to ranks on our host, TCP to the others, as the
   // `transports` key allows (in its order of preference).
   std::vector<std::string> host_of(size_);
+  std::vector<std::string> cpus_of(size_);
   for (int r = 0; r < size_; ++r) {
     auto entry = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
     if (!entry.ok()) return Annotate(entry.status(), where);
     std::vector<std::string> parts = absl::StrSplit(*entry, ' ');
     host_of[r] = parts.size() > 1 ? parts[1] : "";
+    cpus_of[r] = parts.size() > 3 ? parts[3] : "";
   }
   const std::vector<std::string> allowed =
       opts.transports.empty() ? std::vector<std::string>{"shm", "tcp"} : opts.transports;
@@ -290,12 +307,19 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
             : ""));
   }
 
+  // Ranks of this host outnumber the CPUs they may run on together (each
+  // rank pinned to its own CPU is not oversubscribed).
   int local_ranks = 0;
-  for (int r = 0; r < size_; ++r) local_ranks += host_of[r] == host_id_ ? 1 : 0;
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  oversubscribed_ = local_ranks > ncpu;
+  std::set<int> host_cpus;
+  for (int r = 0; r < size_; ++r) {
+    if (host_of[r] != host_id_) continue;
+    ++local_ranks;
+    for (absl::string_view c : absl::StrSplit(cpus_of[r], ',', absl::SkipEmpty())) {
+      int cpu = 0;
+      if (absl::SimpleAtoi(c, &cpu)) host_cpus.insert(cpu);
+    }
+  }
+  oversubscribed_ = local_ranks > std::max<int>(1, static_cast<int>(host_cpus.size()));
 
   // Shared memory first: create our segment, publish it, attach to every
   // local peer's, and unlink ours once all have attached to it.
@@ -462,6 +486,14 @@ void Fabric::NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bo
   a.fingerprint = fingerprint;
   a.in_progress = in_progress;
   a.since_ns = CoarseNs();
+  a.segment_waits.clear();
+}
+
+void Fabric::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes) {
+  absl::MutexLock l(&activity_mu_);
+  Activity& a = activity_[ctx];
+  a.segment_waits = peers;
+  a.segment_bytes = bytes;
 }
 
 std::string Fabric::PendingState() {
@@ -472,6 +504,10 @@ std::string Fabric::PendingState() {
     for (const auto& [ctx, a] : activity_) {
       absl::StrAppend(&out, "C ", ctx, " ", a.seq, " ", a.fingerprint, " ", a.in_progress ? 1 : 0,
                       " ", (now - a.since_ns) / 1000000, "\n");
+      if (!a.in_progress) continue;
+      for (int p : a.segment_waits) {
+        absl::StrAppend(&out, "M ", ctx, " ", p, " ", a.seq, " ", a.segment_bytes, "\n");
+      }
     }
   }
   absl::MutexLock l(&mu_);
@@ -568,7 +604,7 @@ void Fabric::ProgressLoop() {
       continue;
     }
     if (progress_mu_.TryLock()) {
-      PollAll(absl::Milliseconds(10));
+      PollAll(absl::Milliseconds(10), /*quiet=*/true);
       progress_mu_.Unlock();
     } else {
       absl::MutexLock l(&bg_mu_);
@@ -577,14 +613,17 @@ void Fabric::ProgressLoop() {
   }
 }
 
-int Fabric::PollAll(absl::Duration block) {
-  if (transports_.size() == 1) return transports_[0]->Poll(block);
+int Fabric::PollAll(absl::Duration block, bool quiet) {
+  if (transports_.size() == 1) {
+    return quiet ? transports_[0]->PollQuiet(block) : transports_[0]->Poll(block);
+  }
   int events = 0;
   for (auto& t : transports_) events += t->Poll(absl::ZeroDuration());
   if (events == 0 && block > absl::ZeroDuration() && !transports_.empty()) {
     // Each transport sleeps in its own way (epoll, futex): take short naps
     // on the last one and look at the others between them.
-    events = transports_.back()->Poll(std::min(block, absl::Milliseconds(1)));
+    const absl::Duration nap = std::min(block, absl::Milliseconds(1));
+    events = quiet ? transports_.back()->PollQuiet(nap) : transports_.back()->Poll(nap);
   }
   return events;
 }

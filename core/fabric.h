@@ -82,6 +82,26 @@ class Fabric : public FrameSink {
     return route_[peer]->name();
   }
 
+  // Identifies this job among others on the host (names of its segments).
+  const std::string& job_key() const { return job_key_; }
+  // More ranks on this host than CPUs they may use (waits then yield).
+  bool oversubscribed() const { return oversubscribed_; }
+  // The status collectives under (ctx, tag) fail with after Poison; OK if
+  // none.
+  absl::Status PoisonedStatus(uint32_t ctx, int tag) {
+    if (!any_poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
+    absl::MutexLock l(&mu_);
+    for (const auto& [key, why] : poisoned_) {
+      if (key.first == ctx && key.second == tag) return why;
+    }
+    return absl::OkStatus();
+  }
+  // OK while world rank `peer` is up and the fabric usable; else why not.
+  absl::Status PeerHealth(int peer) {
+    absl::MutexLock l(&mu_);
+    return CheckUsable(peer);
+  }
+
   // Changes a live setting (only timeout_ms).
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 
@@ -184,12 +204,17 @@ class Fabric : public FrameSink {
   // A communicator tells the fabric which collective it is in, so that a
   // hang report can say who never entered it.
   void NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bool in_progress);
+  // The collective in progress in `ctx` waits in a shared-memory segment
+  // for world ranks `peers` (`bytes` per rank); cleared when it ends.
+  void NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes);
   // This rank's pending work, one item per line:
   //   C <ctx> <seq> <fingerprint> <in progress 0|1> <ms since>
   //   R <ctx> <world peer|-1> <tag|-1> <capacity>     posted receive
   //   X <ctx> <world source> <tag> <bytes>            receive being written
   //   S <ctx> <world peer> <tag> <bytes> <w|q>        send: w = no matching
   //                                                   receive yet, q = queued
+  //   M <ctx> <world peer> <seq> <bytes>              collective waits for the
+  //                                                   peer in a shared segment
   std::string PendingState();
   // Asks every rank (through the store, beside the data path) for its
   // PendingState and collects the answers until `deadline`. Ranks that did
@@ -233,7 +258,8 @@ class Fabric : public FrameSink {
   void ProgressLoop();
   // One round of progress; blocks in the kernel for up to `block`.
   void PollOnce(absl::Duration block);
-  int PollAll(absl::Duration block);
+  // `quiet`: for the background thread, sleep without spinning first.
+  int PollAll(absl::Duration block, bool quiet = false);
   size_t PendingSendsAll() const;
 
   void Complete(const std::shared_ptr<Request>& r, absl::Status s)
@@ -278,6 +304,7 @@ class Fabric : public FrameSink {
   // (a waiter then yields its CPU instead of spinning on it), and whether
   // the only transport spins in Poll by itself (shm), so Wait need not.
   bool oversubscribed_ = false;
+  std::string job_key_;
   bool transport_spins_ = false;
 
   std::unique_ptr<StoreServer> store_server_;
@@ -329,6 +356,8 @@ class Fabric : public FrameSink {
     uint64_t fingerprint = 0;
     bool in_progress = false;
     int64_t since_ns = 0;
+    std::vector<int> segment_waits;  // world ranks (NoteSegmentWait)
+    size_t segment_bytes = 0;
   };
   std::map<uint32_t, Activity> activity_ ABSL_GUARDED_BY(activity_mu_);
   std::thread hang_thread_;

@@ -33,6 +33,7 @@ SANITIZER_CI_TARGETS=(
   //core:config_test //core:handshake_test //core:store_test //core:matcher_test
   //core:fabric_test //core:channel_test //transports/shm:shm_transport_test
   //algorithms:reduce_test //tests/bad_input:bad_input_test //tests/channel:channel_c_test
+  //core:shm_collective_test
   //tools/sanitizers:tsan_annotations_test
 )
 

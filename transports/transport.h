@@ -95,6 +95,10 @@ class Transport {
   // the number of events handled.
   virtual int Poll(absl::Duration timeout) = 0;
 
+  // Poll for a background thread: sleeps at once when nothing is ready,
+  // never spinning (its CPU may be the one a caller's thread needs).
+  virtual int PollQuiet(absl::Duration timeout) { return Poll(timeout); }
+
   // True if Poll(timeout > 0) spins by itself before it sleeps, adapting
   // the spin to how soon work came before; a caller then need not spin.
   virtual bool SpinsBeforeSleep() const { return false; }

@@ -1389,7 +1389,20 @@ int ShmTransport::Poll(absl::Duration timeout) {
   }
   spin_ns_.store(std::max(min_spin_ns_.load(std::memory_order_relaxed), spin / 2),
                  std::memory_order_relaxed);
-  // 2. Sleep on our doorbell, in slices so that liveness is still checked.
+  return SleepUntilReady(deadline);
+}
+
+int ShmTransport::PollQuiet(absl::Duration timeout) {
+  int events = PollOnce();
+  if (events > 0 || timeout <= absl::ZeroDuration()) return events;
+  return SleepUntilReady(timeout == absl::InfiniteDuration()
+                             ? INT64_MAX
+                             : MonoNs() + absl::ToInt64Nanoseconds(timeout));
+}
+
+int ShmTransport::SleepUntilReady(int64_t deadline) {
+  int events = 0;
+  // Sleep on our doorbell, in slices so that liveness is still checked.
   SegHeader* h = seg_->hdr;
   for (;;) {
     const int64_t now = MonoNs();

@@ -174,6 +174,7 @@ class ShmTransport : public Transport {
   //   FailPeer runs them before it returns.
   const char* name() const override { return "shm"; }
   bool SpinsBeforeSleep() const override { return true; }
+  int PollQuiet(absl::Duration timeout) override;
   bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;
@@ -297,6 +298,9 @@ class ShmTransport : public Transport {
   int PollOnce();
   // Whether PollOnce would find something to do (checked before sleeping).
   bool AnythingReady();
+  // Sleeps on the doorbell until something is ready (then polls) or
+  // `deadline` (MonoNs) passes.
+  int SleepUntilReady(int64_t deadline);
   // AnythingReady without the clock: data, space, acks or a flag waiting.
   bool WorkReady();
 

@@ -1,0 +1,347 @@
+#include "core/shm_collective.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#include <atomic>
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace hcomm {
+namespace {
+
+constexpr uint64_t kMagic = 0x68636f6d6d534332ULL;  // "hcommSC2"
+constexpr size_t kLine = 64;
+constexpr size_t kInlineBytes = 24;
+// Outputs from this size on are written around the caches (StreamCopy):
+// larger than what the caches would keep anyway.
+constexpr size_t kStreamBytes = 8 << 20;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+int64_t MonoNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Copies into memory that will not be read again soon (the caller's output
+// of a large allreduce), with non-temporal stores: the destination lines
+// are written without first being read from memory, a third less traffic.
+void StreamCopy(char* dst, const char* src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+}  // namespace
+
+struct ShmCollective::Header {
+  uint64_t magic;
+  uint64_t nranks;
+  uint64_t segment_bytes;
+  std::atomic<uint32_t> sleepers;  // ranks asleep on `bell`
+  std::atomic<uint32_t> bell;      // futex word: bumped when a counter moves
+};
+
+// One per rank, written only by that rank: which collective the rank is in
+// (a seqlock: `version` is odd while it changes), how far it has arrived,
+// how far it has reduced.
+//
+// Each counter has a line of its own: the others poll it, and a write to a
+// line they hold costs a transfer between cores, so nothing else the owner
+// writes may share it.
+struct ShmCollective::RankLine {
+  alignas(kLine) std::atomic<uint64_t> version;
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> fingerprint;
+  alignas(kLine) std::atomic<uint64_t> arrived;
+  // Vectors of up to kInlineBytes travel in the counter's own line (one
+  // transfer between cores instead of two), double-buffered like the slots.
+  unsigned char inline_data[2][kInlineBytes];
+  alignas(kLine) std::atomic<uint64_t> reduced;
+};
+static_assert(sizeof(ShmCollective::RankLine) == 3 * kLine, "three cache lines per rank");
+
+size_t ShmCollective::SegmentSize(int nranks) {
+  const size_t n = static_cast<size_t>(nranks);
+  return RoundUp(sizeof(Header), kLine) + n * sizeof(RankLine) +
+         (2 * n + 2) * kSegmentBytes;  // two slots per rank, two results
+}
+
+ShmCollective::ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes)
+    : name_(std::move(name)), rank_(rank), n_(nranks), base_(base), bytes_(bytes) {
+  char* p = static_cast<char*>(base);
+  hdr_ = reinterpret_cast<Header*>(p);
+  lines_ = reinterpret_cast<RankLine*>(p + RoundUp(sizeof(Header), kLine));
+  data_ = p + RoundUp(sizeof(Header), kLine) + static_cast<size_t>(nranks) * sizeof(RankLine);
+}
+
+ShmCollective::~ShmCollective() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+}
+
+absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Create(const std::string& name,
+                                                                     int rank, int nranks) {
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return InvalidArgument(absl::StrCat("shm collective: rank ", rank, " of ", nranks));
+  }
+  const size_t bytes = SegmentSize(nranks);
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Unavailable(absl::StrCat("shm_open(", name, "): ", strerror(errno)));
+  }
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    return OutOfMem(absl::StrCat("cannot size ", name, " to ", bytes, " bytes: ", strerror(e)));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    shm_unlink(name.c_str());
+    return OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(e)));
+  }
+  std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes));
+  // A fresh mapping is zero: counters and seqlocks start at 0.
+  c->hdr_->nranks = static_cast<uint64_t>(nranks);
+  c->hdr_->segment_bytes = kSegmentBytes;
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint64_t>*>(&c->hdr_->magic)->store(kMagic,
+                                                                 std::memory_order_release);
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Open(const std::string& name,
+                                                                   int rank, int nranks) {
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return InvalidArgument(absl::StrCat("shm collective: rank ", rank, " of ", nranks));
+  }
+  const size_t bytes = SegmentSize(nranks);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return Unavailable(absl::StrCat("shm_open(", name, "): ", strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    close(fd);
+    return Unavailable(absl::StrCat(name, " is not a segment for ", nranks, " ranks"));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(errno)));
+  }
+  std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes));
+  const uint64_t magic =
+      reinterpret_cast<std::atomic<uint64_t>*>(&c->hdr_->magic)->load(std::memory_order_acquire);
+  if (magic != kMagic || c->hdr_->nranks != static_cast<uint64_t>(nranks) ||
+      c->hdr_->segment_bytes != kSegmentBytes) {
+    return Unavailable(absl::StrCat(name, " has another layout"));
+  }
+  return c;
+}
+
+void ShmCollective::Unlink() {
+  if (unlinked_) return;
+  unlinked_ = true;
+  shm_unlink(name_.c_str());
+}
+
+char* ShmCollective::Slot(int rank, int buf) const {
+  return data_ + (static_cast<size_t>(rank) * 2 + buf) * kSegmentBytes;
+}
+
+char* ShmCollective::Result(int buf) const {
+  return data_ + (static_cast<size_t>(n_) * 2 + buf) * kSegmentBytes;
+}
+
+void ShmCollective::Enter(uint64_t seq, uint64_t fingerprint) {
+  RankLine& me = lines_[rank_];
+  const uint64_t v = me.version.load(std::memory_order_relaxed);
+  me.version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  me.seq.store(seq + 1, std::memory_order_relaxed);  // 0: has entered none
+  me.fingerprint.store(fingerprint, std::memory_order_relaxed);
+  me.version.store(v + 2, std::memory_order_release);
+}
+
+void ShmCollective::Publish(int which, uint64_t gen) {
+  RankLine& me = lines_[rank_];
+  (which == 0 ? me.arrived : me.reduced).store(gen, std::memory_order_release);
+  // Pairs with the sleeper's fence: either it sees the new counter before
+  // it sleeps, or we see it counted and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (hdr_->sleepers.load(std::memory_order_relaxed) > 0) {
+    hdr_->bell.fetch_add(1, std::memory_order_release);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+  }
+}
+
+absl::Status ShmCollective::WaitAll(int which, uint64_t gen, uint64_t seq, uint64_t fingerprint,
+                                    ShmWaiter& waiter) {
+  auto counter = [&](int j) -> const std::atomic<uint64_t>& {
+    return which == 0 ? lines_[j].arrived : lines_[j].reduced;
+  };
+  auto all_there = [&] {
+    for (int j = 0; j < n_; ++j) {
+      if (counter(j).load(std::memory_order_acquire) < gen) return false;
+    }
+    return true;
+  };
+  if (all_there()) return absl::OkStatus();
+  const bool share = waiter.ShareCpu();
+  // Spin (or, sharing CPUs, yield) this long before sleeping on the bell;
+  // the clock is first read at the first slow look.
+  const int64_t spin_ns = share ? 200'000 : 100'000;
+  int64_t start = -1, next_check = 0;
+  for (uint32_t i = 1;; ++i) {
+    if (all_there()) return absl::OkStatus();
+    if (share) {
+      sched_yield();
+    } else {
+      CpuRelax();
+    }
+    if ((i & (share ? 15 : 1023)) != 0) continue;
+    // Now and then: has someone entered another collective under our
+    // sequence number? Is time up, or a peer gone?
+    const int64_t now = MonoNs();
+    if (start < 0) {
+      start = now;
+      next_check = now + 1'000'000;
+    }
+    std::vector<int> missing;
+    for (int j = 0; j < n_; ++j) {
+      if (counter(j).load(std::memory_order_acquire) >= gen) continue;
+      missing.push_back(j);
+      if (which != 0) continue;
+      const RankLine& l = lines_[j];
+      const uint64_t v1 = l.version.load(std::memory_order_acquire);
+      const uint64_t their_seq = l.seq.load(std::memory_order_relaxed);
+      const uint64_t their_fp = l.fingerprint.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      const uint64_t v2 = l.version.load(std::memory_order_relaxed);
+      if (v1 == v2 && (v1 & 1) == 0 && their_seq == seq + 1 && their_fp != fingerprint) {
+        return waiter.Clash(j, their_fp);
+      }
+    }
+    if (missing.empty()) return absl::OkStatus();
+    if (now >= next_check) {
+      next_check = now + 1'000'000;
+      HCOMM_RETURN_IF_ERROR(waiter.StillWaiting(missing, which == 0 ? "arrive" : "reduce"));
+    }
+    if (now - start < spin_ns) continue;
+    // Sleep until a counter moves (or a millisecond, to look around).
+    hdr_->sleepers.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t bell = hdr_->bell.load(std::memory_order_acquire);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!all_there()) {
+      struct timespec ts = {0, 1'000'000};
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAIT, bell, &ts, nullptr,
+              0);
+    }
+    hdr_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, DataType t,
+                                      ReduceOp op, uint64_t seq, uint64_t fingerprint,
+                                      ShmWaiter& waiter) {
+  const size_t esize = DataTypeSize(t);
+  const size_t bytes = count * esize;
+  if (count == 0) return absl::OkStatus();
+  if (n_ == 1) {
+    if (out != in) memmove(out, in, bytes);
+    return absl::OkStatus();
+  }
+  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  if (bytes <= kSmallBytes) {
+    // Every rank reduces every slot, in rank order: one round.
+    const uint64_t gen = ++gen_;
+    const int b = static_cast<int>(gen & 1);
+    const bool inline_data = bytes <= kInlineBytes;
+    auto from = [&](int j) -> const void* {
+      return inline_data ? static_cast<const void*>(lines_[j].inline_data[b]) : Slot(j, b);
+    };
+    memcpy(inline_data ? static_cast<void*>(lines_[rank_].inline_data[b]) : Slot(rank_, b), src,
+           bytes);
+    Publish(0, gen);
+    HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
+    Reduce2(dst, from(0), from(1), count, t, rop);
+    for (int j = 2; j < n_; ++j) ReduceInto(dst, from(j), count, t, rop);
+  } else {
+    const size_t per_round = kSegmentBytes / esize;
+    // Slices of a round, in whole cache lines.
+    const size_t grain = std::max<size_t>(1, kLine / esize);
+    for (size_t off = 0; off < count; off += per_round) {
+      const size_t len = std::min(per_round, count - off);
+      const uint64_t gen = ++gen_;
+      const int b = static_cast<int>(gen & 1);
+      memcpy(Slot(rank_, b), src + off * esize, len * esize);
+      Publish(0, gen);
+      HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
+      const size_t q = RoundUp((len + n_ - 1) / n_, grain);
+      const size_t s0 = std::min(len, q * rank_), s1 = std::min(len, s0 + q);
+      if (s1 > s0) {
+        const size_t o = s0 * esize;
+        Reduce2(Result(b) + o, Slot(0, b) + o, Slot(1, b) + o, s1 - s0, t, rop);
+        for (int j = 2; j < n_; ++j) ReduceInto(Result(b) + o, Slot(j, b) + o, s1 - s0, t, rop);
+      }
+      Publish(1, gen);
+      HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));
+      if (bytes >= kStreamBytes) {
+        StreamCopy(dst + off * esize, Result(b), len * esize);
+      } else {
+        memcpy(dst + off * esize, Result(b), len * esize);
+      }
+    }
+  }
+  if (op == ReduceOp::kAvg) DivideBy(dst, count, t, n_);
+  return absl::OkStatus();
+}
+
+}  // namespace hcomm
