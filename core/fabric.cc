@@ -112,6 +112,12 @@ absl::StatusOr<uint64_t> RandomU64() {
 
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
+int64_t MonoNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 // A monotonic clock read cheaply (to within a few milliseconds), for
 // bookkeeping on every message: when a peer was last heard, when the last
 // wait ended.
@@ -598,7 +604,7 @@ void Fabric::ProgressLoop() {
   const int64_t quiet_ns = 2'000'000;
   while (!stop_.load(std::memory_order_acquire)) {
     if (active_waiters_.load(std::memory_order_acquire) > 0 ||
-        CoarseNs() - last_wait_end_ns_.load(std::memory_order_relaxed) < quiet_ns) {
+        MonoNs() - last_wait_end_ns_.load(std::memory_order_relaxed) < quiet_ns) {
       absl::MutexLock l(&bg_mu_);
       bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(2));
       continue;
@@ -682,7 +688,10 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
       cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(2)));
       --sleepers_;
     }
-    last_wait_end_ns_.store(CoarseNs(), std::memory_order_relaxed);
+    // A fine clock: the quiet period (2 ms) is shorter than the coarse
+    // clock's tick, which would let the background thread take over the
+    // polling between two waits of a busy caller.
+    last_wait_end_ns_.store(MonoNs(), std::memory_order_relaxed);
     active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
   }
   // Once done, a request's outcome no longer changes (see Complete).

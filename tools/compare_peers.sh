@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Measures hcomm beside Open MPI and Gloo on this machine, interleaved:
+# every round runs each peer and then hcomm on the same scenario, so that a
+# machine whose speed drifts (shared VMs do) treats both alike. Prints, per
+# scenario and size, the median over rounds of each side's time and
+# bandwidth and hcomm's speed-up.
+#
+#   bash tools/compare_peers.sh                  # 3 rounds, all scenarios
+#   ROUNDS=5 SIZES=8,4K,256K,4M,16M,64M bash tools/compare_peers.sh
+#   ONLY=p2p_shm,allreduce2_shm bash tools/compare_peers.sh
+#
+# Scenarios: p2p_shm p2p_tcp allreduce2_shm allreduce2_tcp allreduce4_shm
+# allreduce4_tcp gloo2 gloo4 (Gloo's ring allreduce over loopback TCP against
+# hcomm's default transports). Two-rank runs are pinned one rank per CPU on
+# both sides (Open MPI binds by default; hcomm_run --bind-to core); four
+# ranks on two CPUs are left unpinned on both sides, as Open MPI does when
+# oversubscribed.
+#
+# Needs the peer harnesses built by ../shared/peers/run.sh (run it once),
+# and Open MPI / Gloo installed (the same script installs them).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PEERS="${PEERS:-$(cd .. && pwd)/shared/peers}"
+PB="$PEERS/build"
+ROUNDS="${ROUNDS:-3}"
+SIZES="${SIZES:-8,4K,256K,1M,4M,16M,64M}"
+ONLY="${ONLY:-p2p_shm,p2p_tcp,allreduce2_shm,allreduce2_tcp,allreduce4_shm,allreduce4_tcp,gloo2,gloo4}"
+RUNS=5
+T=25  # target ms per timed run of the peers' harness
+
+for b in mpi_bench_ompi gloo_bench; do
+  if [ ! -x "$PB/$b" ]; then
+    echo "compare_peers: $PB/$b is missing; run $PEERS/run.sh once first" >&2
+    exit 2
+  fi
+done
+bazel build --color=no --curses=no //tools:hcomm_bench //tools:hcomm_run >/dev/null 2>&1 ||
+  { echo "compare_peers: bazel build failed" >&2; exit 1; }
+BIN="$(bazel info bazel-bin 2>/dev/null)/tools"
+
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1
+MR=(mpirun.openmpi --allow-run-as-root)
+SM=(--mca btl vader,self)
+TCP=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+PEER_ARGS=(-s "$SIZES" -r "$RUNS" -t "$T")
+# hcomm_bench takes a range: sweep powers of two from the first size to the
+# last and keep the sizes asked for; up to 20000 iterations per timed run
+# (the bench caps a run at about 5e7 bytes), like the peers' 25 ms runs.
+LO=$(echo "$SIZES" | cut -d, -f1)
+HI=$(echo "$SIZES" | tr ',' '\n' | tail -1)
+
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+# peer SCENARIO CMD...: RESULT lines -> "SCENARIO peer BYTES TIME BUSBW"
+peer() {
+  local sc="$1"; shift
+  timeout -k 5 300 "$@" 2>/dev/null | awk -v s="$sc" '/^RESULT/ {print s, "peer", $5, $6, $10}' \
+    >>"$OUT/results"
+}
+# hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape
+hcomm() {
+  local sc="$1" np="$2"; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" timeout -k 5 300 "$BIN/hcomm_run" -n "$np" "${RUN_OPTS[@]}" -- \
+    "$BIN/hcomm_bench" "$@" -b "$LO" -e "$HI" -f 2 -n 20000 --runs "$RUNS" --json 2>/dev/null |
+    grep -o '{.*}' | python3 -c '
+import json, sys
+for line in sys.stdin:
+    o = json.loads(line)
+    print(sys.argv[1], "hcomm", o["bytes"], o["time_us"], o["busbw_gbs"])' "$sc" >>"$OUT/results"
+}
+
+for round in $(seq "$ROUNDS"); do
+  echo "round $round of $ROUNDS" >&2
+  RUN_OPTS=(--bind-to core)
+  if want p2p_shm; then
+    peer p2p_shm "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
+    hcomm p2p_shm 2 HCOMM_TRANSPORTS=shm -- p2p
+  fi
+  if want p2p_tcp; then
+    peer p2p_tcp "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
+    hcomm p2p_tcp 2 HCOMM_TRANSPORTS=tcp -- p2p
+  fi
+  if want allreduce2_shm; then
+    peer allreduce2_shm "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    hcomm allreduce2_shm 2 HCOMM_TRANSPORTS=shm -- allreduce -c 0
+  fi
+  if want allreduce2_tcp; then
+    peer allreduce2_tcp "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    hcomm allreduce2_tcp 2 HCOMM_TRANSPORTS=tcp -- allreduce -c 0
+  fi
+  if want gloo2; then
+    peer gloo2 "$PB/gloo_bench" -n 2 -p 0 "${PEER_ARGS[@]}" -a ring -c x
+    hcomm gloo2 2 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
+  fi
+  RUN_OPTS=()
+  if want allreduce4_shm; then
+    peer allreduce4_shm "${MR[@]}" -np 4 --oversubscribe "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    hcomm allreduce4_shm 4 HCOMM_TRANSPORTS=shm -- allreduce -c 0
+  fi
+  if want allreduce4_tcp; then
+    peer allreduce4_tcp "${MR[@]}" -np 4 --oversubscribe "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    hcomm allreduce4_tcp 4 HCOMM_TRANSPORTS=tcp -- allreduce -c 0
+  fi
+  if want gloo4; then
+    peer gloo4 "$PB/gloo_bench" -n 4 -p 0 "${PEER_ARGS[@]}" -a ring -c x
+    hcomm gloo4 4 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
+  fi
+done
+
+python3 - "$OUT/results" "$SIZES" "$ROUNDS" <<'EOF'
+import collections, statistics, sys
+path, sizes, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+def parse(s):
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    return int(s[:-1] if mult > 1 else s) * mult
+want = [parse(s) for s in sizes.split(",")]
+data = collections.defaultdict(list)
+for line in open(path):
+    sc, who, b, t, bw = line.split()
+    data[(sc, who, int(b))].append((float(t), float(bw)))
+peer_name = {"gloo2": "Gloo", "gloo4": "Gloo"}
+scenarios = []
+for sc, _, _ in data:
+    if sc not in scenarios:
+        scenarios.append(sc)
+print(f"# medians over {rounds} interleaved rounds; time in us (p2p: one way), "
+      "bw = busbw in GB/s (p2p: bytes / one-way time)")
+for sc in scenarios:
+    peer = peer_name.get(sc, "Open MPI")
+    print(f"\n== {sc} (peer: {peer})")
+    print(f"{'size':>10} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} {'hcomm bw':>9} {'speed-up':>9}")
+    for b in want:
+        p, h = data.get((sc, "peer", b)), data.get((sc, "hcomm", b))
+        if not p or not h:
+            continue
+        pt, ht = statistics.median(x[0] for x in p), statistics.median(x[0] for x in h)
+        pb, hb = statistics.median(x[1] for x in p), statistics.median(x[1] for x in h)
+        label = f"{b >> 20}M" if b >= 1 << 20 else (f"{b >> 10}K" if b >= 1 << 10 else str(b))
+        print(f"{label:>10} {pt:10.3f} {ht:10.3f} {pb:9.3f} {hb:9.3f} {pt / ht:8.2f}x")
+EOF
