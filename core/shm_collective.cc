@@ -321,15 +321,21 @@ absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, D
       const size_t len = std::min(per_round, count - off);
       const uint64_t gen = ++gen_;
       const int b = static_cast<int>(gen & 1);
-      memcpy(Slot(rank_, b), src + off * esize, len * esize);
-      Publish(0, gen);
-      HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
+      // This rank reduces slice [s0, s1) of the round; the others need the
+      // rest of its input in its slot, and it reads its own slice straight
+      // from the input.
       const size_t q = RoundUp((len + n_ - 1) / n_, grain);
       const size_t s0 = std::min(len, q * rank_), s1 = std::min(len, s0 + q);
+      const char* mine = src + off * esize;
+      memcpy(Slot(rank_, b), mine, s0 * esize);
+      memcpy(Slot(rank_, b) + s1 * esize, mine + s1 * esize, (len - s1) * esize);
+      Publish(0, gen);
+      HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
       if (s1 > s0) {
         const size_t o = s0 * esize;
-        Reduce2(Result(b) + o, Slot(0, b) + o, Slot(1, b) + o, s1 - s0, t, rop);
-        for (int j = 2; j < n_; ++j) ReduceInto(Result(b) + o, Slot(j, b) + o, s1 - s0, t, rop);
+        auto part = [&](int j) { return j == rank_ ? mine + o : Slot(j, b) + o; };
+        Reduce2(Result(b) + o, part(0), part(1), s1 - s0, t, rop);
+        for (int j = 2; j < n_; ++j) ReduceInto(Result(b) + o, part(j), s1 - s0, t, rop);
       }
       Publish(1, gen);
       HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));

@@ -7,11 +7,13 @@
 // rank order, so all get the same bits) into its output; one round of
 // counters. Large ones go in segments of kSegmentBytes: rank r reduces
 // slice r of every rank's segment into a shared result, raises a second
-// counter, and every rank copies the whole result out. Slots and results are
-// double-buffered by the parity of a per-segment generation, and a rank
-// arrives at generation g only after it has finished with generation g-1,
-// so the counters alone make the reuse safe. The segment stays in cache;
-// each rank reads its input and writes its output once.
+// counter, and every rank copies the whole result out (a rank copies into its
+// slot only what the others reduce, and reads its own slice in place).
+// Slots and results are double-buffered by the parity of a per-segment
+// generation, and a rank arrives at generation g only after it has finished
+// with generation g-1, so the counters alone make the reuse safe. The
+// segment stays in cache; each rank reads its input and writes its output
+// once.
 //
 //   HCOMM_ASSIGN_OR_RETURN(auto sc, ShmCollective::Create(name, rank, n));  // rank 0
 //   ... every rank ... ShmCollective::Open(name, rank, n); then rank 0 Unlink().

@@ -53,11 +53,24 @@ HI=$(echo "$SIZES" | tr ',' '\n' | tail -1)
 
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
+# Waits (up to 10 s) until the last run's processes are gone: mpirun's
+# helpers outlive the ranks' output by a moment and would share the CPUs
+# with whatever runs next.
+settle() {
+  local i
+  for i in $(seq 50); do
+    pgrep -f 'orted|prted|mpi_bench_ompi|gloo_bench|hcomm_bench' >/dev/null || break
+    sleep 0.2
+  done
+  sleep 0.3
+}
+
 # peer SCENARIO CMD...: RESULT lines -> "SCENARIO peer BYTES TIME BUSBW"
 peer() {
   local sc="$1"; shift
-  timeout -k 5 300 "$@" 2>/dev/null | awk -v s="$sc" '/^RESULT/ {print s, "peer", $5, $6, $10}' \
-    >>"$OUT/results"
+  settle
+  timeout -k 5 300 "$@" >"$OUT/one" 2>/dev/null
+  awk -v s="$sc" '/^RESULT/ {print s, "peer", $5, $6, $10}' "$OUT/one" >>"$OUT/results"
 }
 # hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape
 hcomm() {
@@ -65,9 +78,13 @@ hcomm() {
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
+  settle
+  # Output goes to a file first: a parser starting beside the run would take
+  # CPU from it.
   env "${envs[@]}" timeout -k 5 300 "$BIN/hcomm_run" -n "$np" "${RUN_OPTS[@]}" -- \
-    "$BIN/hcomm_bench" "$@" -b "$LO" -e "$HI" -f 2 -n 20000 --runs "$RUNS" --json 2>/dev/null |
-    grep -o '{.*}' | python3 -c '
+    "$BIN/hcomm_bench" "$@" -b "$LO" -e "$HI" -f 2 -n 20000 --runs "$RUNS" --json \
+    >"$OUT/one" 2>/dev/null
+  grep -o '{.*}' "$OUT/one" | python3 -c '
 import json, sys
 for line in sys.stdin:
     o = json.loads(line)
