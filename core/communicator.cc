@@ -100,16 +100,19 @@ struct Communicator::CallInfo {
 // The point-to-point view one collective call has of its communicator.
 class Communicator::CollectivePeers : public Peers, public ShmWaiter {
  public:
-  // Waits end by `deadline` minus the hang-report reserve; the report
-  // (if one is needed) ends by `deadline`.
-  CollectivePeers(Communicator* c, int tag, uint64_t fingerprint, absl::Time deadline,
+  // Waits end `timeout` after the first of them begins, minus the
+  // hang-report reserve; the report (if one is needed) ends by then. (The
+  // clock is read only when something has to wait: a collective whose data
+  // is all there already reads none.)
+  CollectivePeers(Communicator* c, int tag, uint64_t fingerprint, absl::Duration timeout,
                   CallInfo info)
-      : c_(c),
-        tag_(tag),
-        fp_(fingerprint),
-        final_deadline_(deadline),
-        deadline_(deadline - Fabric::ReportReserve(c->timeout())),
-        info_(info) {}
+      : c_(c), tag_(tag), fp_(fingerprint), timeout_(timeout), info_(info) {}
+  void StartClock() {
+    if (clock_started_) return;
+    clock_started_ = true;
+    final_deadline_ = absl::Now() + timeout_;
+    deadline_ = final_deadline_ - Fabric::ReportReserve(timeout_);
+  }
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
@@ -127,6 +130,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     return r;
   }
   absl::Status Wait(Request* r) override {
+    StartClock();
     absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_);
     if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
       // The last part of the timeout: ask everyone what they wait on, and
@@ -158,6 +162,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
       if (!h.ok()) return Explain(h);
       world.push_back(c_->group_to_world_[g]);
     }
+    StartClock();
     const absl::Time now = absl::Now();
     if (world.size() != noted_) {
       // For hang reports: whom this rank waits for.
@@ -236,6 +241,8 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   bool reported_ = false;
   size_t noted_ = SIZE_MAX;  // ranks last given to NoteSegmentWait
   std::string report_;
+  absl::Duration timeout_;
+  bool clock_started_ = false;
   absl::Time final_deadline_;
   absl::Time deadline_;
   CallInfo info_;
@@ -271,6 +278,7 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
       debug_info_(DebugInfo()),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
+  activity_ = fabric_->ActivityFor(coll_ctx_);
   auto w2g = std::make_shared<std::vector<int>>(fabric_->size(), -1);
   for (int g = 0; g < size_; ++g) (*w2g)[group_to_world_[g]] = g;
   world_to_group_ = std::move(w2g);
@@ -447,13 +455,27 @@ uint64_t Communicator::TakeTicket() {
 absl::Status Communicator::RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
                                          int root, size_t count, Body body,
                                          const ShmAllReduceArgs* shm) {
-  return RunTicket(TakeTicket(), op, bytes, t, rop, root, count, body, shm);
+  uint64_t ticket;
+  {
+    absl::MutexLock l(&seq_mu_);
+    ticket = next_ticket_++;
+    WaitTurnLocked(ticket);
+  }
+  return RunServing(ticket, op, bytes, t, rop, root, count, body, shm);
+}
+
+void Communicator::WaitTurnLocked(uint64_t ticket) {
+  if (now_serving_ == ticket) return;
+  auto my_turn = [this, ticket]() ABSL_SHARED_LOCKS_REQUIRED(seq_mu_) {
+    return now_serving_ == ticket;
+  };
+  seq_mu_.Await(absl::Condition(&my_turn));
 }
 
 absl::StatusOr<int32_t> Communicator::SetupAgreeMin(int32_t v, int round) {
   CallInfo info{CollectiveOp::kAllReduce, 0,      1, DataType::kInt32, ReduceOp::kMin, -1,
                 Algorithm::kDirect,       size_};
-  CollectivePeers peers(this, kSetupTag + round, 0, Deadline(), info);
+  CollectivePeers peers(this, kSetupTag + round, 0, timeout(), info);
   int32_t out = 0;
   HCOMM_RETURN_IF_ERROR(AllReduceDirect(peers, &v, &out, 1, DataType::kInt32, ReduceOp::kMin));
   return out;
@@ -503,13 +525,14 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
                                      const ShmAllReduceArgs* shm) {
   {
     absl::MutexLock l(&seq_mu_);
-    if (now_serving_ != ticket) {
-      auto my_turn = [this, ticket]() ABSL_SHARED_LOCKS_REQUIRED(seq_mu_) {
-        return now_serving_ == ticket;
-      };
-      seq_mu_.Await(absl::Condition(&my_turn));
-    }
+    WaitTurnLocked(ticket);
   }
+  return RunServing(ticket, op, bytes, t, rop, root, count, body, shm);
+}
+
+absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
+                                      ReduceOp rop, int root, size_t count, Body body,
+                                      const ShmAllReduceArgs* shm) {
   absl::Status usable = fabric_->Usable();
   if (!usable.ok()) {
     absl::MutexLock l(&seq_mu_);
@@ -536,12 +559,12 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
   }
   absl::Status s;
   const uint64_t fp = Fingerprint(op, count, t, rop, root);
-  fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/true);
+  fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/true);
   const int tag = static_cast<int>(ticket & kCollectiveTagMask);
   if (shm_coll_ != nullptr) shm_coll_->Enter(tag, fp);
   {
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
-    CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, Deadline(), info);
+    CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, timeout(), info);
     if (use_shm) {
       s = shm_coll_->AllReduce(shm->send, shm->recv, count, t, rop, tag, fp, peers);
       if (!s.ok()) shm_coll_.reset();  // its counters are out of step now
@@ -549,7 +572,7 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
       s = body(peers, choice.algo);
     }
   }
-  fabric_->NoteCollective(coll_ctx_, ticket, fp, /*in_progress=*/false);
+  fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);
   absl::MutexLock l(&seq_mu_);
   ++now_serving_;
   return s;

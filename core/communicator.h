@@ -141,6 +141,12 @@ class Communicator {
   absl::Status SetUpShmCollective();
   // min over the members of `v`, with the setup tags (no sequence number).
   absl::StatusOr<int32_t> SetupAgreeMin(int32_t v, int round);
+  // Waits until collective `ticket` is served (seq_mu_ held).
+  void WaitTurnLocked(uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(seq_mu_);
+  // Runs collective `ticket`, whose turn it is, and serves the next.
+  absl::Status RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
+                          ReduceOp rop, int root, size_t count, Body body,
+                          const ShmAllReduceArgs* shm);
   // The algorithm for a call: the cost model's choice, remembered for the
   // last (op, bytes, forced) asked (only the serving collective calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
@@ -172,6 +178,7 @@ class Communicator {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
   const LinkModel link_;
+  Fabric::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {
     bool valid = false;
     CollectiveOp op;

@@ -485,21 +485,30 @@ void Fabric::StartProgressThread() {
 // ---------------------------------------------------------------------------
 // Hang reports
 
-void Fabric::NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bool in_progress) {
+Fabric::Activity* Fabric::ActivityFor(uint32_t ctx) {
   absl::MutexLock l(&activity_mu_);
-  Activity& a = activity_[ctx];
-  a.seq = seq;
-  a.fingerprint = fingerprint;
-  a.in_progress = in_progress;
-  a.since_ns = CoarseNs();
-  a.segment_waits.clear();
+  std::unique_ptr<Activity>& a = activity_[ctx];
+  if (!a) a = std::make_unique<Activity>();
+  return a.get();
+}
+
+void Fabric::NoteCollective(Activity* a, uint64_t seq, uint64_t fingerprint, bool in_progress) {
+  const uint64_t v = a->version.load(std::memory_order_relaxed);
+  a->version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  a->seq.store(seq, std::memory_order_relaxed);
+  a->fingerprint.store(fingerprint, std::memory_order_relaxed);
+  a->in_progress.store(in_progress, std::memory_order_relaxed);
+  a->since_ns.store(CoarseNs(), std::memory_order_relaxed);
+  a->version.store(v + 2, std::memory_order_release);
 }
 
 void Fabric::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes) {
+  Activity* a = ActivityFor(ctx);
   absl::MutexLock l(&activity_mu_);
-  Activity& a = activity_[ctx];
-  a.segment_waits = peers;
-  a.segment_bytes = bytes;
+  a->segment_waits = peers;
+  a->segment_seq = a->seq.load(std::memory_order_relaxed);
+  a->segment_bytes = bytes;
 }
 
 std::string Fabric::PendingState() {
@@ -508,11 +517,23 @@ std::string Fabric::PendingState() {
   {
     absl::MutexLock l(&activity_mu_);
     for (const auto& [ctx, a] : activity_) {
-      absl::StrAppend(&out, "C ", ctx, " ", a.seq, " ", a.fingerprint, " ", a.in_progress ? 1 : 0,
-                      " ", (now - a.since_ns) / 1000000, "\n");
-      if (!a.in_progress) continue;
-      for (int p : a.segment_waits) {
-        absl::StrAppend(&out, "M ", ctx, " ", p, " ", a.seq, " ", a.segment_bytes, "\n");
+      uint64_t seq = 0, fp = 0;
+      bool in_progress = false;
+      int64_t since = now;
+      for (int tries = 0; tries < 100; ++tries) {
+        const uint64_t v1 = a->version.load(std::memory_order_acquire);
+        seq = a->seq.load(std::memory_order_relaxed);
+        fp = a->fingerprint.load(std::memory_order_relaxed);
+        in_progress = a->in_progress.load(std::memory_order_relaxed);
+        since = a->since_ns.load(std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if ((v1 & 1) == 0 && a->version.load(std::memory_order_relaxed) == v1) break;
+      }
+      absl::StrAppend(&out, "C ", ctx, " ", seq, " ", fp, " ", in_progress ? 1 : 0, " ",
+                      (now - since) / 1000000, "\n");
+      if (!in_progress || a->segment_seq != seq) continue;
+      for (int p : a->segment_waits) {
+        absl::StrAppend(&out, "M ", ctx, " ", p, " ", seq, " ", a->segment_bytes, "\n");
       }
     }
   }

@@ -57,6 +57,22 @@ class StoreClient;
 
 class Fabric : public FrameSink {
  public:
+  // What the collective context of a communicator is doing, for hang
+  // reports. One writer (the collective being served); readers retry while
+  // `version` is odd or changes under them.
+  struct Activity {
+    std::atomic<uint64_t> version{0};
+    std::atomic<uint64_t> seq{0};
+    std::atomic<uint64_t> fingerprint{0};
+    std::atomic<bool> in_progress{false};
+    std::atomic<int64_t> since_ns{0};
+    // Under activity_mu_: world ranks a collective in a shared segment
+    // waits for (NoteSegmentWait), and for which sequence number.
+    std::vector<int> segment_waits;
+    uint64_t segment_seq = 0;
+    size_t segment_bytes = 0;
+  };
+
   // Messages up to this size go eagerly; larger ones by rendezvous.
   static constexpr size_t kEagerBytes = 64 * 1024;
 
@@ -203,7 +219,11 @@ class Fabric : public FrameSink {
   // --- Hang reports -------------------------------------------------------
   // A communicator tells the fabric which collective it is in, so that a
   // hang report can say who never entered it.
-  void NoteCollective(uint32_t ctx, uint64_t seq, uint64_t fingerprint, bool in_progress);
+  // (Lock-free: a communicator notes through the Activity of its
+  // collective context, which stays valid as long as the fabric.)
+  struct Activity;
+  Activity* ActivityFor(uint32_t ctx);
+  void NoteCollective(Activity* a, uint64_t seq, uint64_t fingerprint, bool in_progress);
   // The collective in progress in `ctx` waits in a shared-memory segment
   // for world ranks `peers` (`bytes` per rank); cleared when it ends.
   void NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes);
@@ -351,15 +371,7 @@ class Fabric : public FrameSink {
   // with PendingState.
   void HangResponderLoop();
   absl::Mutex activity_mu_;
-  struct Activity {
-    uint64_t seq = 0;
-    uint64_t fingerprint = 0;
-    bool in_progress = false;
-    int64_t since_ns = 0;
-    std::vector<int> segment_waits;  // world ranks (NoteSegmentWait)
-    size_t segment_bytes = 0;
-  };
-  std::map<uint32_t, Activity> activity_ ABSL_GUARDED_BY(activity_mu_);
+  std::map<uint32_t, std::unique_ptr<Activity>> activity_ ABSL_GUARDED_BY(activity_mu_);
   std::thread hang_thread_;
   std::string hang_report_file_;
 };
