@@ -110,13 +110,6 @@ absl::StatusOr<uint64_t> RandomU64() {
   return v;
 }
 
-int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
-
-int64_t MonoNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 // A monotonic clock read cheaply (to within a few milliseconds), for
 // bookkeeping on every message: when a peer was last heard, when the last
@@ -622,10 +615,13 @@ void Fabric::ProgressLoop() {
   // Polls only while no caller is waiting (a waiting caller polls itself),
   // and stays out of the way for a moment after each wait so that a
   // ping-pong loop does not wake this thread on every message.
-  const int64_t quiet_ns = 2'000'000;
+  // A wait ended since the last look (the count moved) or one is going on:
+  // stay out for another 2 ms.
+  uint64_t seen = waits_ended_.load(std::memory_order_relaxed);
   while (!stop_.load(std::memory_order_acquire)) {
-    if (active_waiters_.load(std::memory_order_acquire) > 0 ||
-        MonoNs() - last_wait_end_ns_.load(std::memory_order_relaxed) < quiet_ns) {
+    const uint64_t ended = waits_ended_.load(std::memory_order_relaxed);
+    if (active_waiters_.load(std::memory_order_acquire) > 0 || ended != seen) {
+      seen = ended;
       absl::MutexLock l(&bg_mu_);
       bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(2));
       continue;
@@ -709,10 +705,9 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
       cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(2)));
       --sleepers_;
     }
-    // A fine clock: the quiet period (2 ms) is shorter than the coarse
-    // clock's tick, which would let the background thread take over the
-    // polling between two waits of a busy caller.
-    last_wait_end_ns_.store(MonoNs(), std::memory_order_relaxed);
+    // Counted, not timed: a clock read here would sit on every message's
+    // critical path.
+    waits_ended_.fetch_add(1, std::memory_order_relaxed);
     active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
   }
   // Once done, a request's outcome no longer changes (see Complete).
@@ -1357,6 +1352,56 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
     return r->recv_buf;
   }
   return nullptr;  // a payload on a frame kind that has none: discard it
+}
+
+void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
+                          uint64_t payload_len) {
+  Meta m = Unpack(fm);
+  if (m.kind != kEager || payload_len == 0) {
+    FrameSink::OnWholeFrame(peer, fm, payload, payload_len);
+    return;
+  }
+  peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
+  absl::MutexLock l(&mu_);
+  if (aborted_) return;
+  Matcher& matcher = MatcherFor(m.comm_id);
+  std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+  if (r && Clash(r, m.id2, peer)) return;
+  if (r) {
+    r->out_source = peer;
+    r->out_tag = m.tag;
+    r->out_bytes = payload_len;
+    if (payload_len > r->bytes) {
+      Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", payload_len,
+                                        " bytes from rank ", peer, " tag ", m.tag,
+                                        " exceeds the receive buffer of ", r->bytes, " bytes")));
+      return;
+    }
+    memcpy(r->recv_buf, payload, payload_len);
+    Complete(r, absl::OkStatus());
+    return;
+  }
+  if (payload_len > kEagerBytes) {
+    // As in OnFrame: never stage what a corrupt header claims.
+    FailPeerLocked(peer,
+                   PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
+                                            " sent an eager message of ", payload_len,
+                                            " bytes, above the protocol's limit of ", kEagerBytes,
+                                            "; its connection is unusable")),
+                   /*any_source=*/true);
+    return;
+  }
+  Unexpected u;
+  u.kind = Unexpected::Kind::kEager;
+  u.source = peer;
+  u.tag = m.tag;
+  u.bytes = payload_len;
+  u.fingerprint = m.id2;
+  u.data.reset(new char[payload_len]);
+  memcpy(u.data.get(), payload, payload_len);
+  u.complete = true;
+  CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
+  matcher.AddUnexpected(std::move(u));
 }
 
 void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {

@@ -244,6 +244,9 @@ class Fabric : public FrameSink {
   // FrameSink (called by the transport on a polling thread).
   void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) override;
   void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) override;
+  // An eager message that arrived whole: matched and copied under one lock.
+  void OnWholeFrame(int peer, const FrameMeta& meta, const void* payload,
+                    uint64_t payload_len) override;
   void OnConnectionLost(int peer, const absl::Status& status) override;
 
  private:
@@ -361,7 +364,7 @@ class Fabric : public FrameSink {
   // Progress: whoever holds progress_mu_ polls the transport.
   absl::Mutex progress_mu_;
   std::atomic<int> active_waiters_{0};
-  std::atomic<int64_t> last_wait_end_ns_{0};
+  std::atomic<uint64_t> waits_ended_{0};  // for the background thread
   std::atomic<bool> stop_{false};
   absl::Mutex bg_mu_;
   absl::CondVar bg_cv_;

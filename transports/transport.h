@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -58,6 +59,16 @@ class FrameSink {
   virtual void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) = 0;
   // The payload of the frame just announced by OnFrame is fully in place.
   virtual void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) = 0;
+  // A whole frame whose payload is already readable at `payload` (a
+  // transport's own memory, valid only during the call): instead of
+  // OnFrame and OnPayload, for a sink that can take it in one step. The
+  // default does the two steps.
+  virtual void OnWholeFrame(int peer, const FrameMeta& meta, const void* payload,
+                            uint64_t payload_len) {
+    void* dst = OnFrame(peer, meta, payload_len);
+    if (dst != nullptr && payload_len > 0) memcpy(dst, payload, payload_len);
+    OnPayload(peer, meta, payload_len);
+  }
   // The connection to `peer` ended (closed by the peer, broken, or failed
   // through FailPeer); `status` says how, as a PeerFailure. Runs once per
   // connection. Whether a close was orderly is for the core to judge from

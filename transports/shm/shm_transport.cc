@@ -1043,6 +1043,18 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
           malformed(absl::StrCat("payload length ", h.len));
           break;
         }
+        const uint64_t total = RecordBytes(h.len);
+        const uint64_t pos = c->rx_head & (size - 1);
+        if (avail >= total && pos + total <= size) {
+          // All there and in one piece: the sink takes it in one step.
+          sink_->OnWholeFrame(c->peer, h.meta, c->in_data + pos + kRecHdrBytes, h.len);
+          c->rx_head += total;
+          moved += total;
+          ++records;
+          ++events;
+          if (c->rx_head - c->rx_head_published >= kPipeChunkBytes) PublishHeadLocked(c);
+          continue;
+        }
         c->rx_meta = h.meta;
         c->rx_len = h.len;
         c->rx_slot = h.slot;
