@@ -27,9 +27,10 @@ namespace {
 constexpr uint64_t kMagic = 0x68636f6d6d534332ULL;  // "hcommSC2"
 constexpr size_t kLine = 64;
 constexpr size_t kInlineBytes = 24;
-// Outputs from this size on are written around the caches (StreamCopy):
-// larger than what the caches would keep anyway.
-constexpr size_t kStreamBytes = 8 << 20;
+// Outputs are written around the caches (StreamCopy) once all ranks'
+// inputs and outputs together pass this (a server's last-level cache):
+// more than the caches would keep anyway.
+constexpr size_t kStreamTotalBytes = 32 << 20;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -339,7 +340,7 @@ absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, D
       }
       Publish(1, gen);
       HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));
-      if (bytes >= kStreamBytes) {
+      if (static_cast<size_t>(n_) * bytes * 2 >= kStreamTotalBytes) {
         StreamCopy(dst + off * esize, Result(b), len * esize);
       } else {
         memcpy(dst + off * esize, Result(b), len * esize);

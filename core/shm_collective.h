@@ -56,7 +56,7 @@ class ShmCollective {
  public:
   // Bytes of one rank's input moved per round of the large path; also the
   // largest vector the small path takes.
-  static constexpr size_t kSegmentBytes = 256 * 1024;
+  static constexpr size_t kSegmentBytes = 1024 * 1024;
   // Vectors up to this size take the small path (one round of counters).
   static constexpr size_t kSmallBytes = 8 * 1024;
 
