@@ -9,7 +9,7 @@
 #   ROUNDS=5 SIZES=8,4K,256K,4M,16M,64M bash tools/compare_peers.sh
 #   ONLY=p2p_shm,allreduce2_shm bash tools/compare_peers.sh
 #
-# Scenarios: p2p_shm p2p_tcp allreduce2_shm allreduce2_tcp allreduce4_shm
+# Scenarios (peers: Open MPI, and MPICH for the shm 2-rank ones): p2p_shm p2p_tcp allreduce2_shm allreduce2_tcp allreduce4_shm
 # allreduce4_tcp gloo2 gloo4 (Gloo's ring allreduce over loopback TCP against
 # hcomm's default transports). Two-rank runs are pinned one rank per CPU on
 # both sides (Open MPI binds by default; hcomm_run --bind-to core); four
@@ -65,12 +65,12 @@ settle() {
   sleep 0.3
 }
 
-# peer SCENARIO CMD...: RESULT lines -> "SCENARIO peer BYTES TIME BUSBW"
+# peer SCENARIO NAME CMD...: RESULT lines -> "SCENARIO NAME BYTES TIME BUSBW"
 peer() {
-  local sc="$1"; shift
+  local sc="$1" name="$2"; shift 2
   settle
   timeout -k 5 300 "$@" >"$OUT/one" 2>/dev/null
-  awk -v s="$sc" '/^RESULT/ {print s, "peer", $5, $6, $10}' "$OUT/one" >>"$OUT/results"
+  awk -v s="$sc" -v n="$name" '/^RESULT/ {print s, n, $5, $6, $10}' "$OUT/one" >>"$OUT/results"
 }
 # hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape
 hcomm() {
@@ -95,36 +95,40 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round of $ROUNDS" >&2
   RUN_OPTS=(--bind-to core)
   if want p2p_shm; then
-    peer p2p_shm "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
+    peer p2p_shm ompi "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
+    [ -x "$PB/mpi_bench_mpich" ] && peer p2p_shm mpich mpirun.mpich -np 2 -bind-to core \
+      "$PB/mpi_bench_mpich" -m pingpong "${PEER_ARGS[@]}" -c x
     hcomm p2p_shm 2 HCOMM_TRANSPORTS=shm -- p2p
   fi
   if want p2p_tcp; then
-    peer p2p_tcp "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
+    peer p2p_tcp ompi "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
     hcomm p2p_tcp 2 HCOMM_TRANSPORTS=tcp -- p2p
   fi
   if want allreduce2_shm; then
-    peer allreduce2_shm "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    peer allreduce2_shm ompi "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    [ -x "$PB/mpi_bench_mpich" ] && peer allreduce2_shm mpich mpirun.mpich -np 2 -bind-to core \
+      "$PB/mpi_bench_mpich" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce2_shm 2 HCOMM_TRANSPORTS=shm -- allreduce -c 0
   fi
   if want allreduce2_tcp; then
-    peer allreduce2_tcp "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    peer allreduce2_tcp ompi "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce2_tcp 2 HCOMM_TRANSPORTS=tcp -- allreduce -c 0
   fi
   if want gloo2; then
-    peer gloo2 "$PB/gloo_bench" -n 2 -p 0 "${PEER_ARGS[@]}" -a ring -c x
+    peer gloo2 gloo "$PB/gloo_bench" -n 2 -p 0 "${PEER_ARGS[@]}" -a ring -c x
     hcomm gloo2 2 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
   fi
   RUN_OPTS=()
   if want allreduce4_shm; then
-    peer allreduce4_shm "${MR[@]}" -np 4 --oversubscribe "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    peer allreduce4_shm ompi "${MR[@]}" -np 4 --oversubscribe "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce4_shm 4 HCOMM_TRANSPORTS=shm -- allreduce -c 0
   fi
   if want allreduce4_tcp; then
-    peer allreduce4_tcp "${MR[@]}" -np 4 --oversubscribe "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    peer allreduce4_tcp ompi "${MR[@]}" -np 4 --oversubscribe "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce4_tcp 4 HCOMM_TRANSPORTS=tcp -- allreduce -c 0
   fi
   if want gloo4; then
-    peer gloo4 "$PB/gloo_bench" -n 4 -p 0 "${PEER_ARGS[@]}" -a ring -c x
+    peer gloo4 gloo "$PB/gloo_bench" -n 4 -p 0 "${PEER_ARGS[@]}" -a ring -c x
     hcomm gloo4 4 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
   fi
 done
@@ -141,23 +145,31 @@ data = collections.defaultdict(list)
 for line in open(path):
     sc, who, b, t, bw = line.split()
     data[(sc, who, int(b))].append((float(t), float(bw)))
-peer_name = {"gloo2": "Gloo", "gloo4": "Gloo"}
 scenarios = []
 for sc, _, _ in data:
     if sc not in scenarios:
         scenarios.append(sc)
 print(f"# medians over {rounds} interleaved rounds; time in us (p2p: one way), "
-      "bw = busbw in GB/s (p2p: bytes / one-way time)")
+      "bw = busbw in GB/s (p2p: bytes / one-way time); best = the fastest peer at that size")
 for sc in scenarios:
-    peer = peer_name.get(sc, "Open MPI")
-    print(f"\n== {sc} (peer: {peer})")
-    print(f"{'size':>10} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} {'hcomm bw':>9} {'speed-up':>9}")
+    peers = sorted({who for (s, who, _) in data if s == sc and who != "hcomm"})
+    print(f"\n== {sc} (peers: {', '.join(peers)})")
+    print(f"{'size':>10} {'best':>6} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
+          f"{'hcomm bw':>9} {'speed-up':>9}")
     for b in want:
-        p, h = data.get((sc, "peer", b)), data.get((sc, "hcomm", b))
-        if not p or not h:
+        h = data.get((sc, "hcomm", b))
+        best = None
+        for who in peers:
+            p = data.get((sc, who, b))
+            if not p:
+                continue
+            t = statistics.median(x[0] for x in p)
+            if best is None or t < best[1]:
+                best = (who, t, statistics.median(x[1] for x in p))
+        if not h or best is None:
             continue
-        pt, ht = statistics.median(x[0] for x in p), statistics.median(x[0] for x in h)
-        pb, hb = statistics.median(x[1] for x in p), statistics.median(x[1] for x in h)
+        ht, hb = statistics.median(x[0] for x in h), statistics.median(x[1] for x in h)
         label = f"{b >> 20}M" if b >= 1 << 20 else (f"{b >> 10}K" if b >= 1 << 10 else str(b))
-        print(f"{label:>10} {pt:10.3f} {ht:10.3f} {pb:9.3f} {hb:9.3f} {pt / ht:8.2f}x")
+        print(f"{label:>10} {best[0]:>6} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
+              f"{best[1] / ht:8.2f}x")
 EOF
