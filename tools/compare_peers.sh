@@ -59,7 +59,7 @@ want() { [[ ",$ONLY," == *",$1,"* ]]; }
 settle() {
   local i
   for i in $(seq 50); do
-    pgrep -f 'orted|prted|mpi_bench_ompi|gloo_bench|hcomm_bench' >/dev/null || break
+    pgrep -f 'orted|prted|hydra_pmi_proxy|mpiexec|mpi_bench_|gloo_bench|hcomm_bench' >/dev/null || break
     sleep 0.2
   done
   sleep 0.3
