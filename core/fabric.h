@@ -298,6 +298,11 @@ class Fabric : public FrameSink {
                 const std::shared_ptr<Request>& r, std::vector<Outgoing>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SelfSend(const std::shared_ptr<Request>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A blocking receive from one peer that nothing else competes for: spins
+  // briefly on that peer's connection and copies a matching eager frame
+  // straight into `buf`, with no request. False: nothing was received (or
+  // it cannot be done this way); use the full path.
+  bool RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag);
   // A fresh request: one of the calling thread's recent ones when nothing
   // else holds it any more, or a new one.
   static std::shared_ptr<Request> NewRequest();

@@ -32,6 +32,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
@@ -95,6 +96,18 @@ class Transport {
   // frame is out, or the transport kept a copy of what could not leave
   // yet); false when nothing was sent, and the caller should use Send.
   virtual bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) = 0;
+
+  // For a receiver that waits on one peer: if the next frame from `peer` is
+  // whole and readable in place, offers it to `take` (meta, payload,
+  // length), and consumes it if `take` returns true. Returns 1 when
+  // consumed; 0 when nothing from `peer` is there yet; -1 when something
+  // else is (a frame `take` refused or one not whole in place) or the
+  // connection is busy or down, which Poll then handles. A transport that
+  // cannot look ahead returns -1.
+  virtual int TakeWhole(int peer,
+                        absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
+    return -1;
+  }
 
   // Withdraws a queued frame. Returns true if none of it had left: the frame
   // is dropped and its callback never runs. Returns false if it is partly or

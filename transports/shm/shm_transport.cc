@@ -999,6 +999,47 @@ int ShmTransport::ReadCmaLocked(Conn* c, uint64_t budget) {
   return c->rx_off == len ? kCmaDone : kCmaMore;
 }
 
+int ShmTransport::TakeWhole(
+    int peer, absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
+  Conn* c = ConnFor(peer);
+  if (c == nullptr || !c->connected.load(std::memory_order_acquire) ||
+      c->loss_flag.load(std::memory_order_acquire) ||
+      c->lost_reported.load(std::memory_order_relaxed)) {
+    return -1;
+  }
+  RingCtl* in = c->in_ctl;
+  // Nothing there: answer without the lock (the common case while waiting).
+  if (in->tail.load(std::memory_order_acquire) == in->head.load(std::memory_order_relaxed) &&
+      !c->rx_more.load(std::memory_order_relaxed)) {
+    return 0;
+  }
+  if (!c->recv_mu.TryAcquire()) return -1;
+  int result = -1;
+  if (c->rx_state == kRxIdle) {
+    const uint64_t size = c->in_size;
+    c->rx_tail_cached = in->tail.load(std::memory_order_acquire);
+    const uint64_t avail = c->rx_tail_cached - c->rx_head;
+    if (avail == 0) {
+      result = 0;
+    } else if (avail <= size && avail % kRecAlign == 0) {
+      const uint64_t pos = c->rx_head & (size - 1);
+      RecHdr h;
+      memcpy(&h, c->in_data + pos, kRecHdrBytes);
+      if (h.kind == kRecInline && h.len < kMaxPayload) {
+        const uint64_t total = RecordBytes(h.len);
+        if (avail >= total && pos + total <= size &&
+            take(h.meta, c->in_data + pos + kRecHdrBytes, h.len)) {
+          c->rx_head += total;
+          PublishHeadLocked(c);
+          result = 1;
+        }
+      }
+    }
+  }
+  c->recv_mu.Release();
+  return result;
+}
+
 int ShmTransport::ReadRing(Conn* c, bool drain) {
   if (c->rx_state == kRxStopped) return 0;
   const uint64_t size = c->in_size;

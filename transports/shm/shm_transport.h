@@ -175,6 +175,8 @@ class ShmTransport : public Transport {
   const char* name() const override { return "shm"; }
   bool SpinsBeforeSleep() const override { return true; }
   int PollQuiet(absl::Duration timeout) override;
+  int TakeWhole(int peer,
+                absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override;
   bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;

@@ -259,6 +259,50 @@ TEST_P(ShmPairTest, AllSizesBothWaysThenClose) {
   EXPECT_TRUE(Leftovers(key).empty());
 }
 
+// TakeWhole: a frame the taker refuses -> -1 and Poll still delivers it; a
+// frame it takes is consumed and never reaches the sink; nothing left -> 0.
+TEST_P(ShmPairTest, TakeWholeConsumesOnlyWhatItAccepts) {
+  const std::string key = UniqueKey("take");
+  const bool cma = this->cma();
+  Group g(2, [&](int rank, Link& link) {
+    SetCmaEnv(cma);
+    TestSink sink(2);
+    std::unique_ptr<ShmTransport> t;
+    if (int rc = shm_test::SetUp(rank, 2, key, &sink, link, &t)) return rc;
+    auto refuse = [](const FrameMeta&, const void*, uint64_t) { return false; };
+    link.Barrier();
+    if (rank == 0) {
+      Tracker tr;
+      Payload a = MakePayload(0, 1, 0, 100), b = MakePayload(0, 0, 0, 8);
+      t->Send(1, MakeMeta(0, 1, 0, 100), a.bytes.get(), 100, tr.Callback());
+      t->Send(1, MakeMeta(0, 0, 0, 8), b.bytes.get(), 8, tr.Callback());
+      SHM_CHECK(PollUntil(t.get(), [&] { return tr.done() == 2; }));
+      link.Barrier();
+      link.Barrier();  // stay connected until rank 1 has looked
+    } else {
+      link.Barrier();  // both frames are in the ring
+      SHM_CHECK(t->TakeWhole(0, refuse) == -1);
+      bool seen = false;
+      auto take = [&](const FrameMeta& m, const void* p, uint64_t len) {
+        const shm_test::TestMeta tm = shm_test::ReadMeta(m);
+        seen = tm.stream == 1 && len == 100 &&
+               shm_test::Matches(static_cast<const char*>(p), len, shm_test::SeedOf(0, 1, 0));
+        return true;
+      };
+      SHM_CHECK(t->TakeWhole(0, take) == 1);
+      SHM_CHECK(seen);
+      SHM_CHECK(PollUntil(t.get(), [&] { return sink.frames_from(0) == 1; }));
+      SHM_CHECK(sink.frames_on(0, 1) == 0 && sink.frames_on(0, 0) == 1);
+      SHM_CHECK(t->TakeWhole(0, refuse) == 0);
+      SHM_CHECK(sink.errors().empty());
+      link.Barrier();
+    }
+    return 0;
+  });
+  EXPECT_EQ(g.Run(), std::vector<int>({0, 0}));
+  EXPECT_TRUE(Leftovers(key).empty());
+}
+
 // The receiver discards every other frame (OnFrame returns nullptr); the
 // frames after each discarded one still arrive intact.
 TEST_P(ShmPairTest, DiscardedPayloadsAreConsumed) {
