@@ -1271,6 +1271,10 @@ bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
     if (len > 0) memcpy(buf, payload, len);
     return true;
   };
+  // Counts as a wait, so that the background thread stays out of the way
+  // (it would take the frame from under us, and sleep where every send
+  // has to wake it).
+  waits_ended_.fetch_add(1, std::memory_order_relaxed);
   // A few microseconds at most: then the full path, which also watches the
   // clock, the peer's health and the other connections.
   for (int i = 0; i < 1024; ++i) {

@@ -150,12 +150,14 @@ for sc, _, _ in data:
     if sc not in scenarios:
         scenarios.append(sc)
 print(f"# medians over {rounds} interleaved rounds; time in us (p2p: one way), "
-      "bw = busbw in GB/s (p2p: bytes / one-way time); best = the fastest peer at that size")
+      "bw = busbw in GB/s (p2p: bytes / one-way time); best = the fastest peer at that size; "
+      "min = the best round of each (this VM's two CPUs are placed anew now and then, "
+      "which moves small-message latency by 2x for every library)")
 for sc in scenarios:
     peers = sorted({who for (s, who, _) in data if s == sc and who != "hcomm"})
     print(f"\n== {sc} (peers: {', '.join(peers)})")
     print(f"{'size':>10} {'best':>6} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
-          f"{'hcomm bw':>9} {'speed-up':>9}")
+          f"{'hcomm bw':>9} {'speed-up':>9}   {'min: peer':>10} {'hcomm':>9}")
     for b in want:
         h = data.get((sc, "hcomm", b))
         best = None
@@ -165,11 +167,12 @@ for sc in scenarios:
                 continue
             t = statistics.median(x[0] for x in p)
             if best is None or t < best[1]:
-                best = (who, t, statistics.median(x[1] for x in p))
+                best = (who, t, statistics.median(x[1] for x in p), min(x[0] for x in p))
         if not h or best is None:
             continue
         ht, hb = statistics.median(x[0] for x in h), statistics.median(x[1] for x in h)
         label = f"{b >> 20}M" if b >= 1 << 20 else (f"{b >> 10}K" if b >= 1 << 10 else str(b))
+        hmin = min(x[0] for x in h)
         print(f"{label:>10} {best[0]:>6} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
-              f"{best[1] / ht:8.2f}x")
+              f"{best[1] / ht:8.2f}x   {best[3]:10.3f} {hmin:9.3f}")
 EOF
