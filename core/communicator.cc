@@ -174,13 +174,12 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
       report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
     }
     if (now < final_deadline_) return absl::OkStatus();
-    std::vector<std::string> who;
-    for (int g : missing) who.push_back(absl::StrCat(g));
+    const std::string waited = absl::StrFormat("%.1f s", absl::ToDoubleSeconds(timeout_));
+    const char* what = strcmp(phase, "arrive") == 0 ? "arrive" : "finish reducing";
     return Explain(Timeout(absl::StrCat(
-        "rank ", c_->rank_, " waited ", absl::StrFormat("%.1f s", absl::ToDoubleSeconds(c_->timeout())), " in the shared-memory segment for ",
-        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(who, ", "), " to ",
-        strcmp(phase, "arrive") == 0 ? "arrive" : "finish reducing", " (",
-        info_.count * DataTypeSize(info_.t), " bytes per rank)")));
+        "rank ", c_->rank_, " waited ", waited, " in the shared-memory segment for ",
+        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " to ", what,
+        " (", info_.count * DataTypeSize(info_.t), " bytes per rank)")));
   }
   absl::Status Clash(int rank, uint64_t their_fp) override {
     absl::Status s = Mismatch("another collective under this sequence number");

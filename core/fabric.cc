@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "core/handshake.h"
 #include "core/net.h"
+#include "core/spin.h"
 #include "core/status.h"
 #include "core/store_client.h"
 #include "core/store_server.h"
@@ -111,22 +112,6 @@ absl::StatusOr<uint64_t> RandomU64() {
 }
 
 
-// A monotonic clock read cheaply (to within a few milliseconds), for
-// bookkeeping on every message: when a peer was last heard, when the last
-// wait ended.
-int64_t CoarseNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 }  // namespace
 
@@ -1362,15 +1347,7 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
       return r->recv_buf;
     }
     if (payload_len > kEagerBytes) {
-      // No rank sends more than kEagerBytes eagerly (larger messages go by
-      // RTS/CTS): the header is corrupt or the peer does not follow the
-      // protocol. Never allocate what such a header claims.
-      FailPeerLocked(peer,
-                     PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
-                                              " sent an eager message of ", payload_len,
-                                              " bytes, above the protocol's limit of ",
-                                              kEagerBytes, "; its connection is unusable")),
-                     /*any_source=*/true);
+      FailOversizedEager(peer, payload_len);
       return nullptr;
     }
     Unexpected u;
@@ -1398,6 +1375,18 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
     return r->recv_buf;
   }
   return nullptr;  // a payload on a frame kind that has none: discard it
+}
+
+void Fabric::FailOversizedEager(int peer, uint64_t payload_len) {
+  // No rank sends more than kEagerBytes eagerly (larger messages go by
+  // RTS/CTS): the header is corrupt or the peer does not follow the
+  // protocol. Never allocate what such a header claims.
+  FailPeerLocked(peer,
+                 PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
+                                          " sent an eager message of ", payload_len,
+                                          " bytes, above the protocol's limit of ", kEagerBytes,
+                                          "; its connection is unusable")),
+                 /*any_source=*/true);
 }
 
 void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
@@ -1428,13 +1417,7 @@ void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
     return;
   }
   if (payload_len > kEagerBytes) {
-    // As in OnFrame: never stage what a corrupt header claims.
-    FailPeerLocked(peer,
-                   PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
-                                            " sent an eager message of ", payload_len,
-                                            " bytes, above the protocol's limit of ", kEagerBytes,
-                                            "; its connection is unusable")),
-                   /*any_source=*/true);
+    FailOversizedEager(peer, payload_len);
     return;
   }
   Unexpected u;

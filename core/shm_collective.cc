@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/spin.h"
 #include "core/status.h"
 
 namespace hcomm {
@@ -31,20 +32,6 @@ constexpr size_t kInlineBytes = 24;
 // inputs and outputs together pass this (a server's last-level cache):
 // more than the caches would keep anyway.
 constexpr size_t kStreamTotalBytes = 32 << 20;
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-int64_t MonoNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 

@@ -14,9 +14,6 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <climits>
@@ -29,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/spin.h"
 #include "core/status.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -143,28 +141,6 @@ inline RingCtl* RingAt(void* base, uint64_t ring_bytes, int i) {
                                     static_cast<size_t>(i) * (kCtlBytes + ring_bytes));
 }
 inline char* RingData(RingCtl* ctl) { return reinterpret_cast<char*>(ctl) + kCtlBytes; }
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-int64_t MonoNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// For the liveness cadence: 4 ms resolution is plenty and it costs a
-// fifth of CLOCK_MONOTONIC (it is read on every Poll pass).
-int64_t CoarseNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 void RingWrite(char* data, uint64_t size, uint64_t pos, const void* src, uint64_t n) {
   uint64_t off = pos & (size - 1);
