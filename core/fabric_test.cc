@@ -331,6 +331,77 @@ TEST_P(FabricTest, ManyThreadsShareOneFabric) {
   });
 }
 
+TEST_P(FabricTest, BlockingReceivesKeepOrderWhileAnotherThreadPolls) {
+  // Rank 1's main thread receives with blocking calls (which take frames
+  // straight off the connection when they can) while a second thread waits
+  // on the same peer for a tag that comes last, polling all the while and
+  // queueing what it finds. No message may overtake another of its tag.
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    const int kMsgs = 400;
+    if (rank == 0) {
+      for (int i = 0; i < kMsgs; ++i) {
+        int v = i;
+        ASSERT_OK(c->Send(0, &v, sizeof v, 4, 1, 1 + i % 2, c->timeout()));
+      }
+      int done = -1;
+      ASSERT_OK(c->Send(0, &done, sizeof done, 4, 1, 9, c->timeout()));
+    } else {
+      std::thread poller([&] {
+        int v = 0;
+        ASSERT_OK(c->Recv(0, &v, sizeof v, 4, 0, 9, c->timeout()));
+        EXPECT_EQ(v, -1);
+      });
+      int last[3] = {-1, -1, -1};
+      for (int i = 0; i < kMsgs; ++i) {
+        int v = -2;
+        std::shared_ptr<Request> r;
+        ASSERT_OK(c->Recv(0, &v, sizeof v, 4, 0, i % 3 == 0 ? kAnyTag : 1 + i % 2, c->timeout(),
+                          i % 5 == 0 ? &r : nullptr));
+        const int tag = 1 + v % 2;
+        EXPECT_GT(v, last[tag]) << "message " << v << " of tag " << tag << " overtook " << last[tag];
+        last[tag] = v;
+      }
+      poller.join();
+    }
+  });
+}
+
+TEST_P(FabricTest, UnknownTcpCongestionControlIsNamed) {
+  if (GetParam() == testing::TransportMode::kShm) GTEST_SKIP() << "no TCP connection is made";
+  setenv("HCOMM_TCP_CONGESTION", "no-such-control", 1);
+  std::atomic<int> named{0};
+  RunRanks(2, [&](int rank, const Options& o) {
+    auto c = Fabric::Init(o);
+    ASSERT_FALSE(c.ok());
+    // A rank whose connection was refused names the setting; its peer may
+    // instead see the connection go away.
+    if (CodeOf(c.status()) == ErrorCode::kInvalidArgument) {
+      EXPECT_NE(c.status().message().find("HCOMM_TCP_CONGESTION=no-such-control"),
+                absl::string_view::npos)
+          << c.status();
+      ++named;
+    }
+  }, 3000);
+  unsetenv("HCOMM_TCP_CONGESTION");
+  EXPECT_GE(named.load(), 1);
+  // `system` keeps the host's default and works.
+  setenv("HCOMM_TCP_CONGESTION", "system", 1);
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    int v = rank;
+    if (rank == 0) {
+      ASSERT_OK(c->Send(0, &v, sizeof v, 4, 1, 3, c->timeout()));
+    } else {
+      ASSERT_OK(c->Recv(0, &v, sizeof v, 4, 0, 3, c->timeout()));
+      EXPECT_EQ(v, 0);
+    }
+  });
+  unsetenv("HCOMM_TCP_CONGESTION");
+}
+
 TEST_P(FabricTest, WrongTokenIsRefused) {
   int port = testing::FreePort();
   std::thread good([&] {

@@ -38,6 +38,7 @@ bool Matcher::RemovePosted(const Request* r) {
 
 Unexpected* Matcher::AddUnexpected(Unexpected u) {
   unexpected_.push_back(std::move(u));
+  arrivals_.fetch_add(1, std::memory_order_relaxed);
   return &unexpected_.back();
 }
 

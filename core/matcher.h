@@ -11,6 +11,7 @@
 #ifndef HCOMM_CORE_MATCHER_H_
 #define HCOMM_CORE_MATCHER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -69,10 +70,17 @@ class Matcher {
   std::deque<std::shared_ptr<Request>>& posted() { return posted_; }
   UnexpectedList& unexpected() { return unexpected_; }
 
+  // How many arrivals were ever queued. Readable without the communicator's
+  // mutex: a receiver that looked at the queue and then takes a frame
+  // straight off a connection checks that nothing from that connection was
+  // queued in between (which would have to come first).
+  uint64_t arrivals() const { return arrivals_.load(std::memory_order_relaxed); }
+
  private:
   // A deque: posting a receive costs no allocation once it has grown.
   std::deque<std::shared_ptr<Request>> posted_;
   UnexpectedList unexpected_;
+  std::atomic<uint64_t> arrivals_{0};
 };
 
 }  // namespace hcomm

@@ -119,6 +119,11 @@ class Transport {
   // the number of events handled.
   virtual int Poll(absl::Duration timeout) = 0;
 
+  // Progress on the connection to `peer` alone, without blocking: for a
+  // waiter that expects its next frame from there (on a socket this spares
+  // the readiness call in front of every read). Returns what Poll would.
+  virtual int PollPeer(int peer) { return Poll(absl::ZeroDuration()); }
+
   // Poll for a background thread: sleeps at once when nothing is ready,
   // never spinning (its CPU may be the one a caller's thread needs).
   virtual int PollQuiet(absl::Duration timeout) { return Poll(timeout); }

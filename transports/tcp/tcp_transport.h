@@ -41,8 +41,14 @@ class TcpTransport : public Transport {
   bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;
+  // Reads what the peer's socket holds: a first frame that is whole in it
+  // goes to `take`; everything else (or everything, when `take` refuses)
+  // goes the usual way to the sink.
+  int TakeWhole(int peer,
+                absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override;
   bool Cancel(int peer, FrameHandle handle) override;
   int Poll(absl::Duration timeout) override;
+  int PollPeer(int peer) override;
   size_t PendingSends() const override { return pending_.load(std::memory_order_relaxed); }
   void CloseWrite(int peer) override;
   void ShutdownAll() override;
@@ -58,9 +64,11 @@ class TcpTransport : public Transport {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void UpdateInterestLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void HandleWritable(Conn* c);
-  // Reads and dispatches everything available. Returns !ok when the
-  // connection ended.
-  absl::Status ReadAvailable(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
+  // Reads and dispatches everything available, counting the reads that
+  // brought data into *reads when given. Returns !ok when the connection
+  // ended.
+  absl::Status ReadAvailable(Conn* c, int* reads = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
   absl::Status Consume(Conn* c, const char* data, size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
   void MarkDead(Conn* c, const absl::Status& why);
 
