@@ -28,9 +28,13 @@ struct LinkModel {
   double alpha_us;     // cost of one message
   double gbps;         // bandwidth of one link, GB/s
   double reduce_gbps;  // reduction kernel throughput, GB/s of output
+  // Ranks of a host outnumber its CPUs: messages posted to several peers at
+  // once no longer overlap (every one costs its sender CPU time that no
+  // other rank can use meanwhile).
+  bool cpus_shared = false;
 };
 // Parameters for "tcp" or "shm" (anything else: tcp's).
-LinkModel LinkModelFor(const std::string& transport);
+LinkModel LinkModelFor(const std::string& transport, bool cpus_shared = false);
 
 // Whether `op` has an implementation for `algo`.
 bool Supports(CollectiveOp op, Algorithm algo);

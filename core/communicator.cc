@@ -273,7 +273,7 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
       coll_ctx_(first_ctx + 1),
       timeout_ms_(opts.timeout_ms),
       forced_algo_(ParseAlgo(opts.algo)),
-      link_(LinkModelFor(fabric_->TransportName())),
+      link_(LinkModelFor(fabric_->TransportName(), fabric_->oversubscribed())),
       debug_info_(DebugInfo()),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {

@@ -330,6 +330,10 @@ class Fabric : public FrameSink {
   const std::string host_id_;
   std::atomic<int64_t> timeout_ms_;
   absl::Duration spin_;
+  bool spin_set_ = false;  // by HCOMM_SPIN_US
+  // How long a waiter looks (yielding between looks) before it sleeps when
+  // ranks outnumber the CPUs.
+  static constexpr absl::Duration kSharedCpuSpin = absl::Milliseconds(2);
   // Fixed after Bootstrap: more ranks on this host than CPUs we may run on
   // (a waiter then yields its CPU instead of spinning on it), and whether
   // the only transport spins in Poll by itself (shm), so Wait need not.

@@ -21,7 +21,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PEERS="${PEERS:-$(cd .. && pwd)/shared/peers}"
+# run.sh builds beside itself, or under $TMPDIR/hcomm-peers where it may not write.
 PB="$PEERS/build"
+[ -d "$PB" ] || PB="${TMPDIR:-/tmp}/hcomm-peers/build"
 ROUNDS="${ROUNDS:-3}"
 SIZES="${SIZES:-8,4K,256K,1M,4M,16M,64M}"
 ONLY="${ONLY:-p2p_shm,p2p_tcp,allreduce2_shm,allreduce2_tcp,allreduce4_shm,allreduce4_tcp,gloo2,gloo4}"

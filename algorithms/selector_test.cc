@@ -1,0 +1,55 @@
+// The cost model's choices at the corners it was calibrated on.
+#include "algorithms/selector.h"
+
+#include "gtest/gtest.h"
+
+namespace hcomm {
+namespace {
+
+TEST(SelectorTest, SmallAllReduceFansOutOnlyWhileCpusAreFree) {
+  const Choice free_cpus =
+      ChooseAlgorithm(CollectiveOp::kAllReduce, 8, 4, LinkModelFor("tcp"), Algorithm::kAuto);
+  EXPECT_EQ(free_cpus.algo, Algorithm::kDirect) << free_cpus.Explain();
+  const Choice shared = ChooseAlgorithm(CollectiveOp::kAllReduce, 8, 4,
+                                        LinkModelFor("tcp", /*cpus_shared=*/true),
+                                        Algorithm::kAuto);
+  EXPECT_EQ(shared.algo, Algorithm::kTree) << shared.Explain();
+  EXPECT_GT(shared.cost_us[static_cast<int>(Algorithm::kDirect)],
+            free_cpus.cost_us[static_cast<int>(Algorithm::kDirect)]);
+}
+
+TEST(SelectorTest, LargeAllReduceTakesTheRing) {
+  for (bool shared : {false, true}) {
+    for (const char* t : {"tcp", "shm"}) {
+      const Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 64 << 20, 8,
+                                       LinkModelFor(t, shared), Algorithm::kAuto);
+      EXPECT_EQ(c.algo, Algorithm::kRing) << t << " " << shared << ": " << c.Explain();
+      EXPECT_FALSE(c.forced);
+    }
+  }
+}
+
+TEST(SelectorTest, ForcedAlgorithmWinsWhereTheOperationHasIt) {
+  const LinkModel tcp = LinkModelFor("tcp");
+  Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 8, 4, tcp, Algorithm::kRing);
+  EXPECT_EQ(c.algo, Algorithm::kRing);
+  EXPECT_TRUE(c.forced);
+  // Alltoall has only the direct exchange: a forced ring is ignored.
+  c = ChooseAlgorithm(CollectiveOp::kAllToAll, 1 << 20, 4, tcp, Algorithm::kRing);
+  EXPECT_EQ(c.algo, Algorithm::kDirect);
+  EXPECT_FALSE(c.forced);
+  EXPECT_LT(c.cost_us[static_cast<int>(Algorithm::kRing)], 0);
+}
+
+TEST(SelectorTest, ExplainNamesEveryCandidateWithItsCost) {
+  const Choice c =
+      ChooseAlgorithm(CollectiveOp::kAllReduce, 4 << 20, 8, LinkModelFor("tcp"), Algorithm::kAuto);
+  const std::string e = c.Explain();
+  EXPECT_NE(e.find("ring "), std::string::npos) << e;
+  EXPECT_NE(e.find("tree "), std::string::npos) << e;
+  EXPECT_NE(e.find("direct "), std::string::npos) << e;
+  EXPECT_NE(e.find(" ms"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace hcomm
