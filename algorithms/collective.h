@@ -98,6 +98,18 @@ absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, Da
 // Tree: latency-optimal (recursive doubling, binomial trees, dissemination).
 absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, size_t count,
                                         DataType t, ReduceOp op);
+// Rabenseifner's: reduce-scatter by recursive halving, then allgather by
+// recursive doubling. Each rank moves and reduces (n-1)/n of the vector, as
+// on the ring, in 2 log n rounds instead of 2 (n-1). Ranks beyond the
+// largest power of two fold into a neighbour first, as in recursive
+// doubling.
+absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, size_t count,
+                                      DataType t, ReduceOp op);
+// The tree allreduce: halving-doubling when `halving` (the selector's
+// TreeAllReduceHalves) and there is at least one element per block,
+// recursive doubling otherwise.
+absl::Status AllReduceTree(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                           ReduceOp op, bool halving);
 absl::Status BroadcastBinomial(Peers& p, void* buf, size_t bytes, int root);
 absl::Status ReduceBinomial(Peers& p, const void* send, void* recv, size_t count, DataType t,
                             ReduceOp op, int root);

@@ -5,9 +5,9 @@
 // whose parameters are in LinkModelFor). A forced algorithm (the `algo`
 // key) wins when the operation has it.
 //
-//   Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 4 << 20, 8,
+//   Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 64 << 20, 8,
 //                              LinkModelFor("tcp"), Algorithm::kAuto);
-//   // c.algo == Algorithm::kRing; c.Explain() == "ring 9.1 ms, tree ..."
+//   // c.algo == Algorithm::kRing; c.Explain() == "ring 47.26 ms, tree ..."
 #ifndef HCOMM_ALGORITHMS_SELECTOR_H_
 #define HCOMM_ALGORITHMS_SELECTOR_H_
 
@@ -46,6 +46,11 @@ struct Choice {
   // "ring 1.20 ms, tree 3.40 ms, direct 9.10 ms"
   std::string Explain() const;
 };
+
+// Whether the tree allreduce of `bytes` over `nranks` should halve and
+// double (Rabenseifner) rather than double with whole vectors: the model's
+// cost of each.
+bool TreeAllReduceHalves(size_t bytes, int nranks, const LinkModel& link);
 
 // `bytes` is the size of one rank's input vector (allreduce, broadcast,
 // reduce) or of the whole output/input (allgather/alltoall/gather: the

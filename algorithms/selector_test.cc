@@ -29,6 +29,19 @@ TEST(SelectorTest, LargeAllReduceTakesTheRing) {
   }
 }
 
+TEST(SelectorTest, MidSizedAllReduceHalvesAndDoubles) {
+  for (int n : {2, 4, 8}) {
+    const LinkModel tcp = LinkModelFor("tcp");
+    const Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 1 << 20, n, tcp, Algorithm::kAuto);
+    EXPECT_EQ(c.algo, Algorithm::kTree) << n << ": " << c.Explain();
+    EXPECT_TRUE(TreeAllReduceHalves(1 << 20, n, tcp));
+  }
+  // Whole vectors while they are small; the ring's chunks once halves
+  // outgrow the cache.
+  EXPECT_FALSE(TreeAllReduceHalves(64, 4, LinkModelFor("tcp")));
+  EXPECT_FALSE(TreeAllReduceHalves(64 << 20, 4, LinkModelFor("tcp")));
+}
+
 TEST(SelectorTest, ForcedAlgorithmWinsWhereTheOperationHasIt) {
   const LinkModel tcp = LinkModelFor("tcp");
   Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 8, 4, tcp, Algorithm::kRing);

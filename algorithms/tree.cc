@@ -70,6 +70,93 @@ absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, 
   return absl::OkStatus();
 }
 
+absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, size_t count,
+                                      DataType t, ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t esize = DataTypeSize(t), bytes = count * esize;
+  char* work = static_cast<char*>(recv);
+  if (send != recv && bytes > 0) memcpy(work, send, bytes);
+  char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
+  const int pow2 = FloorPow2(n), rem = n - pow2;
+  int vr;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      InFlight f(p);
+      HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r + 1));
+      HCOMM_RETURN_IF_ERROR(f.WaitAll());
+      HCOMM_RETURN_IF_ERROR(f.Recv(work, bytes, r + 1));  // the final result
+      return f.WaitAll();
+    }
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, r - 1));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    Reduce2(work, in, work, count, t, op);  // lower rank first
+    vr = r / 2;
+  } else {
+    vr = r - rem;
+  }
+  auto real = [&](int v) { return v < rem ? v * 2 + 1 : v + rem; };
+  // Reduce-scatter: each round halves the range of elements this rank
+  // keeps, exchanging the other half with a partner that keeps it. Both
+  // partners hold the same range at the same round, so they split it alike.
+  struct Round {
+    size_t lo, mid, hi;
+    int partner;
+    bool keep_low;
+  };
+  Round rounds[32];
+  int nrounds = 0;
+  size_t lo = 0, hi = count;
+  for (int mask = pow2 / 2; mask >= 1; mask /= 2) {
+    const int vpartner = vr ^ mask;
+    const size_t mid = lo + (hi - lo) / 2;
+    const bool keep_low = (vr & mask) == 0;
+    const size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
+    const size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(in, (khi - klo) * esize, real(vpartner)));
+    HCOMM_RETURN_IF_ERROR(f.Send(work + slo * esize, (shi - slo) * esize, real(vpartner)));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    // Lower rank first, so that a block's bits do not depend on who holds it.
+    char* kept = work + klo * esize;
+    if (vpartner < vr) {
+      Reduce2(kept, in, kept, khi - klo, t, op);
+    } else {
+      ReduceInto(kept, in, khi - klo, t, op);
+    }
+    rounds[nrounds++] = {lo, mid, hi, real(vpartner), keep_low};
+    lo = klo;
+    hi = khi;
+  }
+  if (op == ReduceOp::kAvg) DivideBy(work + lo * esize, hi - lo, t, n);
+  // Allgather: undo the rounds in reverse, each partner sending the half it
+  // finished and receiving the other straight into place.
+  for (int i = nrounds - 1; i >= 0; --i) {
+    const Round& rd = rounds[i];
+    const size_t glo = rd.keep_low ? rd.mid : rd.lo, ghi = rd.keep_low ? rd.hi : rd.mid;
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Recv(work + glo * esize, (ghi - glo) * esize, rd.partner));
+    HCOMM_RETURN_IF_ERROR(f.Send(work + lo * esize, (hi - lo) * esize, rd.partner));
+    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    lo = rd.lo;
+    hi = rd.hi;
+  }
+  if (r < 2 * rem) {
+    InFlight f(p);
+    HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r - 1));
+    return f.WaitAll();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceTree(Peers& p, const void* send, void* recv, size_t count, DataType t,
+                           ReduceOp op, bool halving) {
+  if (halving && count >= static_cast<size_t>(FloorPow2(p.size()))) {
+    return AllReduceHalvingDoubling(p, send, recv, count, t, op);
+  }
+  return AllReduceRecursiveDoubling(p, send, recv, count, t, op);
+}
+
 absl::Status BroadcastBinomial(Peers& p, void* buf, size_t bytes, int root) {
   const int n = p.size(), vr = Mod(p.rank() - root, n);
   int mask = 1;

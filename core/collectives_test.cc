@@ -139,6 +139,8 @@ void RunMatrix(Communicator& c, Algorithm algo) {
     for (ReduceOp op : kAllOps) {
       std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
       if (t == DataType::kFloat32 && op == ReduceOp::kSum) counts.push_back(kLargeCount);
+      // The tree halves and doubles from 32 KiB on: every type and op there.
+      if (algo == Algorithm::kTree) counts.push_back(20000);
       for (size_t count : counts) {
         for (bool in_place : {false, true}) {
           std::vector<char> in = Fill(r, count, t, op), out(in.size());

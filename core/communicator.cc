@@ -629,7 +629,9 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
   }
   return [=](Peers& p, Algorithm a) {
     switch (a) {
-      case Algorithm::kTree: return AllReduceRecursiveDoubling(p, send, recv, count, t, op);
+      case Algorithm::kTree:
+        return AllReduceTree(p, send, recv, count, t, op,
+                             TreeAllReduceHalves(count * DataTypeSize(t), size_, link_));
       case Algorithm::kDirect: return AllReduceDirect(p, send, recv, count, t, op);
       default: return AllReduceRing(p, send, recv, count, t, op);
     }
@@ -648,7 +650,9 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
                            case Algorithm::kTree:
-                             return AllReduceRecursiveDoubling(p, send, recv, count, t, op);
+                             return AllReduceTree(
+                                 p, send, recv, count, t, op,
+                                 TreeAllReduceHalves(count * DataTypeSize(t), size_, link_));
                            case Algorithm::kDirect:
                              return AllReduceDirect(p, send, recv, count, t, op);
                            default:

@@ -521,6 +521,8 @@ int TcpTransport::Poll(absl::Duration timeout) {
 
 int TcpTransport::PollPeer(int peer) {
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer] == nullptr) return 0;
+  // Frames waiting for room in some socket: epoll looks after those too.
+  if (pending_.load(std::memory_order_relaxed) > 0) return Poll(absl::ZeroDuration());
   Conn* c = conns_[peer].get();
   if (c->lost_reported.load(std::memory_order_relaxed) || !c->recv_mu.TryLock()) return 0;
   int events = 0;
