@@ -31,6 +31,17 @@ absl::Status InFlight::Recv(void* buf, size_t bytes, int peer) {
   return RecvRequest(buf, bytes, peer).status();
 }
 
+absl::Status InFlight::Exchange(const void* send, void* recv, size_t bytes, int peer) {
+  if (reqs_.empty() && peers_.SendNow(send, bytes, peer)) {
+    if (peers_.RecvNow(recv, bytes, peer)) return absl::OkStatus();
+    HCOMM_RETURN_IF_ERROR(Recv(recv, bytes, peer));
+    return WaitAll();
+  }
+  HCOMM_RETURN_IF_ERROR(Recv(recv, bytes, peer));
+  HCOMM_RETURN_IF_ERROR(Send(send, bytes, peer));
+  return WaitAll();
+}
+
 absl::StatusOr<Request*> InFlight::RecvRequest(void* buf, size_t bytes, int peer) {
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r, peers_.Irecv(buf, bytes, peer));
   reqs_.push_back(std::move(r));

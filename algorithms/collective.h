@@ -42,6 +42,11 @@ class Peers {
   // Sends at once, with nothing left to wait for, if the message is small
   // and can leave now; false: nothing was sent, use Isend.
   virtual bool SendNow(const void* buf, size_t bytes, int peer) = 0;
+  // Receives exactly `bytes` bytes from `peer` at once if a small message
+  // of this collective is there or comes within a short spin, with no
+  // request; false: nothing was received (or it cannot be done that way),
+  // use Irecv. Only while the algorithm has no receive posted.
+  virtual bool RecvNow(void* buf, size_t bytes, int peer) = 0;
   // A persistent buffer of at least `bytes` bytes; slots 0..3 are
   // independent. Valid until the next call with the same slot.
   virtual char* Scratch(int slot, size_t bytes) = 0;
@@ -59,6 +64,11 @@ class InFlight {
   ~InFlight();
   absl::Status Send(const void* buf, size_t bytes, int peer);
   absl::Status Recv(void* buf, size_t bytes, int peer);
+  // Sends `send` to `peer` and receives `bytes` bytes from it into `recv`,
+  // then waits for everything in flight. With nothing else in flight and a
+  // send that leaves at once, the receive is first tried without a request
+  // (Peers::RecvNow).
+  absl::Status Exchange(const void* send, void* recv, size_t bytes, int peer);
   // Posts and returns the request (also tracked).
   absl::StatusOr<Request*> RecvRequest(void* buf, size_t bytes, int peer);
   absl::Status Wait(Request* r);

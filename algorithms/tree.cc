@@ -51,9 +51,7 @@ absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, 
     int vpartner = vr ^ mask;
     int partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
     InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, partner));
-    HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, partner));
-    HCOMM_RETURN_IF_ERROR(f.WaitAll());
+    HCOMM_RETURN_IF_ERROR(f.Exchange(work, in, bytes, partner));
     // Combine in rank order so both partners compute the same bits.
     if (vpartner < vr) {
       Reduce2(work, in, work, count, t, op);

@@ -124,6 +124,9 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   bool SendNow(const void* buf, size_t bytes, int peer) override {
     return c_->fabric_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], tag_, fp_);
   }
+  bool RecvNow(void* buf, size_t bytes, int peer) override {
+    return c_->fabric_->RecvNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], tag_, fp_);
+  }
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) override {
     auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_, fp_);
     if (!r.ok()) return Explain(r.status());

@@ -1253,10 +1253,11 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
   return result;
 }
 
-bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag) {
+bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
+                        uint64_t fingerprint, bool exact) {
   if (peer < 0 || peer >= size_ || peer == rank_ || route_.empty() || route_[peer] == nullptr ||
       oversubscribed_ || aborted_flag_.load(std::memory_order_acquire) ||
-      closing_.load(std::memory_order_acquire) ||
+      closing_.load(std::memory_order_acquire) || any_poisoned_.load(std::memory_order_acquire) ||
       !peers_[peer]->fast_send.load(std::memory_order_acquire)) {
     return false;
   }
@@ -1280,7 +1281,8 @@ bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   // look above.
   auto take = [&](const FrameMeta& fm, const void* payload, uint64_t len) {
     const Meta m = Unpack(fm);
-    if (m.kind != kEager || m.comm_id != ctx || m.id2 != 0 || len > bytes ||
+    if (m.kind != kEager || m.comm_id != ctx || m.id2 != fingerprint ||
+        (exact ? len != bytes : len > bytes) ||
         (tag != kAnyTag && m.tag != tag) || matcher->arrivals() != arrivals) {
       return false;  // the full path deals with it
     }

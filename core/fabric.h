@@ -142,6 +142,13 @@ class Fabric : public FrameSink {
   // on return). False: nothing was sent; use Isend, which reports any error.
   bool SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int tag,
                uint64_t fingerprint = 0);
+  // A collective's blocking receive of exactly `bytes` bytes carrying
+  // `fingerprint`, taken straight off the connection to `peer` when it is
+  // there or comes within the spin time (see RecvDirect). False: nothing
+  // was received; use Irecv, which also reports any error.
+  bool RecvNow(uint32_t ctx, void* buf, size_t bytes, int peer, int tag, uint64_t fingerprint) {
+    return RecvDirect(ctx, buf, bytes, peer, tag, fingerprint, /*exact=*/true);
+  }
 
   // After a fingerprint clash in (ctx, tag): fails every pending and later
   // operation there, here and at `members` (world ranks), with Mismatch and a
@@ -302,7 +309,10 @@ class Fabric : public FrameSink {
   // briefly on that peer's connection and copies a matching eager frame
   // straight into `buf`, with no request. False: nothing was received (or
   // it cannot be done this way); use the full path.
-  bool RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag);
+  // `fingerprint`: what the message must carry (a collective's); `exact`:
+  // only a message of exactly `bytes` bytes.
+  bool RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
+                  uint64_t fingerprint = 0, bool exact = false);
   // A fresh request: one of the calling thread's recent ones when nothing
   // else holds it any more, or a new one.
   static std::shared_ptr<Request> NewRequest();
