@@ -76,14 +76,16 @@ TreeAllReduceCosts TreeAllReduceCost(size_t bytes, int nranks, const LinkModel& 
 }  // namespace
 
 bool TreeAllReduceHalves(size_t bytes, int nranks, const LinkModel& link) {
-  // Halves of more than 4 MiB are sent and reduced in one piece, out of the
-  // cache, where the ring streams cache-sized chunks (TCP, 16 MiB: ring
-  // 8.5-10 ms, halving 13.3 ms on 2 ranks; 31-33 against 38-40 ms on 4).
+  // Large halves are sent and reduced in one piece, out of the cache, where
+  // the ring streams cache-sized chunks. Medians of interleaved runs over
+  // TCP: 2 ranks, 4 MiB halving 2.0 ms against ring 2.6, 8 MiB 5.2 against
+  // 4.7; 4 ranks on 2 CPUs, 1 MiB 3.0 against 3.8, 2 MiB 6.1 against 5.3.
   // From 32 KiB on, halving beat whole-vector doubling wherever measured
   // (TCP, 64 KiB on 2 ranks: 45 against 86 us), which the model's message
   // cost does not capture.
-  constexpr size_t kMaxBytes = 8u << 20, kMinBytes = 32u << 10;
-  if (bytes > kMaxBytes) return false;
+  const size_t max_bytes = link.cpus_shared ? size_t{1} << 20 : size_t{4} << 20;
+  constexpr size_t kMinBytes = 32u << 10;
+  if (bytes > max_bytes) return false;
   if (bytes >= kMinBytes) return true;
   const TreeAllReduceCosts c = TreeAllReduceCost(bytes, nranks, link);
   return c.halving < c.doubling;

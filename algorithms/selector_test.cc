@@ -40,6 +40,12 @@ TEST(SelectorTest, MidSizedAllReduceHalvesAndDoubles) {
   // outgrow the cache.
   EXPECT_FALSE(TreeAllReduceHalves(64, 4, LinkModelFor("tcp")));
   EXPECT_FALSE(TreeAllReduceHalves(64 << 20, 4, LinkModelFor("tcp")));
+  // Ranks sharing CPUs switch to the ring sooner.
+  EXPECT_TRUE(TreeAllReduceHalves(4 << 20, 4, LinkModelFor("tcp")));
+  EXPECT_FALSE(TreeAllReduceHalves(4 << 20, 4, LinkModelFor("tcp", /*cpus_shared=*/true)));
+  const Choice shared = ChooseAlgorithm(CollectiveOp::kAllReduce, 4 << 20, 4,
+                                        LinkModelFor("tcp", true), Algorithm::kAuto);
+  EXPECT_EQ(shared.algo, Algorithm::kRing) << shared.Explain();
 }
 
 TEST(SelectorTest, ForcedAlgorithmWinsWhereTheOperationHasIt) {
