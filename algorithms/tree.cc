@@ -17,41 +17,72 @@ int FloorPow2(int n) {
   return p;
 }
 
+// Ranks beyond the largest power of two fold into a neighbour around an
+// allreduce among a power of two: of each of the first `rem` pairs, the even
+// rank hands its vector to the odd one and later receives the result.
+struct Fold {
+  int rem = 0;
+  int pow2 = 1;
+  int vr = -1;  // this rank's place among the power of two; -1: folded out
+  // The rank at place v.
+  int Real(int v) const { return v < rem ? v * 2 + 1 : v + rem; }
+};
+
+// Reduces a folded-out neighbour's vector into `work` (through `in`). A
+// folded-out rank sends its vector, receives the result into `work` and is
+// done (vr == -1).
+absl::StatusOr<Fold> FoldIn(Peers& p, char* work, char* in, size_t count, DataType t,
+                            ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const size_t bytes = count * DataTypeSize(t);
+  Fold f;
+  f.pow2 = FloorPow2(n);
+  f.rem = n - f.pow2;
+  if (r >= 2 * f.rem) {
+    f.vr = r - f.rem;
+    return f;
+  }
+  InFlight fl(p);
+  if (r % 2 == 0) {
+    HCOMM_RETURN_IF_ERROR(fl.Send(work, bytes, r + 1));
+    HCOMM_RETURN_IF_ERROR(fl.WaitAll());
+    HCOMM_RETURN_IF_ERROR(fl.Recv(work, bytes, r + 1));  // the final result
+    HCOMM_RETURN_IF_ERROR(fl.WaitAll());
+    return f;
+  }
+  HCOMM_RETURN_IF_ERROR(fl.Recv(in, bytes, r - 1));
+  HCOMM_RETURN_IF_ERROR(fl.WaitAll());
+  // Lower rank first, so that every rank reduces in the same order.
+  Reduce2(work, in, work, count, t, op);
+  f.vr = r / 2;
+  return f;
+}
+
+// Hands the result back to the folded-out neighbour, if this rank has one.
+absl::Status FoldOut(Peers& p, const Fold& f, const char* work, size_t bytes) {
+  const int r = p.rank();
+  if (r >= 2 * f.rem) return absl::OkStatus();
+  InFlight fl(p);
+  HCOMM_RETURN_IF_ERROR(fl.Send(work, bytes, r - 1));
+  return fl.WaitAll();
+}
+
 }  // namespace
 
 absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, size_t count,
                                         DataType t, ReduceOp op) {
-  const int n = p.size(), r = p.rank();
+  const int n = p.size();
   const size_t esize = DataTypeSize(t), bytes = count * esize;
   char* work = static_cast<char*>(recv);
   if (send != recv && bytes > 0) memcpy(work, send, bytes);
   char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
-  // Fold the ranks beyond the largest power of two into their neighbours.
-  const int pow2 = FloorPow2(n), rem = n - pow2;
-  int vr;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      InFlight f(p);
-      HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r + 1));
-      HCOMM_RETURN_IF_ERROR(f.WaitAll());
-      HCOMM_RETURN_IF_ERROR(f.Recv(work, bytes, r + 1));  // the final result
-      HCOMM_RETURN_IF_ERROR(f.WaitAll());
-      return absl::OkStatus();
-    }
+  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, work, in, count, t, op));
+  if (fold.vr < 0) return absl::OkStatus();
+  const int vr = fold.vr;
+  for (int mask = 1; mask < fold.pow2; mask <<= 1) {
+    const int vpartner = vr ^ mask;
     InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, r - 1));
-    HCOMM_RETURN_IF_ERROR(f.WaitAll());
-    // Lower rank first, so that every rank reduces in the same order.
-    Reduce2(work, in, work, count, t, op);
-    vr = r / 2;
-  } else {
-    vr = r - rem;
-  }
-  for (int mask = 1; mask < pow2; mask <<= 1) {
-    int vpartner = vr ^ mask;
-    int partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
-    InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Exchange(work, in, bytes, partner));
+    HCOMM_RETURN_IF_ERROR(f.Exchange(work, in, bytes, fold.Real(vpartner)));
     // Combine in rank order so both partners compute the same bits.
     if (vpartner < vr) {
       Reduce2(work, in, work, count, t, op);
@@ -60,40 +91,19 @@ absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, 
     }
   }
   if (op == ReduceOp::kAvg) DivideBy(work, count, t, n);
-  if (r < 2 * rem) {
-    InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r - 1));
-    return f.WaitAll();
-  }
-  return absl::OkStatus();
+  return FoldOut(p, fold, work, bytes);
 }
 
 absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, size_t count,
                                       DataType t, ReduceOp op) {
-  const int n = p.size(), r = p.rank();
+  const int n = p.size();
   const size_t esize = DataTypeSize(t), bytes = count * esize;
   char* work = static_cast<char*>(recv);
   if (send != recv && bytes > 0) memcpy(work, send, bytes);
   char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
-  const int pow2 = FloorPow2(n), rem = n - pow2;
-  int vr;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      InFlight f(p);
-      HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r + 1));
-      HCOMM_RETURN_IF_ERROR(f.WaitAll());
-      HCOMM_RETURN_IF_ERROR(f.Recv(work, bytes, r + 1));  // the final result
-      return f.WaitAll();
-    }
-    InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, r - 1));
-    HCOMM_RETURN_IF_ERROR(f.WaitAll());
-    Reduce2(work, in, work, count, t, op);  // lower rank first
-    vr = r / 2;
-  } else {
-    vr = r - rem;
-  }
-  auto real = [&](int v) { return v < rem ? v * 2 + 1 : v + rem; };
+  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, work, in, count, t, op));
+  if (fold.vr < 0) return absl::OkStatus();
+  const int vr = fold.vr;
   // Reduce-scatter: each round halves the range of elements this rank
   // keeps, exchanging the other half with a partner that keeps it. Both
   // partners hold the same range at the same round, so they split it alike.
@@ -105,15 +115,15 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
   Round rounds[32];
   int nrounds = 0;
   size_t lo = 0, hi = count;
-  for (int mask = pow2 / 2; mask >= 1; mask /= 2) {
+  for (int mask = fold.pow2 / 2; mask >= 1; mask /= 2) {
     const int vpartner = vr ^ mask;
     const size_t mid = lo + (hi - lo) / 2;
     const bool keep_low = (vr & mask) == 0;
     const size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
     const size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
     InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Recv(in, (khi - klo) * esize, real(vpartner)));
-    HCOMM_RETURN_IF_ERROR(f.Send(work + slo * esize, (shi - slo) * esize, real(vpartner)));
+    HCOMM_RETURN_IF_ERROR(f.Recv(in, (khi - klo) * esize, fold.Real(vpartner)));
+    HCOMM_RETURN_IF_ERROR(f.Send(work + slo * esize, (shi - slo) * esize, fold.Real(vpartner)));
     HCOMM_RETURN_IF_ERROR(f.WaitAll());
     // Lower rank first, so that a block's bits do not depend on who holds it.
     char* kept = work + klo * esize;
@@ -122,7 +132,7 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
     } else {
       ReduceInto(kept, in, khi - klo, t, op);
     }
-    rounds[nrounds++] = {lo, mid, hi, real(vpartner), keep_low};
+    rounds[nrounds++] = {lo, mid, hi, fold.Real(vpartner), keep_low};
     lo = klo;
     hi = khi;
   }
@@ -139,12 +149,7 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
     lo = rd.lo;
     hi = rd.hi;
   }
-  if (r < 2 * rem) {
-    InFlight f(p);
-    HCOMM_RETURN_IF_ERROR(f.Send(work, bytes, r - 1));
-    return f.WaitAll();
-  }
-  return absl::OkStatus();
+  return FoldOut(p, fold, work, bytes);
 }
 
 absl::Status AllReduceTree(Peers& p, const void* send, void* recv, size_t count, DataType t,

@@ -1385,15 +1385,7 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
       FailOversizedEager(peer, payload_len);
       return nullptr;
     }
-    Unexpected u;
-    u.kind = Unexpected::Kind::kEager;
-    u.source = peer;
-    u.tag = m.tag;
-    u.bytes = payload_len;
-    u.fingerprint = m.id2;
-    u.data.reset(new char[payload_len]);
-    CheckArrivalAgainstPosted(MatcherFor(m.comm_id), peer, m.tag, m.id2);
-    p.rx_unexpected = MatcherFor(m.comm_id).AddUnexpected(std::move(u));
+    p.rx_unexpected = QueueEager(MatcherFor(m.comm_id), peer, m.tag, m.id2, payload_len);
     return p.rx_unexpected->data.get();
   }
   if (m.kind == kData) {
@@ -1455,17 +1447,22 @@ void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
     FailOversizedEager(peer, payload_len);
     return;
   }
+  Unexpected* u = QueueEager(matcher, peer, m.tag, m.id2, payload_len);
+  memcpy(u->data.get(), payload, payload_len);
+  u->complete = true;
+}
+
+Unexpected* Fabric::QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
+                               uint64_t payload_len) {
   Unexpected u;
   u.kind = Unexpected::Kind::kEager;
   u.source = peer;
-  u.tag = m.tag;
+  u.tag = tag;
   u.bytes = payload_len;
-  u.fingerprint = m.id2;
+  u.fingerprint = fingerprint;
   u.data.reset(new char[payload_len]);
-  memcpy(u.data.get(), payload, payload_len);
-  u.complete = true;
-  CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
-  matcher.AddUnexpected(std::move(u));
+  CheckArrivalAgainstPosted(matcher, peer, tag, fingerprint);
+  return matcher.AddUnexpected(std::move(u));
 }
 
 void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {

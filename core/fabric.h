@@ -324,6 +324,11 @@ class Fabric : public FrameSink {
   // receive waits on: fail that receive with a clash.
   void CheckArrivalAgainstPosted(Matcher& matcher, int source, int tag, uint64_t fingerprint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues an eager arrival of `payload_len` bytes (its buffer allocated,
+  // not yet filled) after checking it against posted receives of another
+  // collective.
+  Unexpected* QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
+                         uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An eager frame above kEagerBytes from `peer`: its connection is unusable.
   void FailOversizedEager(int peer, uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
