@@ -436,6 +436,10 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     transports_.push_back(std::move(tcp));
   }
   transport_spins_ = transports_.size() == 1 && transports_[0]->SpinsBeforeSleep();
+  eager_bytes_.assign(size_, kEagerBytes);
+  for (int r = 0; r < size_; ++r) {
+    if (route_[r] != nullptr) eager_bytes_[r] = std::min(kEagerBytes, route_[r]->EagerBytes());
+  }
   return absl::OkStatus();
 }
 
@@ -891,7 +895,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
       SelfSend(r);
       return r;
     }
-    if (bytes > kEagerBytes) {
+    if (bytes > eager_bytes_[peer]) {
       r->rendezvous = true;
       awaiting_cts_[r->id] = r;
     } else {
@@ -985,8 +989,8 @@ std::shared_ptr<Request> Fabric::NewRequest() {
 
 bool Fabric::SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int tag,
                      uint64_t fingerprint) {
-  if (bytes > kEagerBytes || peer == rank_ || peer < 0 || peer >= size_ || route_.empty() ||
-      route_[peer] == nullptr) {
+  if (peer == rank_ || peer < 0 || peer >= size_ || route_.empty() || route_[peer] == nullptr ||
+      bytes > eager_bytes_[peer]) {
     return false;
   }
   if (aborted_flag_.load(std::memory_order_acquire) || closing_.load(std::memory_order_acquire) ||

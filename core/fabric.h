@@ -8,7 +8,8 @@
 //   comm->Destroy();
 //
 // Protocol (frames on a transport connection, see transports/transport.h):
-// messages up to kEagerBytes travel with their header (EAGER) and land in
+// messages up to kEagerBytes (or the transport's lower EagerBytes) travel
+// with their header (EAGER) and land in
 // the matched receive buffer, or in a staging buffer if no receive is posted
 // yet. Larger ones send a request-to-send (RTS); the receiver answers with a
 // clear-to-send (CTS) once a receive matches, or a REJECT if the receive is
@@ -73,7 +74,9 @@ class Fabric : public FrameSink {
     size_t segment_bytes = 0;
   };
 
-  // Messages up to this size go eagerly; larger ones by rendezvous.
+  // The protocol's limit: messages up to this size may go eagerly (each
+  // transport may ask for less, Transport::EagerBytes); larger ones go by
+  // rendezvous, and no eager frame above it is accepted.
   static constexpr size_t kEagerBytes = 64 * 1024;
 
   // Joins the job described by `opts` (see core/config.h): rank 0 serves the
@@ -362,6 +365,9 @@ class Fabric : public FrameSink {
   // ourselves). Fixed after Bootstrap.
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<Transport*> route_;
+  // By peer: the largest message sent to it eagerly (its transport's
+  // EagerBytes, at most kEagerBytes).
+  std::vector<size_t> eager_bytes_;
 
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0

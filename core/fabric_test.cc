@@ -259,6 +259,42 @@ TEST_P(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
   });
 }
 
+// Each transport says how large an eager message may be (TCP: a frame that
+// fits one loopback segment); one byte more goes by rendezvous, whose send
+// waits for the receiver.
+TEST_P(FabricTest, EagerLimitFollowsTheTransport) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    const size_t limit = strcmp(c->TransportTo(1 - rank), "tcp") == 0 ? 64 * 1024 - 128 : 64 * 1024;
+    std::vector<char> eager = Pattern(limit, 1), over = Pattern(limit + 1, 2);
+    if (rank == 0) {
+      ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
+      ASSERT_OK(c->Send(0, eager.data(), eager.size(), 1, 1, 21, c->timeout()));
+      absl::Status s = c->Send(0, over.data(), over.size(), 1, 1, 22, c->timeout());
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_NE(s.message().find("has not posted a matching receive"), absl::string_view::npos)
+          << s;
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      int go = 1;
+      ASSERT_OK(c->Send(0, &go, sizeof go, 4, 1, 23, c->timeout()));
+      ASSERT_OK(c->Send(0, over.data(), over.size(), 1, 1, 24, c->timeout()));
+    } else {
+      int go = 0;
+      ASSERT_OK(c->Recv(0, &go, sizeof go, 4, 0, 23, c->timeout()));
+      std::vector<char> buf(limit + 1);
+      std::shared_ptr<Request> r;
+      ASSERT_OK(c->Recv(0, buf.data(), buf.size(), 1, 0, 21, c->timeout(), &r));
+      ASSERT_EQ(r->out_bytes, limit);
+      buf.resize(limit);
+      EXPECT_EQ(buf, eager);
+      buf.resize(limit + 1);
+      ASSERT_OK(c->Recv(0, buf.data(), buf.size(), 1, 0, 24, c->timeout()));
+      EXPECT_EQ(buf, over);
+    }
+  });
+}
+
 TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);

@@ -135,6 +135,11 @@ class Transport {
   // Queued frames not yet handed on, over all connections.
   virtual size_t PendingSends() const = 0;
 
+  // Payload bytes up to which the core sends a message whole with its
+  // header (eagerly) instead of by rendezvous, where the core's own limit
+  // (64 KiB) would cost more on this transport.
+  virtual size_t EagerBytes() const { return 64 * 1024; }
+
   // Closes the write side towards `peer` once everything queued has left.
   virtual void CloseWrite(int peer) = 0;
 
