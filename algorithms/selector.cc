@@ -26,8 +26,13 @@ const char* CollectiveOpName(CollectiveOp op) {
 LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // Measured on the 2-core test machines (see ../shared/peers/BASELINES.md):
   // loopback TCP ~8 us per message and ~3 GB/s; shared memory ~0.5 us and
-  // ~10 GB/s for a copy through a bounce buffer.
-  LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0} : LinkModel{10.0, 3.0, 10.0};
+  // ~10 GB/s for a copy through a bounce buffer. A rendezvous costs TCP
+  // ~45 us more (2-rank allreduce by one exchange: 32 KiB 28 us eagerly,
+  // 64 KiB 85 us by rendezvous) and shared memory ~2.5 us (64 KiB ping-pong
+  // 5.2 us eagerly, 7.7 us by rendezvous); the eager limits are the
+  // transports' (Transport::EagerBytes).
+  LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
+                                   : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
   m.cpus_shared = cpus_shared;
   return m;
 }
@@ -60,17 +65,25 @@ struct TreeAllReduceCosts {
   double doubling, halving;
 };
 
+// One message of `bytes`: its fixed cost, more if it goes by rendezvous.
+double MessageUs(double bytes, const LinkModel& link) {
+  return link.alpha_us + (bytes > link.eager_bytes ? link.rendezvous_us : 0.0);
+}
+
 TreeAllReduceCosts TreeAllReduceCost(size_t bytes, int nranks, const LinkModel& link) {
   const double S = static_cast<double>(bytes);
-  const double a = link.alpha_us, b = 1e-3 / link.gbps, g = 1e-3 / link.reduce_gbps;
+  const double b = 1e-3 / link.gbps, g = 1e-3 / link.reduce_gbps;
   int pow2 = 1;
   while (pow2 * 2 <= nranks) pow2 *= 2;
   const double lg = std::log2(static_cast<double>(pow2));
   // Ranks beyond a power of two: one whole vector in, and the result out.
-  const double fold = pow2 == nranks ? 0 : 2 * (a + S * b) + S * g;
+  const double fold = pow2 == nranks ? 0 : 2 * (MessageUs(S, link) + S * b) + S * g;
   const double part = (pow2 - 1.0) / pow2;
-  return {fold + lg * (a + S * b) + lg * S * g,
-          fold + 2 * lg * a + 2 * part * S * b + part * S * g};
+  // Halving sends S/2, S/4, ... and doubling the same back.
+  double halving_messages = 0;
+  for (int k = 2; k <= pow2; k *= 2) halving_messages += 2 * MessageUs(S / k, link);
+  return {fold + lg * (MessageUs(S, link) + S * b) + lg * S * g,
+          fold + halving_messages + 2 * part * S * b + part * S * g};
 }
 
 }  // namespace
@@ -102,50 +115,62 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
   const bool pow2 = (nranks & (nranks - 1)) == 0;
   // Posting to n-1 peers at once costs a fraction of a full message each,
   // while CPUs are free to overlap them. (4 ranks on 2 CPUs over TCP, 8 B:
-  // direct 74-110 us, recursive doubling 50-64 us.)
+  // direct 74-110 us, recursive doubling 50-64 us.) So do their rendezvous
+  // round trips.
   const double fan = link.cpus_shared ? (n - 1) * a : a + (n - 1) * 0.25 * a;
+  const double fanned = link.cpus_shared ? n - 1 : 1;
+  auto rdv = [&](double bytes) { return MessageUs(bytes, link) - a; };
+  // Recursive doubling over blocks of S/n: messages of S/n, 2S/n, ...
+  auto doubling_rdv = [&] {
+    double sum = 0;
+    for (double blk = S / n; blk < S; blk *= 2) sum += rdv(blk);
+    return sum;
+  };
   double ring = -1, tree = -1, direct = -1;
   switch (op) {
     case CollectiveOp::kAllReduce:
       {
         // The ring moves each rank's share in chunks of 512 KiB (ring.cc),
-        // every chunk a message.
+        // every chunk a message; the chunks of a step are in flight together,
+        // so their rendezvous round trips overlap.
+        const double chunk = std::min(S / n, 512.0 * 1024);
         const double chunks = std::max(1.0, std::ceil(S / n / (512 * 1024)));
-        ring = 2 * (n - 1) * chunks * a + 2 * (n - 1) / n * S * b + (n - 1) / n * S * g;
+        ring = 2 * (n - 1) * (chunks * a + rdv(chunk)) + 2 * (n - 1) / n * S * b +
+               (n - 1) / n * S * g;
         const TreeAllReduceCosts t = TreeAllReduceCost(bytes, nranks, link);
         tree = TreeAllReduceHalves(bytes, nranks, link) ? t.halving : t.doubling;
       }
-      direct = fan + (n - 1) * S * b + (n - 1) * S * g;
+      direct = fan + fanned * rdv(S) + (n - 1) * S * b + (n - 1) * S * g;
       break;
     case CollectiveOp::kBroadcast: {
-      const double chunk = 512 * 1024;
+      const double chunk = std::min(S, 512.0 * 1024);
       double pieces = std::max(1.0, std::ceil(S / chunk));
-      ring = (n - 2 + pieces) * (a + std::min(S, chunk) * b);
-      tree = lg * (a + S * b);
-      direct = fan + (n - 1) * S * b;
+      ring = (n - 2 + pieces) * (MessageUs(chunk, link) + chunk * b);
+      tree = lg * (MessageUs(S, link) + S * b);
+      direct = fan + fanned * rdv(S) + (n - 1) * S * b;
       break;
     }
     case CollectiveOp::kReduce:
-      ring = 2 * (n - 1) * a + 2 * (n - 1) / n * S * b + (n - 1) / n * S * g;
-      tree = lg * (a + S * b + S * g);
-      direct = fan + (n - 1) * S * b + (n - 1) * S * g;
+      ring = 2 * (n - 1) * MessageUs(S / n, link) + 2 * (n - 1) / n * S * b + (n - 1) / n * S * g;
+      tree = lg * (MessageUs(S, link) + S * b + S * g);
+      direct = fan + fanned * rdv(S) + (n - 1) * S * b + (n - 1) * S * g;
       break;
     case CollectiveOp::kAllGather:
-      ring = (n - 1) * (a + S / n * b);
-      tree = pow2 ? lg * a + (n - 1) / n * S * b : -1;
-      direct = fan + (n - 1) / n * S * b * 1.1;
+      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b);
+      tree = pow2 ? lg * a + doubling_rdv() + (n - 1) / n * S * b : -1;
+      direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b * 1.1;
       break;
     case CollectiveOp::kReduceScatter:
-      ring = (n - 1) * (a + S / n * b + S / n * g);
-      direct = fan + (n - 1) / n * S * (b * 1.1 + g);
+      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + S / n * g);
+      direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * (b * 1.1 + g);
       break;
     case CollectiveOp::kAllToAll:
-      direct = fan + (n - 1) / n * S * b;
+      direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b;
       break;
     case CollectiveOp::kGather:
     case CollectiveOp::kScatter:
-      tree = lg * a + (n - 1) / n * S * b * (1 + 0.1 * lg);
-      direct = fan + (n - 1) / n * S * b;
+      tree = lg * a + doubling_rdv() + (n - 1) / n * S * b * (1 + 0.1 * lg);
+      direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b;
       break;
     case CollectiveOp::kBarrier:
       tree = lg * a;
@@ -160,13 +185,16 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
     c.forced = true;
     return c;
   }
-  // On a tie the tree goes first: on two ranks the ring and halving-doubling
-  // cost the same in the model, and halving-doubling measured faster (TCP,
-  // 1 MiB: 337 against 410 us).
+  // On a tie, or within 1% (below what the model can tell), the tree goes
+  // first: on two ranks the ring and halving-doubling cost the same in the
+  // model, and halving-doubling measured faster (TCP, 1 MiB: 337 against
+  // 410 us; against the direct exchange, which the model puts 0.02% below
+  // it there, 469-489 against 495-498 us).
   double best = -1;
   for (Algorithm alg : {Algorithm::kTree, Algorithm::kRing, Algorithm::kDirect}) {
     double cost = c.cost_us[static_cast<int>(alg)];
-    if (cost >= 0 && (best < 0 || cost < best)) {
+    const bool first = best < 0 || c.algo != Algorithm::kTree;
+    if (cost >= 0 && (best < 0 || cost < (first ? best : 0.99 * best))) {
       best = cost;
       c.algo = alg;
     }

@@ -1,5 +1,6 @@
 // Chooses a collective algorithm with an alpha-beta cost model:
-//   time = messages * alpha + bytes on the critical path / bandwidth
+//   time = messages * alpha (+ rendezvous messages * their extra cost)
+//          + bytes on the critical path / bandwidth
 //          (+ bytes reduced / reduction bandwidth)
 // over the message size, the rank count and the link in use (shm or TCP,
 // whose parameters are in LinkModelFor). A forced algorithm (the `algo`
@@ -7,7 +8,7 @@
 //
 //   Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, 64 << 20, 8,
 //                              LinkModelFor("tcp"), Algorithm::kAuto);
-//   // c.algo == Algorithm::kRing; c.Explain() == "ring 47.26 ms, tree ..."
+//   // c.algo == Algorithm::kRing; c.Explain() == "ring 47.89 ms, tree ..."
 #ifndef HCOMM_ALGORITHMS_SELECTOR_H_
 #define HCOMM_ALGORITHMS_SELECTOR_H_
 
@@ -28,6 +29,11 @@ struct LinkModel {
   double alpha_us;     // cost of one message
   double gbps;         // bandwidth of one link, GB/s
   double reduce_gbps;  // reduction kernel throughput, GB/s of output
+  // A message above `eager_bytes` goes by rendezvous (core/fabric.h): it
+  // costs `rendezvous_us` more (the request-to-send's round trip, and on
+  // loopback TCP a frame of more than one segment).
+  double rendezvous_us = 0;
+  double eager_bytes = 64 * 1024;
   // Ranks of a host outnumber its CPUs: messages posted to several peers at
   // once no longer overlap (every one costs its sender CPU time that no
   // other rank can use meanwhile).
