@@ -31,9 +31,12 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // 64 KiB 85 us by rendezvous) and shared memory ~2.5 us (64 KiB ping-pong
   // 5.2 us eagerly, 7.7 us by rendezvous); the eager limits are the
   // transports' (Transport::EagerBytes).
+  // Where CPUs are shared every transport sends up to 64 KiB eagerly
+  // (core/fabric.cc).
   LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
                                    : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
   m.cpus_shared = cpus_shared;
+  if (cpus_shared) m.eager_bytes = 64 * 1024;
   return m;
 }
 

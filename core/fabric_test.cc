@@ -1,6 +1,8 @@
 // Point-to-point engine over TCP, ranks as threads of this process.
 #include "core/fabric.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstring>
 #include <numeric>
@@ -260,13 +262,15 @@ TEST_P(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
 }
 
 // Each transport says how large an eager message may be (TCP: a frame that
-// fits one loopback segment); one byte more goes by rendezvous, whose send
-// waits for the receiver.
-TEST_P(FabricTest, EagerLimitFollowsTheTransport) {
-  RunRanks(2, [](int rank, const Options& o) {
+// fits one loopback segment, unless ranks share CPUs); one byte more goes
+// by rendezvous, whose send waits for the receiver.
+void ExpectEagerLimit(bool cpus_shared) {
+  RunRanks(2, [cpus_shared](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
-    const size_t limit = strcmp(c->TransportTo(1 - rank), "tcp") == 0 ? 64 * 1024 - 128 : 64 * 1024;
+    if (cpus_shared) EXPECT_TRUE(c->oversubscribed());
+    const bool tcp = strcmp(c->TransportTo(1 - rank), "tcp") == 0;
+    const size_t limit = tcp && !c->oversubscribed() ? 64 * 1024 - 128 : 64 * 1024;
     std::vector<char> eager = Pattern(limit, 1), over = Pattern(limit + 1, 2);
     if (rank == 0) {
       ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
@@ -293,6 +297,26 @@ TEST_P(FabricTest, EagerLimitFollowsTheTransport) {
       EXPECT_EQ(buf, over);
     }
   });
+}
+
+TEST_P(FabricTest, EagerLimitFollowsTheTransport) { ExpectEagerLimit(/*cpus_shared=*/false); }
+
+// Both ranks on one CPU: a rendezvous would wait for the peer's time slice,
+// so every transport sends up to the protocol's 64 KiB eagerly.
+TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
+  if (GetParam() == testing::TransportMode::kMixed) {
+    GTEST_SKIP() << "the two ranks are on two hosts: they share no CPU";
+  }
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the rank threads inherit it
+  ExpectEagerLimit(/*cpus_shared=*/true);
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
 TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
