@@ -31,12 +31,12 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // 64 KiB 85 us by rendezvous) and shared memory ~2.5 us (64 KiB ping-pong
   // 5.2 us eagerly, 7.7 us by rendezvous); the eager limits are the
   // transports' (Transport::EagerBytes).
-  // Where CPUs are shared every transport sends up to 64 KiB eagerly
-  // (core/fabric.cc).
+  // Where CPUs are shared, shared memory sends up to 64 KiB eagerly and
+  // TCP up to 256 KiB against credit (Fabric::kCreditedEagerBytes).
   LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
                                    : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
   m.cpus_shared = cpus_shared;
-  if (cpus_shared) m.eager_bytes = 64 * 1024;
+  if (cpus_shared) m.eager_bytes = transport == "shm" ? 64 * 1024 : 256 * 1024;
   return m;
 }
 
@@ -129,6 +129,11 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
     for (double blk = S / n; blk < S; blk *= 2) sum += rdv(blk);
     return sum;
   };
+  // A ring step passes through every rank in turn; where ranks share CPUs
+  // each waits for the others' time slices, a message's cost per other rank
+  // (4 ranks on 2 CPUs over TCP: halving-doubling beat the ring at 256 KiB-
+  // 1 MiB, 735 against 919 us and 2572 against 3244 us, with fewer steps).
+  const double slices = link.cpus_shared ? (n - 1) * a : 0;
   double ring = -1, tree = -1, direct = -1;
   switch (op) {
     case CollectiveOp::kAllReduce:
@@ -138,7 +143,7 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
         // so their rendezvous round trips overlap.
         const double chunk = std::min(S / n, 512.0 * 1024);
         const double chunks = std::max(1.0, std::ceil(S / n / (512 * 1024)));
-        ring = 2 * (n - 1) * (chunks * a + rdv(chunk)) + 2 * (n - 1) / n * S * b +
+        ring = 2 * (n - 1) * (chunks * a + rdv(chunk) + slices) + 2 * (n - 1) / n * S * b +
                (n - 1) / n * S * g;
         const TreeAllReduceCosts t = TreeAllReduceCost(bytes, nranks, link);
         tree = TreeAllReduceHalves(bytes, nranks, link) ? t.halving : t.doubling;
@@ -148,23 +153,24 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
     case CollectiveOp::kBroadcast: {
       const double chunk = std::min(S, 512.0 * 1024);
       double pieces = std::max(1.0, std::ceil(S / chunk));
-      ring = (n - 2 + pieces) * (MessageUs(chunk, link) + chunk * b);
+      ring = (n - 2 + pieces) * (MessageUs(chunk, link) + chunk * b + slices);
       tree = lg * (MessageUs(S, link) + S * b);
       direct = fan + fanned * rdv(S) + (n - 1) * S * b;
       break;
     }
     case CollectiveOp::kReduce:
-      ring = 2 * (n - 1) * MessageUs(S / n, link) + 2 * (n - 1) / n * S * b + (n - 1) / n * S * g;
+      ring = 2 * (n - 1) * (MessageUs(S / n, link) + slices) + 2 * (n - 1) / n * S * b +
+             (n - 1) / n * S * g;
       tree = lg * (MessageUs(S, link) + S * b + S * g);
       direct = fan + fanned * rdv(S) + (n - 1) * S * b + (n - 1) * S * g;
       break;
     case CollectiveOp::kAllGather:
-      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b);
+      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + slices);
       tree = pow2 ? lg * a + doubling_rdv() + (n - 1) / n * S * b : -1;
       direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b * 1.1;
       break;
     case CollectiveOp::kReduceScatter:
-      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + S / n * g);
+      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + S / n * g + slices);
       direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * (b * 1.1 + g);
       break;
     case CollectiveOp::kAllToAll:

@@ -262,15 +262,18 @@ TEST_P(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
 }
 
 // Each transport says how large an eager message may be (TCP: a frame that
-// fits one loopback segment, unless ranks share CPUs); one byte more goes
-// by rendezvous, whose send waits for the receiver.
+// fits one loopback segment; where ranks share CPUs, TCP up to
+// kCreditedEagerBytes against credit, and shared memory 64 KiB); one byte
+// more goes by rendezvous, whose send waits for the receiver.
 void ExpectEagerLimit(bool cpus_shared) {
   RunRanks(2, [cpus_shared](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
     if (cpus_shared) EXPECT_TRUE(c->oversubscribed());
     const bool tcp = strcmp(c->TransportTo(1 - rank), "tcp") == 0;
-    const size_t limit = tcp && !c->oversubscribed() ? 64 * 1024 - 128 : 64 * 1024;
+    const size_t limit = !tcp                ? 64 * 1024
+                         : c->oversubscribed() ? Fabric::kCreditedEagerBytes
+                                               : 64 * 1024 - 128;
     std::vector<char> eager = Pattern(limit, 1), over = Pattern(limit + 1, 2);
     if (rank == 0) {
       ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
@@ -302,7 +305,8 @@ void ExpectEagerLimit(bool cpus_shared) {
 TEST_P(FabricTest, EagerLimitFollowsTheTransport) { ExpectEagerLimit(/*cpus_shared=*/false); }
 
 // Both ranks on one CPU: a rendezvous would wait for the peer's time slice,
-// so every transport sends up to the protocol's 64 KiB eagerly.
+// so every transport sends up to the protocol's 64 KiB eagerly, and TCP more
+// against credit.
 TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
   if (GetParam() == testing::TransportMode::kMixed) {
     GTEST_SKIP() << "the two ranks are on two hosts: they share no CPU";
@@ -316,6 +320,64 @@ TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
   CPU_SET(first, &one);
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the rank threads inherit it
   ExpectEagerLimit(/*cpus_shared=*/true);
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+}
+
+// Ranks sharing a CPU over TCP send messages up to 256 KiB eagerly while
+// the receiver's credit (1 MiB per peer) lasts: four such messages leave
+// with no receive posted, a fifth waits for one (rendezvous), and once the
+// receiver has taken the four, the credit is back.
+TEST_P(FabricTest, CreditedEagerWhereRanksShareACpu) {
+  if (GetParam() != testing::TransportMode::kTcp) {
+    GTEST_SKIP() << "credited eager messages are a TCP matter between ranks of one host";
+  }
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the rank threads inherit it
+  const size_t n = Fabric::kCreditedEagerBytes;
+  const int fit = static_cast<int>(Fabric::kEagerCreditBytes / n);
+  RunRanks(2, [&](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->oversubscribed());
+    int token = 0;
+    if (rank == 0) {
+      ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
+      for (int i = 0; i < fit; ++i) {
+        std::vector<char> m = Pattern(n, i);
+        ASSERT_OK(c->Send(0, m.data(), n, 1, 1, 30 + i, c->timeout()));
+      }
+      std::vector<char> m = Pattern(n, 99);
+      absl::Status s = c->Send(0, m.data(), n, 1, 1, 30 + fit, c->timeout());
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_NE(s.message().find("has not posted a matching receive"), absl::string_view::npos)
+          << s;
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      ASSERT_OK(c->Send(0, &token, sizeof token, 4, 1, 90, c->timeout()));
+      ASSERT_OK(c->Recv(0, &token, sizeof token, 4, 1, 91, c->timeout()));
+      // The credit came back ahead of that answer: eager again.
+      ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
+      ASSERT_OK(c->Send(0, m.data(), n, 1, 1, 92, c->timeout()));
+      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
+      ASSERT_OK(c->Send(0, &token, sizeof token, 4, 1, 93, c->timeout()));
+    } else {
+      ASSERT_OK(c->Recv(0, &token, sizeof token, 4, 0, 90, c->timeout()));
+      std::vector<char> buf(n);
+      for (int i = fit - 1; i >= 0; --i) {  // out of order: each waits staged
+        ASSERT_OK(c->Recv(0, buf.data(), n, 1, 0, 30 + i, c->timeout()));
+        EXPECT_EQ(buf, Pattern(n, i)) << i;
+      }
+      ASSERT_OK(c->Send(0, &token, sizeof token, 4, 0, 91, c->timeout()));
+      ASSERT_OK(c->Recv(0, &token, sizeof token, 4, 0, 93, c->timeout()));
+      ASSERT_OK(c->Recv(0, buf.data(), n, 1, 0, 92, c->timeout()));
+      EXPECT_EQ(buf, Pattern(n, 99));
+    }
+  });
   ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
