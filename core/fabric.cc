@@ -1270,8 +1270,9 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
       out.push_back({r->peer, Pack(MakeMeta(kCancelRts, r->ctx, rank_, r->tag, r->bytes, r->id))});
     } else if (route_[r->peer] != nullptr) {
       if (!route_[r->peer]->Cancel(r->peer, r->frame)) {
-        result = MakeError(CodeOf(why), absl::StrCat(why.message(),
-                                        " (part of it had left; the rest will still be delivered)"));
+        result = MakeError(CodeOf(why),
+                           absl::StrCat(why.message(), " (part of it had left; the rest will "
+                                                       "still be delivered)"));
       } else if (!r->rendezvous && r->bytes > kEagerBytes) {
         eager_credit_[r->peer] += r->bytes;  // none of it left: no credit will come back
       }
@@ -1444,7 +1445,8 @@ void Fabric::FailOversizedEager(int peer, uint64_t payload_len) {
                      "rank ", rank_, ": rank ", peer, " sent an eager message of ", payload_len,
                      " bytes, above the protocol's limit of ", kEagerBytes, " (",
                      kCreditedEagerBytes, " against credit, of which it had ",
-                     kEagerCreditBytes - credited_in_[peer], " bytes left); its connection is unusable")),
+                     kEagerCreditBytes - credited_in_[peer],
+                     " bytes left); its connection is unusable")),
                  /*any_source=*/true);
 }
 
@@ -1463,7 +1465,9 @@ void Fabric::ReturnCredit(int peer, uint64_t len, std::vector<Outgoing>* out) {
 }
 
 void Fabric::ReleaseStaged(const Unexpected& u, std::vector<Outgoing>* out) {
-  if (u.kind == Unexpected::Kind::kEager && u.bytes > kEagerBytes) ReturnCredit(u.source, u.bytes, out);
+  if (u.kind == Unexpected::Kind::kEager && u.bytes > kEagerBytes) {
+    ReturnCredit(u.source, u.bytes, out);
+  }
 }
 
 void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
@@ -1579,7 +1583,11 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
       }
       case kCredit: {
         if (m.size > kEagerCreditBytes - eager_credit_[peer]) {
-          FailOversizedEager(peer, m.size);  // gives back more than it was given
+          FailPeerLocked(peer,
+                         PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer, " handed back ",
+                                                  m.size, " bytes of eager credit it was never "
+                                                  "given; its connection is unusable")),
+                         /*any_source=*/true);
           break;
         }
         eager_credit_[peer] += m.size;
