@@ -24,18 +24,26 @@ struct Fold {
   int rem = 0;
   int pow2 = 1;
   int vr = -1;  // this rank's place among the power of two; -1: folded out
+  char* work = nullptr;  // the vector being reduced: the caller's `recv`
+  char* in = nullptr;    // scratch for one incoming vector
   // The rank at place v.
   int Real(int v) const { return v < rem ? v * 2 + 1 : v + rem; }
 };
 
-// Reduces a folded-out neighbour's vector into `work` (through `in`). A
-// folded-out rank sends its vector, receives the result into `work` and is
-// done (vr == -1).
-absl::StatusOr<Fold> FoldIn(Peers& p, char* work, char* in, size_t count, DataType t,
+// Starts an allreduce of `send` into `recv` (in place allowed): copies the
+// input into the working vector and reduces a folded-out neighbour's vector
+// into it. A folded-out rank sends its vector, receives the result into
+// `recv` and is done (vr == -1).
+absl::StatusOr<Fold> FoldIn(Peers& p, const void* send, void* recv, size_t count, DataType t,
                             ReduceOp op) {
   const int n = p.size(), r = p.rank();
   const size_t bytes = count * DataTypeSize(t);
   Fold f;
+  f.work = static_cast<char*>(recv);
+  if (send != recv && bytes > 0) memcpy(f.work, send, bytes);
+  f.in = p.Scratch(1, std::max<size_t>(bytes, 1));
+  char* work = f.work;
+  char* in = f.in;
   f.pow2 = FloorPow2(n);
   f.rem = n - f.pow2;
   if (r >= 2 * f.rem) {
@@ -73,12 +81,11 @@ absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, 
                                         DataType t, ReduceOp op) {
   const int n = p.size();
   const size_t esize = DataTypeSize(t), bytes = count * esize;
-  char* work = static_cast<char*>(recv);
-  if (send != recv && bytes > 0) memcpy(work, send, bytes);
-  char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
-  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, work, in, count, t, op));
+  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, send, recv, count, t, op));
   if (fold.vr < 0) return absl::OkStatus();
   const int vr = fold.vr;
+  char* work = fold.work;
+  char* in = fold.in;
   for (int mask = 1; mask < fold.pow2; mask <<= 1) {
     const int vpartner = vr ^ mask;
     InFlight f(p);
@@ -98,12 +105,11 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
                                       DataType t, ReduceOp op) {
   const int n = p.size();
   const size_t esize = DataTypeSize(t), bytes = count * esize;
-  char* work = static_cast<char*>(recv);
-  if (send != recv && bytes > 0) memcpy(work, send, bytes);
-  char* in = p.Scratch(1, std::max<size_t>(bytes, 1));
-  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, work, in, count, t, op));
+  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, send, recv, count, t, op));
   if (fold.vr < 0) return absl::OkStatus();
   const int vr = fold.vr;
+  char* work = fold.work;
+  char* in = fold.in;
   // Reduce-scatter: each round halves the range of elements this rank
   // keeps, exchanging the other half with a partner that keeps it. Both
   // partners hold the same range at the same round, so they split it alike.

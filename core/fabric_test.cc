@@ -261,6 +261,29 @@ TEST_P(FabricTest, RendezvousSendTimeoutIsWithdrawn) {
   });
 }
 
+// Pins the calling thread (and the threads it starts) to its first allowed
+// CPU while in scope, so that ranks run as its threads share one CPU.
+class OneCpu {
+ public:
+  OneCpu() {
+    if (sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
+    int first = 0;
+    while (!CPU_ISSET(first, &saved_)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    pinned_ = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  ~OneCpu() {
+    if (pinned_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  bool pinned() const { return pinned_; }
+
+ private:
+  cpu_set_t saved_;
+  bool pinned_ = false;
+};
+
 // Each transport says how large an eager message may be (TCP: a frame that
 // fits one loopback segment; where ranks share CPUs, TCP up to
 // kCreditedEagerBytes against credit, and shared memory 64 KiB); one byte
@@ -269,7 +292,9 @@ void ExpectEagerLimit(bool cpus_shared) {
   RunRanks(2, [cpus_shared](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
-    if (cpus_shared) EXPECT_TRUE(c->oversubscribed());
+    if (cpus_shared) {
+      EXPECT_TRUE(c->oversubscribed());
+    }
     const bool tcp = strcmp(c->TransportTo(1 - rank), "tcp") == 0;
     const size_t limit = !tcp                ? 64 * 1024
                          : c->oversubscribed() ? Fabric::kCreditedEagerBytes
@@ -311,16 +336,9 @@ TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
   if (GetParam() == testing::TransportMode::kMixed) {
     GTEST_SKIP() << "the two ranks are on two hosts: they share no CPU";
   }
-  cpu_set_t saved;
-  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
-  int first = 0;
-  while (!CPU_ISSET(first, &saved)) ++first;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(first, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the rank threads inherit it
+  OneCpu one_cpu;  // the rank threads inherit it
+  ASSERT_TRUE(one_cpu.pinned());
   ExpectEagerLimit(/*cpus_shared=*/true);
-  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
 // Ranks sharing a CPU over TCP send messages up to 256 KiB eagerly while
@@ -331,14 +349,8 @@ TEST_P(FabricTest, CreditedEagerWhereRanksShareACpu) {
   if (GetParam() != testing::TransportMode::kTcp) {
     GTEST_SKIP() << "credited eager messages are a TCP matter between ranks of one host";
   }
-  cpu_set_t saved;
-  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
-  int first = 0;
-  while (!CPU_ISSET(first, &saved)) ++first;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(first, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the rank threads inherit it
+  OneCpu one_cpu;  // the rank threads inherit it
+  ASSERT_TRUE(one_cpu.pinned());
   const size_t n = Fabric::kCreditedEagerBytes;
   const int fit = static_cast<int>(Fabric::kEagerCreditBytes / n);
   RunRanks(2, [&](int rank, const Options& o) {
@@ -378,7 +390,6 @@ TEST_P(FabricTest, CreditedEagerWhereRanksShareACpu) {
       EXPECT_EQ(buf, Pattern(n, 99));
     }
   });
-  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
 TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
