@@ -36,7 +36,8 @@ for b in mpi_bench_ompi gloo_bench; do
     exit 2
   fi
 done
-bazel build --color=no --curses=no //tools:hcomm_bench //tools:hcomm_run >/dev/null 2>&1 ||
+bazel build --color=no --curses=no //tools:hcomm_bench //tools:hcomm_run //tools:core_probe \
+  >/dev/null 2>&1 ||
   { echo "compare_peers: bazel build failed" >&2; exit 1; }
 BIN="$(bazel info bazel-bin 2>/dev/null)/tools"
 
@@ -67,11 +68,34 @@ settle() {
   sleep 0.3
 }
 
+# What the machine was like around each run, in $OUT/conditions as
+# "SCENARIO NAME HANDOVER_NS STEAL_PCT": core_probe's one-way cache-line
+# hand-over between CPUs 0 and 1 just before the run (this VM's host places
+# the two virtual CPUs anew every few seconds: about 30 ns as two threads of
+# one core, 60-70 behind one L3 cache, 250-300 behind two), and the share of
+# the run's CPU time that the host took away (steal, from /proc/stat).
+TICK_MS=$(( 1000 / $(getconf CLK_TCK) ))
+NCPU=$(nproc)
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
+before_run() {
+  HANDOVER=$("$BIN/core_probe" 2>/dev/null | awk '{print $6}')
+  STEAL0=$(steal_ticks)
+  T0=$(date +%s%N)
+}
+after_run() {  # after_run SCENARIO NAME
+  local dt=$(( ($(date +%s%N) - T0) / 1000000 )) ds=$(( $(steal_ticks) - STEAL0 ))
+  awk -v s="$1" -v n="$2" -v h="${HANDOVER:-nan}" -v st=$(( ds * TICK_MS )) -v dt="$dt" -v c="$NCPU" \
+    'BEGIN { printf "%s %s %s %.2f\n", s, n, h, (dt > 0 ? 100 * st / (dt * c) : 0) }' \
+    >>"$OUT/conditions"
+}
+
 # peer SCENARIO NAME CMD...: RESULT lines -> "SCENARIO NAME BYTES TIME BUSBW"
 peer() {
   local sc="$1" name="$2"; shift 2
   settle
+  before_run
   timeout -k 5 300 "$@" >"$OUT/one" 2>/dev/null
+  after_run "$sc" "$name"
   awk -v s="$sc" -v n="$name" '/^RESULT/ {print s, n, $5, $6, $10}' "$OUT/one" >>"$OUT/results"
 }
 # hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape
@@ -81,11 +105,13 @@ hcomm() {
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   settle
+  before_run
   # Output goes to a file first: a parser starting beside the run would take
   # CPU from it.
   env "${envs[@]}" timeout -k 5 300 "$BIN/hcomm_run" -n "$np" "${RUN_OPTS[@]}" -- \
     "$BIN/hcomm_bench" "$@" -b "$LO" -e "$HI" -f 2 -n 20000 --runs "$RUNS" --json \
     >"$OUT/one" 2>/dev/null
+  after_run "$sc" hcomm
   grep -o '{.*}' "$OUT/one" | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -135,9 +161,9 @@ for round in $(seq "$ROUNDS"); do
   fi
 done
 
-python3 - "$OUT/results" "$SIZES" "$ROUNDS" <<'EOF'
+python3 - "$OUT/results" "$SIZES" "$ROUNDS" "$OUT/conditions" <<'EOF'
 import collections, statistics, sys
-path, sizes, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+path, sizes, rounds, cond_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 def parse(s):
     s = s.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
@@ -153,11 +179,18 @@ for sc, _, _ in data:
         scenarios.append(sc)
 print(f"# medians over {rounds} interleaved rounds; time in us (p2p: one way), "
       "bw = busbw in GB/s (p2p: bytes / one-way time); best = the fastest peer at that size; "
-      "min = the best round of each (this VM's two CPUs are placed anew now and then, "
-      "which moves small-message latency by 2x for every library)")
+      "min = the best round of each (this VM's two CPUs are placed anew every few seconds, "
+      "which moves small-message latency by 2x for every library); "
+      "conditions: per run in round order, CPU 0-1 hand-over ns (core_probe) / steal %")
+conditions = collections.defaultdict(list)
+for line in open(cond_path):
+    sc, who, ns, steal = line.split()
+    conditions[(sc, who)].append(f"{float(ns):.0f}/{float(steal):.1f}")
 for sc in scenarios:
     peers = sorted({who for (s, who, _) in data if s == sc and who != "hcomm"})
     print(f"\n== {sc} (peers: {', '.join(peers)})")
+    for who in peers + ["hcomm"]:
+        print(f"   conditions {who:>6}: {' '.join(conditions.get((sc, who), []))}")
     print(f"{'size':>10} {'best':>6} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
           f"{'hcomm bw':>9} {'speed-up':>9}   {'min: peer':>10} {'hcomm':>9}")
     for b in want:
