@@ -11,8 +11,10 @@
 //   core_probe            # CPUs 0 and 1
 //   core_probe 2 5        # CPUs 2 and 5
 //
-// Prints one line: "core_probe cpus 0 1 one_way_ns 71.4". Exit status 2 on
-// bad arguments, 1 when a thread cannot be pinned.
+// Prints one line: "core_probe cpus 0 1 one_way_ns 71.4". Gives up after
+// about two seconds (CPUs busy with other work hand the line over only when
+// both threads happen to run) with the batches done by then, or none:
+// exit status 1, as when a thread cannot be pinned; 2 on bad arguments.
 #include <pthread.h>
 #include <sched.h>
 
@@ -28,6 +30,7 @@ namespace {
 
 constexpr int kBatches = 9;
 constexpr long kRoundTrips = 20000;  // per batch
+constexpr auto kGiveUpAfter = std::chrono::seconds(2);
 
 struct alignas(64) Line {
   std::atomic<long> value{0};
@@ -62,39 +65,55 @@ int main(int argc, char** argv) {
   }
   Line ping, pong;
   std::atomic<bool> pinned{true};
-  const long total = kBatches * kRoundTrips;
+  std::atomic<bool> running{true};  // false: both threads stop
   std::thread echo([&] {
-    if (!Pin(b)) pinned.store(false);
-    for (long i = 1; i <= total; ++i) {
+    if (!Pin(b)) {
+      pinned.store(false);
+      running.store(false);
+    }
+    for (long i = 1;; ++i) {
       while (ping.value.load(std::memory_order_acquire) != i) {
-        if (!pinned.load(std::memory_order_relaxed)) return;
+        if (!running.load(std::memory_order_relaxed)) return;
       }
       pong.value.store(i, std::memory_order_release);
     }
   });
-  if (!Pin(a)) pinned.store(false);
+  if (!Pin(a)) {
+    pinned.store(false);
+    running.store(false);
+  }
+  const auto give_up = std::chrono::steady_clock::now() + kGiveUpAfter;
   std::vector<double> one_way_ns;
   long i = 0;
-  for (int batch = 0; batch < kBatches && pinned.load(); ++batch) {
+  for (int batch = 0; batch < kBatches && running.load(); ++batch) {
     const auto start = std::chrono::steady_clock::now();
-    for (long k = 0; k < kRoundTrips; ++k) {
+    for (long k = 0; k < kRoundTrips && running.load(std::memory_order_relaxed); ++k) {
       ++i;
       ping.value.store(i, std::memory_order_release);
       while (pong.value.load(std::memory_order_acquire) != i) {
-        if (!pinned.load(std::memory_order_relaxed)) break;
+        if (!running.load(std::memory_order_relaxed)) break;
       }
+      if (k % 1024 == 1023 && std::chrono::steady_clock::now() > give_up) running.store(false);
     }
+    if (!running.load()) break;  // an unfinished batch does not count
     const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
     one_way_ns.push_back(took.count() / kRoundTrips / 2);
   }
+  running.store(false);
+  echo.join();
   if (!pinned.load()) {
-    ping.value.store(total, std::memory_order_release);  // let the echo thread out
-    echo.join();
     std::fprintf(stderr, "core_probe: cannot pin threads to CPUs %d and %d\n", a, b);
     return 1;
   }
-  echo.join();
-  std::nth_element(one_way_ns.begin(), one_way_ns.begin() + kBatches / 2, one_way_ns.end());
-  std::printf("core_probe cpus %d %d one_way_ns %.1f\n", a, b, one_way_ns[kBatches / 2]);
+  if (one_way_ns.empty()) {
+    std::fprintf(stderr,
+                 "core_probe: no batch of %ld round trips finished within %lld s (CPUs %d and "
+                 "%d busy?)\n",
+                 kRoundTrips, static_cast<long long>(kGiveUpAfter.count()), a, b);
+    return 1;
+  }
+  const size_t mid = one_way_ns.size() / 2;
+  std::nth_element(one_way_ns.begin(), one_way_ns.begin() + mid, one_way_ns.end());
+  std::printf("core_probe cpus %d %d one_way_ns %.1f\n", a, b, one_way_ns[mid]);
   return 0;
 }
