@@ -373,8 +373,9 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
         waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4],
                                      " bytes, arriving)"));
       } else if (f[0] == "M") {
-        waits.push_back(absl::StrCat("the shared-memory allreduce for ", g(peer), " (", f[4],
-                                     " bytes)"));
+        waits.push_back(absl::StrCat("the shared-memory ",
+                                     CollectiveOpName(static_cast<CollectiveOp>((fp >> 56) & 0xf)),
+                                     " for ", g(peer), " (", f[4], " bytes)"));
       } else if (f[0] == "S") {
         bool w_ = f.size() > 5 && f[5] == "w";
         waits.push_back(absl::StrCat("send to ", g(peer), tagtxt, " (", f[4], " bytes",
@@ -456,7 +457,7 @@ uint64_t Communicator::TakeTicket() {
 
 absl::Status Communicator::RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
                                          int root, size_t count, Body body,
-                                         const ShmAllReduceArgs* shm) {
+                                         const ShmArgs* shm) {
   uint64_t ticket;
   {
     absl::MutexLock l(&seq_mu_);
@@ -524,7 +525,7 @@ const Choice& Communicator::ChooseCached(CollectiveOp op, size_t bytes, Algorith
 
 absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
                                      ReduceOp rop, int root, size_t count, Body body,
-                                     const ShmAllReduceArgs* shm) {
+                                     const ShmArgs* shm) {
   {
     absl::MutexLock l(&seq_mu_);
     WaitTurnLocked(ticket);
@@ -534,7 +535,7 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
 
 absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
                                       ReduceOp rop, int root, size_t count, Body body,
-                                      const ShmAllReduceArgs* shm) {
+                                      const ShmArgs* shm) {
   absl::Status usable = fabric_->Usable();
   if (!usable.ok()) {
     absl::MutexLock l(&seq_mu_);
@@ -542,7 +543,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
     return Annotate(usable, CollectiveOpName(op));
   }
   const Choice& choice = ChooseCached(op, bytes, forced_algo_.load());
-  // An allreduce of a communicator within one host runs in its shared
+  // A collective of a communicator within one host runs in its shared
   // segment, unless an algorithm is forced.
   const bool use_shm = shm != nullptr && shm_coll_ != nullptr && !choice.forced;
   // Described only if something goes wrong: a collective's hot path
@@ -568,7 +569,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
     CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, timeout(), info);
     if (use_shm) {
-      s = shm_coll_->AllReduce(shm->send, shm->recv, count, t, rop, tag, fp, peers);
+      s = RunInSegment(op, *shm, count, t, rop, root, tag, fp, peers);
       if (!s.ok()) shm_coll_.reset();  // its counters are out of step now
     } else {
       s = body(peers, choice.algo);
@@ -578,6 +579,34 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
   absl::MutexLock l(&seq_mu_);
   ++now_serving_;
   return s;
+}
+
+absl::Status Communicator::RunInSegment(CollectiveOp op, const ShmArgs& a, size_t count,
+                                        DataType t, ReduceOp rop, int root, uint64_t seq,
+                                        uint64_t fingerprint, ShmWaiter& waiter) {
+  ShmCollective& sc = *shm_coll_;
+  const size_t es = DataTypeSize(t);
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return sc.AllReduce(a.send, a.recv, count, t, rop, seq, fingerprint, waiter);
+    case CollectiveOp::kReduce:
+      return sc.Reduce(a.send, a.recv, count, t, rop, root, seq, fingerprint, waiter);
+    case CollectiveOp::kBroadcast:
+      return sc.Broadcast(a.recv, count * es, root, seq, fingerprint, waiter);
+    case CollectiveOp::kAllGather:
+      return sc.AllGather(a.send, a.recv, count * es, seq, fingerprint, waiter);
+    case CollectiveOp::kReduceScatter:
+      return sc.ReduceScatter(a.send, a.recv, count, t, rop, seq, fingerprint, waiter);
+    case CollectiveOp::kAllToAll:
+      return sc.AllToAll(a.send, a.recv, count * es, seq, fingerprint, waiter);
+    case CollectiveOp::kGather:
+      return sc.Gather(a.send, a.recv, count * es, root, seq, fingerprint, waiter);
+    case CollectiveOp::kScatter:
+      return sc.Scatter(a.send, a.recv, count * es, root, seq, fingerprint, waiter);
+    case CollectiveOp::kBarrier:
+      return sc.Barrier(seq, fingerprint, waiter);
+  }
+  return Internal(absl::StrCat("no shared-memory form of ", CollectiveOpName(op)));
 }
 
 namespace {
@@ -648,7 +677,7 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
                          AllReduceBody(send, recv, count, t, op));
   }
   // Not through a std::function: a small allreduce allocates nothing.
-  const ShmAllReduceArgs shm{send, recv};
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -668,6 +697,7 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot("broadcast", root));
   size_t bytes = count * DataTypeSize(t);
+  const ShmArgs shm{buf, buf};
   return RunCollective(CollectiveOp::kBroadcast, bytes, t, ReduceOp::kSum, root, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -675,7 +705,8 @@ absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int ro
                            case Algorithm::kDirect: return BroadcastDirect(p, buf, bytes, root);
                            default: return BroadcastRing(p, buf, bytes, root);
                          }
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, DataType t,
@@ -697,6 +728,7 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
                   }
                 }));
   }
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kReduce, bytes, t, op, root, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -707,12 +739,14 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
                            default:
                              return ReduceRing(p, send, recv, count, t, op, root);
                          }
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::AllGather(const void* send, void* recv, size_t sendcount,
                                      DataType t) {
   size_t per = sendcount * DataTypeSize(t);
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kAllGather, per * size_, t, ReduceOp::kSum, -1, sendcount,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -721,7 +755,8 @@ absl::Status Communicator::AllGather(const void* send, void* recv, size_t sendco
                            case Algorithm::kDirect: return AllGatherDirect(p, send, recv, per);
                            default: return AllGatherRing(p, send, recv, per);
                          }
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t recvcount,
@@ -738,48 +773,57 @@ absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t re
                   return ReduceScatterRing(p, in, out, recvcount, DataType::kFloat32, op);
                 }));
   }
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
                        [&](Peers& p, Algorithm a) {
                          if (a == Algorithm::kDirect) {
                            return ReduceScatterDirect(p, send, recv, recvcount, t, op);
                          }
                          return ReduceScatterRing(p, send, recv, recvcount, t, op);
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataType t) {
   size_t per = count * DataTypeSize(t);
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kAllToAll, per * size_, t, ReduceOp::kSum, -1, count,
-                       [&](Peers& p, Algorithm) { return AllToAllDirect(p, send, recv, per); });
+                       [&](Peers& p, Algorithm) { return AllToAllDirect(p, send, recv, per); },
+                       &shm);
 }
 
 absl::Status Communicator::Gather(const void* send, void* recv, size_t sendcount, DataType t,
                                   int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot("gather", root));
   size_t per = sendcount * DataTypeSize(t);
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kGather, per * size_, t, ReduceOp::kSum, root, sendcount,
                        [&](Peers& p, Algorithm a) {
                          if (a == Algorithm::kTree) return GatherBinomial(p, send, recv, per, root);
                          return GatherDirect(p, send, recv, per, root);
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::Scatter(const void* send, void* recv, size_t recvcount, DataType t,
                                    int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot("scatter", root));
   size_t per = recvcount * DataTypeSize(t);
+  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kScatter, per * size_, t, ReduceOp::kSum, root, recvcount,
                        [&](Peers& p, Algorithm a) {
                          if (a == Algorithm::kTree) {
                            return ScatterBinomial(p, send, recv, per, root);
                          }
                          return ScatterDirect(p, send, recv, per, root);
-                       });
+                       },
+                       &shm);
 }
 
 absl::Status Communicator::Barrier() {
+  const ShmArgs shm{nullptr, nullptr};
   return RunCollective(CollectiveOp::kBarrier, 0, DataType::kUint8, ReduceOp::kSum, -1, 0,
-                       [&](Peers& p, Algorithm) { return BarrierDissemination(p); });
+                       [&](Peers& p, Algorithm) { return BarrierDissemination(p); }, &shm);
 }
 
 absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* send, void* recv,
@@ -816,7 +860,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
     });
   }
   work_.push_back([this, r, ticket, body, count, t, op, send, recv] {
-    const ShmAllReduceArgs shm{send, recv};
+    const ShmArgs shm{send, recv};
     absl::Status s = RunTicket(ticket, CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op,
                                -1, count, body, IsHalf(t) ? nullptr : &shm);
     r->out_bytes = r->bytes;

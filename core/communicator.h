@@ -125,16 +125,22 @@ class Communicator {
   // earlier collectives of this communicator have finished.
   uint64_t TakeTicket();
   using Body = absl::FunctionRef<absl::Status(Peers&, Algorithm)>;
-  // An allreduce that the shared-memory segment may run instead of `body`.
-  struct ShmAllReduceArgs {
+  // The buffers of a collective that the shared-memory segment may run
+  // instead of `body` (core/shm_collective.h): the call's own, NULL where
+  // API.md lets a rank pass NULL.
+  struct ShmArgs {
     const void* send;
     void* recv;
   };
   absl::Status RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root,
-                             size_t count, Body body, const ShmAllReduceArgs* shm = nullptr);
+                             size_t count, Body body, const ShmArgs* shm = nullptr);
   absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
                          int root, size_t count, Body body,
-                         const ShmAllReduceArgs* shm = nullptr);
+                         const ShmArgs* shm = nullptr);
+  // Runs the collective in the shared-memory segment.
+  absl::Status RunInSegment(CollectiveOp op, const ShmArgs& a, size_t count, DataType t,
+                            ReduceOp rop, int root, uint64_t seq, uint64_t fingerprint,
+                            ShmWaiter& waiter);
   // Collective over the members: maps the communicator's shared-memory
   // segment when every member shares this host (and HCOMM_SHM_COLL is not
   // 0), agreeing with the others on whether all could.
@@ -146,7 +152,7 @@ class Communicator {
   // Runs collective `ticket`, whose turn it is, and serves the next.
   absl::Status RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
                           ReduceOp rop, int root, size_t count, Body body,
-                          const ShmAllReduceArgs* shm);
+                          const ShmArgs* shm);
   // The algorithm for a call: the cost model's choice, remembered for the
   // last (op, bytes, forced) asked (only the serving collective calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);

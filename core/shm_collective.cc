@@ -27,7 +27,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x68636f6d6d534332ULL;  // "hcommSC2"
 constexpr size_t kLine = 64;
-constexpr size_t kInlineBytes = 24;
+constexpr size_t kInlineBytes = 20;
 // Outputs are written around the caches (StreamCopy) once all ranks'
 // inputs and outputs together pass this (a server's last-level cache):
 // more than the caches would keep anyway.
@@ -74,8 +74,9 @@ struct ShmCollective::Header {
 };
 
 // One per rank, written only by that rank: which collective the rank is in
-// (a seqlock: `version` is odd while it changes), how far it has arrived,
-// how far it has reduced.
+// (a seqlock: `version` is odd while it changes), how far it has arrived
+// (and in which collective each of the two latest rounds was), how far it
+// has reduced.
 //
 // Each counter has a line of its own: the others poll it, and a write to a
 // line they hold costs a transfer between cores, so nothing else the owner
@@ -88,9 +89,16 @@ struct ShmCollective::RankLine {
   // Vectors of up to kInlineBytes travel in the counter's own line (one
   // transfer between cores instead of two), double-buffered like the slots.
   unsigned char inline_data[2][kInlineBytes];
+  // The fingerprint of the collective that wrote round buffer b, so that
+  // ranks in different collectives with the same shape of rounds find out
+  // (the line travels anyway).
+  std::atomic<uint64_t> round_fp[2];
   alignas(kLine) std::atomic<uint64_t> reduced;
 };
 static_assert(sizeof(ShmCollective::RankLine) == 3 * kLine, "three cache lines per rank");
+static_assert(offsetof(ShmCollective::RankLine, round_fp) + 2 * sizeof(uint64_t) <=
+                  offsetof(ShmCollective::RankLine, reduced),
+              "a round's fingerprints share the counter's line");
 
 size_t ShmCollective::SegmentSize(int nranks) {
   const size_t n = static_cast<size_t>(nranks);
@@ -195,6 +203,11 @@ void ShmCollective::Enter(uint64_t seq, uint64_t fingerprint) {
   me.version.store(v + 2, std::memory_order_release);
 }
 
+void ShmCollective::Arrive(uint64_t gen, uint64_t fingerprint) {
+  lines_[rank_].round_fp[gen & 1].store(fingerprint, std::memory_order_relaxed);
+  Publish(0, gen);
+}
+
 void ShmCollective::Publish(int which, uint64_t gen) {
   RankLine& me = lines_[rank_];
   (which == 0 ? me.arrived : me.reduced).store(gen, std::memory_order_release);
@@ -210,6 +223,19 @@ void ShmCollective::Publish(int which, uint64_t gen) {
 
 absl::Status ShmCollective::WaitAll(int which, uint64_t gen, uint64_t seq, uint64_t fingerprint,
                                     ShmWaiter& waiter) {
+  HCOMM_RETURN_IF_ERROR(WaitCounters(which, gen, seq, fingerprint, waiter));
+  if (which != 0) return absl::OkStatus();
+  // Everyone has written round gen, and none can write its buffer again
+  // before we arrive at the next round: their fingerprints stay put.
+  for (int j = 0; j < n_; ++j) {
+    const uint64_t theirs = lines_[j].round_fp[gen & 1].load(std::memory_order_relaxed);
+    if (theirs != fingerprint) return waiter.Clash(j, theirs);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
+                                         uint64_t fingerprint, ShmWaiter& waiter) {
   auto counter = [&](int j) -> const std::atomic<uint64_t>& {
     return which == 0 ? lines_[j].arrived : lines_[j].reduced;
   };
@@ -274,12 +300,50 @@ absl::Status ShmCollective::WaitAll(int which, uint64_t gen, uint64_t seq, uint6
   }
 }
 
+char* ShmCollective::Area(int rank, int buf, size_t bytes) const {
+  return bytes <= kInlineBytes ? reinterpret_cast<char*>(lines_[rank].inline_data[buf])
+                               : Slot(rank, buf);
+}
+
+void ShmCollective::CopyOut(void* dst, const void* src, size_t n, size_t moved) const {
+  if (static_cast<size_t>(n_) * moved >= kStreamTotalBytes) {
+    StreamCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
+  } else {
+    memcpy(dst, src, n);
+  }
+}
+
+absl::Status ShmCollective::Round(size_t bytes, absl::FunctionRef<void(char*)> write,
+                                  absl::FunctionRef<void(int)> read, uint64_t seq,
+                                  uint64_t fingerprint, ShmWaiter& waiter) {
+  const uint64_t gen = ++gen_;
+  const int b = static_cast<int>(gen & 1);
+  write(Area(rank_, b, bytes));
+  Arrive(gen, fingerprint);
+  HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
+  read(b);
+  return absl::OkStatus();
+}
+
 absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, DataType t,
                                       ReduceOp op, uint64_t seq, uint64_t fingerprint,
                                       ShmWaiter& waiter) {
+  return ReduceTo(in, out, count, t, op, -1, seq, fingerprint, waiter);
+}
+
+absl::Status ShmCollective::Reduce(const void* in, void* out, size_t count, DataType t,
+                                   ReduceOp op, int root, uint64_t seq, uint64_t fingerprint,
+                                   ShmWaiter& waiter) {
+  return ReduceTo(in, out, count, t, op, root, seq, fingerprint, waiter);
+}
+
+absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, DataType t,
+                                     ReduceOp op, int root, uint64_t seq, uint64_t fingerprint,
+                                     ShmWaiter& waiter) {
   const size_t esize = DataTypeSize(t);
   const size_t bytes = count * esize;
   if (count == 0) return absl::OkStatus();
+  const bool gets = root < 0 || root == rank_;  // this rank gets the result
   if (n_ == 1) {
     if (out != in) memmove(out, in, bytes);
     return absl::OkStatus();
@@ -288,19 +352,16 @@ absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, D
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   if (bytes <= kSmallBytes) {
-    // Every rank reduces every slot, in rank order: one round.
-    const uint64_t gen = ++gen_;
-    const int b = static_cast<int>(gen & 1);
-    const bool inline_data = bytes <= kInlineBytes;
-    auto from = [&](int j) -> const void* {
-      return inline_data ? static_cast<const void*>(lines_[j].inline_data[b]) : Slot(j, b);
-    };
-    memcpy(inline_data ? static_cast<void*>(lines_[rank_].inline_data[b]) : Slot(rank_, b), src,
-           bytes);
-    Publish(0, gen);
-    HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
-    Reduce2(dst, from(0), from(1), count, t, rop);
-    for (int j = 2; j < n_; ++j) ReduceInto(dst, from(j), count, t, rop);
+    // Every rank that gets the result reduces every slot, in rank order:
+    // one round.
+    HCOMM_RETURN_IF_ERROR(Round(
+        bytes, [&](char* area) { memcpy(area, src, bytes); },
+        [&](int b) {
+          if (!gets) return;
+          Reduce2(dst, Area(0, b, bytes), Area(1, b, bytes), count, t, rop);
+          for (int j = 2; j < n_; ++j) ReduceInto(dst, Area(j, b, bytes), count, t, rop);
+        },
+        seq, fingerprint, waiter));
   } else {
     const size_t per_round = kSegmentBytes / esize;
     // Slices of a round, in whole cache lines.
@@ -317,7 +378,7 @@ absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, D
       const char* mine = src + off * esize;
       memcpy(Slot(rank_, b), mine, s0 * esize);
       memcpy(Slot(rank_, b) + s1 * esize, mine + s1 * esize, (len - s1) * esize);
-      Publish(0, gen);
+      Arrive(gen, fingerprint);
       HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
       if (s1 > s0) {
         const size_t o = s0 * esize;
@@ -326,16 +387,189 @@ absl::Status ShmCollective::AllReduce(const void* in, void* out, size_t count, D
         for (int j = 2; j < n_; ++j) ReduceInto(Result(b) + o, part(j), s1 - s0, t, rop);
       }
       Publish(1, gen);
+      // A rank without the result goes on: it arrives at the next round
+      // (after which the root may find this round's buffers rewritten two
+      // rounds on) only once it is done with this one, as every rank does.
+      if (!gets) continue;
       HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));
-      if (static_cast<size_t>(n_) * bytes * 2 >= kStreamTotalBytes) {
-        StreamCopy(dst + off * esize, Result(b), len * esize);
-      } else {
-        memcpy(dst + off * esize, Result(b), len * esize);
-      }
+      CopyOut(dst + off * esize, Result(b), len * esize, 2 * bytes);
     }
+  }
+  if (gets && op == ReduceOp::kAvg) DivideBy(dst, count, t, n_);
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::Broadcast(void* buf, size_t bytes, int root, uint64_t seq,
+                                      uint64_t fingerprint, ShmWaiter& waiter) {
+  char* p = static_cast<char*>(buf);
+  for (size_t off = 0; off < bytes; off += kSegmentBytes) {
+    const size_t len = std::min(kSegmentBytes, bytes - off);
+    HCOMM_RETURN_IF_ERROR(Round(
+        len,
+        [&](char* area) {
+          if (rank_ == root) memcpy(area, p + off, len);
+        },
+        [&](int b) {
+          if (rank_ != root) CopyOut(p + off, Area(root, b, len), len, 2 * bytes);
+        },
+        seq, fingerprint, waiter));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::AllGather(const void* in, void* out, size_t bytes, uint64_t seq,
+                                      uint64_t fingerprint, ShmWaiter& waiter) {
+  char* dst = static_cast<char*>(out);
+  const char* mine = in == out ? dst + rank_ * bytes : static_cast<const char*>(in);
+  const size_t moved = (static_cast<size_t>(n_) + 1) * bytes;
+  for (size_t off = 0; off < bytes; off += kSegmentBytes) {
+    const size_t len = std::min(kSegmentBytes, bytes - off);
+    HCOMM_RETURN_IF_ERROR(Round(
+        len, [&](char* area) { memcpy(area, mine + off, len); },
+        [&](int b) {
+          for (int j = 0; j < n_; ++j) {
+            char* to = dst + j * bytes + off;
+            if (j != rank_) {
+              CopyOut(to, Area(j, b, len), len, moved);
+            } else if (to != mine + off) {
+              memmove(to, mine + off, len);
+            }
+          }
+        },
+        seq, fingerprint, waiter));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t count, DataType t,
+                                          ReduceOp op, uint64_t seq, uint64_t fingerprint,
+                                          ShmWaiter& waiter) {
+  const size_t esize = DataTypeSize(t);
+  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  if (count == 0) return absl::OkStatus();
+  if (n_ == 1) {
+    if (out != in) memmove(out, in, count * esize);
+    return absl::OkStatus();
+  }
+  // Per round, a piece of every block: block j's piece goes to region j of
+  // the slot, in whole cache lines. In place, the output (block 0's place)
+  // is written only where block 0's piece has gone to the slot already.
+  const size_t grain = std::max<size_t>(1, kLine / esize);
+  const size_t piece = std::max(grain, kSegmentBytes / esize / n_ / grain * grain);
+  for (size_t off = 0; off < count; off += piece) {
+    const size_t len = std::min(piece, count - off);
+    const size_t region = len * esize;
+    HCOMM_RETURN_IF_ERROR(Round(
+        n_ * region,
+        [&](char* area) {
+          for (int j = 0; j < n_; ++j) {
+            if (j != rank_) memcpy(area + j * region, src + (j * count + off) * esize, region);
+          }
+        },
+        [&](int b) {
+          auto part = [&](int j) -> const char* {
+            return j == rank_ ? src + (rank_ * count + off) * esize
+                              : Area(j, b, n_ * region) + rank_ * region;
+          };
+          Reduce2(dst + off * esize, part(0), part(1), len, t, rop);
+          for (int j = 2; j < n_; ++j) ReduceInto(dst + off * esize, part(j), len, t, rop);
+        },
+        seq, fingerprint, waiter));
   }
   if (op == ReduceOp::kAvg) DivideBy(dst, count, t, n_);
   return absl::OkStatus();
+}
+
+absl::Status ShmCollective::AllToAll(const void* in, void* out, size_t bytes, uint64_t seq,
+                                     uint64_t fingerprint, ShmWaiter& waiter) {
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  const size_t piece = std::max(kLine, kSegmentBytes / n_ / kLine * kLine);
+  const size_t moved = 2 * static_cast<size_t>(n_) * bytes;
+  for (size_t off = 0; off < bytes; off += piece) {
+    const size_t len = std::min(piece, bytes - off);
+    HCOMM_RETURN_IF_ERROR(Round(
+        n_ * len,
+        [&](char* area) {
+          for (int j = 0; j < n_; ++j) {
+            if (j != rank_) memcpy(area + j * len, src + j * bytes + off, len);
+          }
+        },
+        [&](int b) {
+          // In place, this round's pieces are all in the slot before any is
+          // overwritten, and later rounds' are not touched.
+          if (in != out) memmove(dst + rank_ * bytes + off, src + rank_ * bytes + off, len);
+          for (int j = 0; j < n_; ++j) {
+            if (j == rank_) continue;
+            CopyOut(dst + j * bytes + off, Area(j, b, n_ * len) + rank_ * len, len, moved);
+          }
+        },
+        seq, fingerprint, waiter));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::Gather(const void* in, void* out, size_t bytes, int root,
+                                   uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
+  char* dst = static_cast<char*>(out);
+  const char* mine =
+      rank_ == root && in == out ? dst + rank_ * bytes : static_cast<const char*>(in);
+  const size_t moved = (static_cast<size_t>(n_) + 1) * bytes;
+  for (size_t off = 0; off < bytes; off += kSegmentBytes) {
+    const size_t len = std::min(kSegmentBytes, bytes - off);
+    HCOMM_RETURN_IF_ERROR(Round(
+        len,
+        [&](char* area) {
+          if (rank_ != root) memcpy(area, mine + off, len);
+        },
+        [&](int b) {
+          if (rank_ != root) return;
+          for (int j = 0; j < n_; ++j) {
+            char* to = dst + j * bytes + off;
+            if (j != rank_) {
+              CopyOut(to, Area(j, b, len), len, moved);
+            } else if (to != mine + off) {
+              memmove(to, mine + off, len);
+            }
+          }
+        },
+        seq, fingerprint, waiter));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int root,
+                                    uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  const size_t piece = std::max(kLine, kSegmentBytes / n_ / kLine * kLine);
+  for (size_t off = 0; off < bytes; off += piece) {
+    const size_t len = std::min(piece, bytes - off);
+    HCOMM_RETURN_IF_ERROR(Round(
+        n_ * len,
+        [&](char* area) {
+          if (rank_ != root) return;
+          for (int j = 0; j < n_; ++j) {
+            if (j != rank_) memcpy(area + j * len, src + j * bytes + off, len);
+          }
+        },
+        [&](int b) {
+          if (rank_ != root) {
+            CopyOut(dst + off, Area(root, b, n_ * len) + rank_ * len, len, 2 * bytes);
+          } else if (in != out && dst + off != src + rank_ * bytes + off) {
+            memmove(dst + off, src + rank_ * bytes + off, len);
+          }
+        },
+        seq, fingerprint, waiter));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollective::Barrier(uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
+  return Round(
+      0, [](char*) {}, [](int) {}, seq, fingerprint, waiter);
 }
 
 }  // namespace hcomm

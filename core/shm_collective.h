@@ -2,23 +2,35 @@
 // communicators whose ranks all share a host.
 //
 // Instead of messages, every rank copies its input into its own slot of the
-// segment and raises a counter; once all have arrived, the data is reduced
-// straight from the slots. Small vectors: every rank reduces all slots (in
-// rank order, so all get the same bits) into its output; one round of
-// counters. Large ones go in segments of kSegmentBytes: rank r reduces
-// slice r of every rank's segment into a shared result, raises a second
-// counter, and every rank copies the whole result out (a rank copies into its
-// slot only what the others reduce, and reads its own slice in place).
-// Slots and results are double-buffered by the parity of a per-segment
-// generation, and a rank arrives at generation g only after it has finished
-// with generation g-1, so the counters alone make the reuse safe. The
-// segment stays in cache; each rank reads its input and writes its output
-// once.
+// segment and raises a counter; once all have arrived, each takes what it
+// needs straight from the others' slots. Data moves in rounds of at most
+// kSegmentBytes per slot; slots are double-buffered by the parity of a
+// per-round generation, and a rank arrives at generation g only after it
+// has finished with generation g-1, so the counters alone make the reuse
+// safe.
+//
+// Reductions: small vectors are reduced by every rank from every slot (in
+// rank order, so all get the same bits), one round of counters. Large ones:
+// rank r reduces slice r of every rank's segment into a shared result,
+// raises a second counter, and every rank (reduce: the root) copies the
+// whole result out; a rank copies into its slot only what the others
+// reduce, and reads its own slice in place. The segment stays in cache;
+// each rank reads its input and writes its output once.
+//
+// The rest (broadcast, allgather, reduce-scatter, alltoall, gather,
+// scatter, barrier) take one round of counters per round of data: every
+// rank writes what the others need from it, and reads what it needs.
+// Payloads of up to 24 bytes travel in the counter's own cache line.
 //
 //   HCOMM_ASSIGN_OR_RETURN(auto sc, ShmCollective::Create(name, rank, n));  // rank 0
 //   ... every rank ... ShmCollective::Open(name, rank, n); then rank 0 Unlink().
 //   sc->Enter(seq, fp);                                       // every collective
 //   HCOMM_RETURN_IF_ERROR(sc->AllReduce(in, out, count, t, op, seq, fp, waiter));
+//
+// Buffers, counts and in-place rules are those of API.md's collectives
+// (counts in elements of t, per rank as in NCCL; a root-only buffer is not
+// touched elsewhere and may be NULL). Every rank must make the same call
+// (Enter's fingerprint tells a clash from a delay).
 //
 // THREAD SAFETY: one collective at a time per communicator (the caller's
 // ticket order guarantees it).
@@ -31,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "algorithms/reduce.h"
@@ -81,6 +94,34 @@ class ShmCollective {
   // out = op over all ranks' `in` (count elements of t; in == out allowed).
   absl::Status AllReduce(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                          uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // The same into the root's `out` only.
+  absl::Status Reduce(const void* in, void* out, size_t count, DataType t, ReduceOp op, int root,
+                      uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // The root's `bytes` bytes of `buf` into every rank's `buf`.
+  absl::Status Broadcast(void* buf, size_t bytes, int root, uint64_t seq, uint64_t fingerprint,
+                         ShmWaiter& waiter);
+  // Rank j's `bytes` bytes of `in` to out + j * bytes on every rank (in ==
+  // out: this rank's block is already at out + rank * bytes).
+  absl::Status AllGather(const void* in, void* out, size_t bytes, uint64_t seq,
+                         uint64_t fingerprint, ShmWaiter& waiter);
+  // out (count elements) = op over all ranks of block `rank` of `in` (n
+  // blocks of count elements); in == out allowed.
+  absl::Status ReduceScatter(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                             uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // Block j of `in` (`bytes` bytes each) to block `rank` of rank j's `out`;
+  // in == out allowed.
+  absl::Status AllToAll(const void* in, void* out, size_t bytes, uint64_t seq,
+                        uint64_t fingerprint, ShmWaiter& waiter);
+  // Every rank's `bytes` bytes of `in` to the root's out + rank * bytes
+  // (in == out at the root: its block is already there).
+  absl::Status Gather(const void* in, void* out, size_t bytes, int root, uint64_t seq,
+                      uint64_t fingerprint, ShmWaiter& waiter);
+  // Block j of the root's `in` to rank j's `out` (in == out at the root:
+  // its block stays where it is).
+  absl::Status Scatter(const void* in, void* out, size_t bytes, int root, uint64_t seq,
+                       uint64_t fingerprint, ShmWaiter& waiter);
+  // Returns once every rank has called it.
+  absl::Status Barrier(uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
 
  private:
   ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes);
@@ -89,9 +130,30 @@ class ShmCollective {
   char* Result(int buf) const;
   // Waits until every rank's counter (`which`: 0 arrive, 1 reduce) is at
   // least `gen`; while arriving, also checks each rank's collective.
+  // Arriving, also checks that every rank wrote this round in the
+  // collective `fingerprint`.
   absl::Status WaitAll(int which, uint64_t gen, uint64_t seq, uint64_t fingerprint,
                        ShmWaiter& waiter);
+  absl::Status WaitCounters(int which, uint64_t gen, uint64_t seq, uint64_t fingerprint,
+                            ShmWaiter& waiter);
+  // Publishes this rank's arrival at round `gen` of collective `fingerprint`.
+  void Arrive(uint64_t gen, uint64_t fingerprint);
   void Publish(int which, uint64_t gen);
+  // The reductions; root < 0: every rank gets the result.
+  absl::Status ReduceTo(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                        int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // Where rank `rank` puts round data of `bytes` bytes in buffer `buf`: its
+  // counter's line when it fits, else its slot.
+  char* Area(int rank, int buf, size_t bytes) const;
+  // One round of the exchange pattern: `write(area)` fills this rank's
+  // area (of `bytes` bytes, the most any rank writes in this round), every
+  // rank waits for all, then `read(buf)` takes from the areas of parity buf.
+  absl::Status Round(size_t bytes, absl::FunctionRef<void(char*)> write,
+                     absl::FunctionRef<void(int)> read, uint64_t seq, uint64_t fingerprint,
+                     ShmWaiter& waiter);
+  // memcpy, or around the caches when the call moves more than they hold;
+  // `moved` is the bytes one rank reads and writes in the whole call.
+  void CopyOut(void* dst, const void* src, size_t n, size_t moved) const;
 
   const std::string name_;
   const int rank_;

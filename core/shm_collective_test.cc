@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -118,6 +120,241 @@ TEST(ShmCollectiveTest, AllReduceEveryPathAndOp) {
     for (auto& t : threads) t.join();
     for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   }
+}
+
+// Runs `body(rank, segment, waiter)` on n thread ranks over one segment;
+// the first error of each rank (a non-empty string) fails the test.
+void OnRanks(int n, const std::function<std::string(int, ShmCollective&, ShmWaiter&)>& body) {
+  auto segs = MapAll(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TestWaiter w;
+      errors[r] = body(r, *segs[r], w);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "n=" << n << " rank " << r;
+}
+
+// Byte i of rank r's block j.
+unsigned char Pattern(int r, int j, size_t i) {
+  return static_cast<unsigned char>(i * 7 + static_cast<size_t>(r) * 31 + j * 101 + 1);
+}
+
+// First index where `got` differs from want(i), or "".
+std::string FirstWrong(const char* what, const unsigned char* got, size_t len,
+                       const std::function<unsigned char(size_t)>& want) {
+  for (size_t i = 0; i < len; ++i) {
+    if (got[i] != want(i)) {
+      return absl::StrCat(what, ": [", i, "] = ", got[i], ", want ", want(i));
+    }
+  }
+  return "";
+}
+
+// Block sizes: inline (<= 20 bytes), slot, and several rounds with a
+// remainder (for alltoall and scatter, rounds of 1 MiB / n per block).
+const size_t kBlockBytes[] = {1, 20, 21, 1000, 700001, (2u << 20) + 3};
+
+TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
+  for (int n : {2, 3, 5}) {
+    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      uint64_t seq = 0;
+      for (size_t bytes : kBlockBytes) {
+        for (int root : {0, n - 1}) {
+          const std::string at = absl::StrCat(" bytes=", bytes, " root=", root);
+          // Broadcast.
+          std::vector<unsigned char> buf(bytes, 0xee);
+          if (r == root) {
+            for (size_t i = 0; i < bytes; ++i) buf[i] = Pattern(root, 0, i);
+          }
+          sc.Enter(seq, 11);
+          absl::Status s = sc.Broadcast(buf.data(), bytes, root, seq++, 11, w);
+          if (!s.ok()) return s.ToString() + at;
+          std::string e = FirstWrong(("broadcast" + at).c_str(), buf.data(), bytes,
+                                     [&](size_t i) { return Pattern(root, 0, i); });
+          if (!e.empty()) return e;
+          // Gather, in place at the root on every other size; NULL output
+          // elsewhere.
+          for (bool in_place : {false, true}) {
+            std::vector<unsigned char> mine(bytes), all(r == root ? n * bytes : 0, 0xee);
+            for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i);
+            const void* in = mine.data();
+            if (r == root && in_place) {
+              memcpy(all.data() + r * bytes, mine.data(), bytes);
+              in = all.data();
+            }
+            sc.Enter(seq, 12);
+            s = sc.Gather(in, r == root ? all.data() : nullptr, bytes, root, seq++, 12, w);
+            if (!s.ok()) return s.ToString() + at;
+            if (r == root) {
+              for (int j = 0; j < n; ++j) {
+                e = FirstWrong(absl::StrCat("gather block ", j, " in_place ", in_place, at).c_str(),
+                               all.data() + j * bytes, bytes,
+                               [&](size_t i) { return Pattern(j, 0, i); });
+                if (!e.empty()) return e;
+              }
+            }
+          }
+          // Scatter, in place at the root on the second pass; NULL input
+          // elsewhere.
+          for (bool in_place : {false, true}) {
+            std::vector<unsigned char> blocks(r == root ? n * bytes : 0), got(bytes, 0xee);
+            for (size_t k = 0; k < blocks.size(); ++k) {
+              blocks[k] = Pattern(root, static_cast<int>(k / bytes), k % bytes);
+            }
+            void* out = r == root && in_place ? blocks.data() : got.data();
+            sc.Enter(seq, 13);
+            s = sc.Scatter(r == root ? blocks.data() : nullptr, out, bytes, root, seq++, 13, w);
+            if (!s.ok()) return s.ToString() + at;
+            const unsigned char* mine =
+                r == root && in_place ? blocks.data() + r * bytes : got.data();
+            e = FirstWrong(absl::StrCat("scatter in_place ", in_place, at).c_str(), mine, bytes,
+                           [&](size_t i) { return Pattern(root, r, i); });
+            if (!e.empty()) return e;
+          }
+        }
+      }
+      return "";
+    });
+  }
+}
+
+TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
+  for (int n : {2, 3, 5}) {
+    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      uint64_t seq = 0;
+      for (size_t bytes : kBlockBytes) {
+        for (bool in_place : {false, true}) {
+          const std::string at = absl::StrCat(" bytes=", bytes, " in_place=", in_place);
+          std::vector<unsigned char> mine(bytes), all(n * bytes, 0xee);
+          for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i);
+          const void* in = mine.data();
+          if (in_place) {
+            memcpy(all.data() + r * bytes, mine.data(), bytes);
+            in = all.data();
+          }
+          sc.Enter(seq, 21);
+          absl::Status s = sc.AllGather(in, all.data(), bytes, seq++, 21, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (int j = 0; j < n; ++j) {
+            std::string e = FirstWrong(absl::StrCat("allgather block ", j, at).c_str(),
+                                       all.data() + j * bytes, bytes,
+                                       [&](size_t i) { return Pattern(j, 0, i); });
+            if (!e.empty()) return e;
+          }
+          // Alltoall: block j of rank r's input goes to block r of rank j's
+          // output.
+          std::vector<unsigned char> send(n * bytes), recv(n * bytes, 0xee);
+          for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / bytes, k % bytes);
+          unsigned char* out = in_place ? send.data() : recv.data();
+          sc.Enter(seq, 22);
+          s = sc.AllToAll(send.data(), out, bytes, seq++, 22, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (int j = 0; j < n; ++j) {
+            std::string e = FirstWrong(absl::StrCat("alltoall block ", j, at).c_str(),
+                                       out + j * bytes, bytes,
+                                       [&](size_t i) { return Pattern(j, r, i); });
+            if (!e.empty()) return e;
+          }
+        }
+      }
+      return "";
+    });
+  }
+}
+
+TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
+  for (int n : {2, 3, 5}) {
+    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      uint64_t seq = 0;
+      // Inline, slot, and large path (several rounds) counts of float32.
+      for (size_t count : {size_t{1}, size_t{5}, size_t{7}, size_t{2048}, size_t{300001}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          auto want = [&](size_t i, int block) {
+            const float base = static_cast<float>((i % 97) + block);
+            float v = op == ReduceOp::kMax ? base + (n - 1) : base * n + n * (n - 1) / 2.0f;
+            return op == ReduceOp::kAvg ? v / n : v;
+          };
+          const std::string at = absl::StrCat(" count=", count, " op=", ReduceOpName(op));
+          // Reduce to the last rank, NULL output elsewhere.
+          const int root = n - 1;
+          std::vector<float> in(count), out(r == root ? count : 0, -1.0f);
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 97) + r);
+          sc.Enter(seq, 31);
+          absl::Status s = sc.Reduce(in.data(), r == root ? out.data() : nullptr, count,
+                                     DataType::kFloat32, op, root, seq++, 31, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; r == root && i < count; ++i) {
+            if (out[i] != want(i, 0)) {
+              return absl::StrCat("reduce", at, " [", i, "] = ", out[i], ", want ", want(i, 0));
+            }
+          }
+          // Reduce-scatter: block j of rank q's input holds (i % 97) + q + j.
+          for (bool in_place : {false, true}) {
+            std::vector<float> all(n * count), mine(count, -1.0f);
+            for (size_t k = 0; k < all.size(); ++k) {
+              all[k] = static_cast<float>((k % count) % 97 + r + k / count);
+            }
+            float* dst = in_place ? all.data() : mine.data();
+            sc.Enter(seq, 32);
+            s = sc.ReduceScatter(all.data(), dst, count, DataType::kFloat32, op, seq++, 32, w);
+            if (!s.ok()) return s.ToString() + at;
+            for (size_t i = 0; i < count; ++i) {
+              // Every rank adds its rank to block r: the sum over q of
+              // (i % 97) + q + r.
+              const float base = static_cast<float>(i % 97 + r);
+              float v = op == ReduceOp::kMax ? base + (n - 1) : base * n + n * (n - 1) / 2.0f;
+              if (op == ReduceOp::kAvg) v /= n;
+              if (dst[i] != v) {
+                return absl::StrCat("reduce_scatter", at, " in_place=", in_place, " [", i,
+                                    "] = ", dst[i], ", want ", v);
+              }
+            }
+          }
+        }
+      }
+      return "";
+    });
+  }
+}
+
+TEST(ShmCollectiveTest, BarrierWaitsForTheLastRank) {
+  std::atomic<bool> late_arrived{false};
+  OnRanks(3, [&](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      late_arrived = true;
+    }
+    sc.Enter(0, 41);
+    absl::Status s = sc.Barrier(0, 41, w);
+    if (!s.ok()) return s.ToString();
+    if (!late_arrived) return "left the barrier before rank 2 entered it";
+    return "";
+  });
+}
+
+// Two collectives with the same shape of rounds (one round of 20 bytes):
+// both ranks see the other's fingerprint instead of mixing their data.
+TEST(ShmCollectiveTest, DifferentCollectivesOfTheSameShapeClash) {
+  auto segs = MapAll(2);
+  float a[5] = {1, 2, 3, 4, 5}, b[5] = {6, 7, 8, 9, 10};
+  TestWaiter w0, w1;
+  segs[0]->Enter(0, 42);
+  segs[1]->Enter(0, 7);
+  absl::Status s1;
+  std::thread other([&] { s1 = segs[1]->Broadcast(b, sizeof(b), 1, 0, 7, w1); });
+  absl::Status s0 = segs[0]->AllReduce(a, a, 5, DataType::kFloat32, ReduceOp::kSum, 0, 42, w0);
+  other.join();
+  EXPECT_EQ(CodeOf(s0), ErrorCode::kMismatch) << s0;
+  EXPECT_EQ(CodeOf(s1), ErrorCode::kMismatch) << s1;
+  EXPECT_EQ(w0.clash_rank, 1);
+  EXPECT_EQ(w0.clash_fp, 7u);
+  EXPECT_EQ(w1.clash_rank, 0);
+  EXPECT_EQ(w1.clash_fp, 42u);
+  EXPECT_EQ(a[0], 1.0f);  // nothing was reduced
 }
 
 TEST(ShmCollectiveTest, AnotherCollectiveUnderTheSameSequenceIsAClash) {
