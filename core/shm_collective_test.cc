@@ -156,7 +156,7 @@ std::string FirstWrong(const char* what, const unsigned char* got, size_t len,
 
 // Block sizes: inline (<= 20 bytes), slot, and several rounds with a
 // remainder (for alltoall and scatter, rounds of 1 MiB / n per block).
-const size_t kBlockBytes[] = {1, 20, 21, 1000, 700001, (2u << 20) + 3};
+const size_t kBlockBytes[] = {1, 20, 21, 1000, 300001, (1u << 20) + 3};
 
 TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
   for (int n : {2, 3, 5}) {
