@@ -8,7 +8,10 @@
  *                                  the script then SIGKILLs rank 1. Rank 0
  *                                  must see HCOMM_ERR_PEER_FAILURE within
  *                                  10 s, and again on a later send (and recv)
- *                                  to rank 1, while rank 2 still works.
+ *                                  to rank 1, while rank 2 still works; then
+ *                                  a barrier, which needs rank 1, fails with
+ *                                  it on ranks 0 and 2 within 10 s (in the
+ *                                  shared-memory segment on one host).
  *   peer_failure denied            init must fail with
  *                                  HCOMM_ERR_PERMISSION_DENIED (wrong token).
  *   peer_failure pingpong          every rank exchanges a message with every
@@ -89,6 +92,16 @@ static void expect(const char* what, hcomm_status_t got, hcomm_status_t want, do
   if (message[0] == '\0') fail("the failure came with an empty hcomm_last_error()");
 }
 
+/* A collective that needs the dead rank 1 fails on the survivors. */
+static void survivors_barrier(hcomm_comm_t comm) {
+  double t0 = now_s();
+  hcomm_status_t st = hcomm_barrier(comm);
+  double dt = now_s() - t0;
+  expect("hcomm_barrier without rank 1", st, HCOMM_ERR_PEER_FAILURE, dt);
+  if (dt > 10.0) fail("the barrier took more than 10 s to fail");
+  printf("ok: rank %d: barrier failed in %.2f s\n", g_rank, dt);
+}
+
 static int killed_peer(const char* dir) {
   hcomm_comm_t comm = NULL;
   int size = 0;
@@ -115,6 +128,7 @@ static int killed_peer(const char* dir) {
     CALL(hcomm_recv(&v, 1, HCOMM_INT32, 0, kTagSurvivor, comm));
     v += 1;
     CALL(hcomm_send(&v, 1, HCOMM_INT32, 0, kTagSurvivor, comm));
+    survivors_barrier(comm);
     hcomm_status_t st = hcomm_comm_destroy(comm);
     if (st != HCOMM_SUCCESS && st != HCOMM_ERR_PEER_FAILURE) fail_call("hcomm_comm_destroy", st);
     printf("ok: rank 2 survived\n");
@@ -147,6 +161,7 @@ static int killed_peer(const char* dir) {
   CALL(hcomm_recv(&v, 1, HCOMM_INT32, 2, kTagSurvivor, comm));
   if (v != 42) fail("the survivor rank 2 answered wrongly");
   printf("ok: rank 2 still reachable\n");
+  survivors_barrier(comm);
 
   t0 = now_s();
   st = hcomm_comm_destroy(comm);
