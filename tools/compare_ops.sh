@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 NP="${NP:-2}"
 ROUNDS="${ROUNDS:-3}"
-OPS="${OPS:-broadcast reduce allgather reduce_scatter alltoall}"
+OPS="${OPS:-broadcast reduce allgather reduce_scatter alltoall gather scatter}"
 SIZES="1024 4096 16384 65536 262144 1048576 4194304 16777216"
 
 for tool in mpicc.openmpi mpirun.openmpi; do

@@ -1,11 +1,12 @@
 /* Open MPI's side of tools/compare_ops.sh: times one MPI collective per size,
  * as hcomm_bench times hcomm's (nccl-tests sizes: broadcast/reduce the
- * buffer, allgather the gathered output, reduce_scatter the input,
- * alltoall the whole buffer; float32 sum for the reductions).
+ * buffer, allgather and gather the gathered output, reduce_scatter the
+ * input, alltoall the whole buffer, scatter the root's; float32 sum for the
+ * reductions; root 0).
  *
  *   mpirun -np N compare_ops_mpi OP BYTES...   (OP: broadcast reduce
  *                                               allgather reduce_scatter
- *                                               alltoall)
+ *                                               alltoall gather scatter)
  *
  * Per size: 3 warm-up calls, iterations doubled until a run lasts 25 ms,
  * then 5 runs; prints "OP BYTES MEDIAN_US" on rank 0, where a run's time is
@@ -28,6 +29,10 @@ static int call(const char* op, char* s, char* r, size_t bytes) {
     return MPI_Reduce_scatter_block(s, r, per / 4, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   if (!strcmp(op, "alltoall"))
     return MPI_Alltoall(s, per, MPI_BYTE, r, per, MPI_BYTE, MPI_COMM_WORLD);
+  if (!strcmp(op, "gather"))
+    return MPI_Gather(s, per, MPI_BYTE, r, per, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (!strcmp(op, "scatter"))
+    return MPI_Scatter(s, per, MPI_BYTE, r, per, MPI_BYTE, 0, MPI_COMM_WORLD);
   return -1;
 }
 

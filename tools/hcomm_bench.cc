@@ -18,18 +18,20 @@
 // 0's. -d/-o/-a/-r do not apply to it (accepted and ignored).
 //
 // Collectives (allreduce, broadcast, reduce, allgather, reduce_scatter,
-// alltoall): every rank takes part; -d dtype (default float), -o redop
-// (default sum; reductions only), -a algorithm (hcomm_comm_set "algo"; by
-// default the library's choice or HCOMM_ALGO), -r root (default 0; broadcast
-// and reduce only). Sizes and counts follow nccl-tests:
+// alltoall, gather, scatter): every rank takes part; -d dtype (default
+// float), -o redop (default sum; reductions only), -a algorithm
+// (hcomm_comm_set "algo"; by default the library's choice or HCOMM_ALGO), -r
+// root (default 0; broadcast, reduce, gather and scatter only). Sizes and
+// counts follow nccl-tests:
 //   allreduce, broadcast, reduce: size = the bytes of each rank's vector,
 //     count = size / sizeof(dtype);
-//   allgather, reduce_scatter, alltoall: size = the bytes of the whole
-//     (gathered / scattered / exchanged) vector, count = the elements per
+//   allgather, reduce_scatter, alltoall, gather, scatter: size = the bytes
+//     of the whole (gathered / scattered / exchanged) vector, count = the elements per
 //     rank = size / sizeof(dtype) / nranks (per peer block for alltoall); the
 //     size column shows count * nranks * sizeof(dtype) (size rounded down).
 //   algbw = size / time; busbw = algbw x factor: allreduce 2(n-1)/n,
-//   reduce_scatter, allgather, alltoall (n-1)/n, broadcast, reduce 1.
+//   reduce_scatter, allgather, alltoall, gather, scatter (n-1)/n,
+//   broadcast, reduce 1.
 // Only the out-of-place variant is measured (broadcast is in place by API).
 //
 // Measurement, per message size:
@@ -125,14 +127,15 @@ constexpr char kUsage[] =
     "  -o, --op OP           reductions: sum, prod, min, max, avg (default sum)\n"
     "  -a, --algo A          collectives: auto, ring, tree, direct (hcomm_comm_set \"algo\";\n"
     "                        default: the library's choice, or HCOMM_ALGO)\n"
-    "  -r, --root R          broadcast, reduce: the root rank (default 0)\n"
+    "  -r, --root R          broadcast, reduce, gather, scatter: the root rank (default 0)\n"
     "      --runs N          timed runs per size; the median is reported (default 5)\n"
     "      --json            one JSON object per size on stdout instead of the table\n"
     "  -h, --help            this text\n"
     "\n"
     "Collectives measure the out-of-place variant; sizes as in nccl-tests: allreduce,\n"
-    "broadcast, reduce: bytes per rank; allgather, reduce_scatter, alltoall: bytes of\n"
-    "the whole vector, count = elements per rank = size / sizeof(T) / nranks.\n";
+    "broadcast, reduce: bytes per rank; allgather, reduce_scatter, alltoall, gather,\n"
+    "scatter: bytes of the whole vector, count = elements per rank = size / sizeof(T) /\n"
+    "nranks.\n";
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -746,6 +749,53 @@ uint64_t AllToAllChecked(Bench& b, size_t bytes, int /*iter*/) {
                          [&](size_t j) { return MoveValue(t, (j / count) * n + me, j % count); });
 }
 
+// gather to -r: size = the gathered vector; count = size / sizeof(T) / n
+// per rank; only the root's result is checked.
+void GatherRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_gather(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.opt.root, b.comm),
+          "hcomm_gather");
+  }
+}
+
+uint64_t GatherChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  const uint64_t me = static_cast<uint64_t>(b.rank);
+  FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+  FillGarbage(b.recvbuf, count * static_cast<size_t>(b.size) * Esize(b), t);
+  GatherRun(b, bytes, 1);
+  if (b.rank != b.opt.root) return 0;
+  return CountWrongElems(b.recvbuf, count * static_cast<size_t>(b.size), t, [&](size_t j) {
+    return MoveValue(t, j / count, j % count);
+  });
+}
+
+// scatter from -r: size = the root's whole vector; count = size / sizeof(T)
+// / n per rank.
+void ScatterRun(Bench& b, size_t bytes, int iters) {
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  for (int i = 0; i < iters; ++i) {
+    Check(hcomm_scatter(b.sendbuf, b.recvbuf, count, b.opt.dtype, b.opt.root, b.comm),
+          "hcomm_scatter");
+  }
+}
+
+uint64_t ScatterChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
+  const uint64_t me = static_cast<uint64_t>(b.rank);
+  if (b.rank == b.opt.root) {
+    // Block j of the root's vector goes to rank j.
+    FillElems(b.sendbuf, count * static_cast<size_t>(b.size), t,
+              [&](size_t j) { return MoveValue(t, j / count, j % count); });
+  }
+  FillGarbage(b.recvbuf, count * Esize(b), t);
+  ScatterRun(b, bytes, 1);
+  return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+}
+
 const OpDesc kOps[] = {
     {"p2p", "ping-pong between rank 0 and rank 1; time = one-way (round trip / 2)",
      /*min_ranks=*/2, P2pParticipates, P2pBufferBytes, /*time_divisor=*/2.0, P2pBusFactor,
@@ -772,6 +822,14 @@ const OpDesc kOps[] = {
      "busbw = algbw x (n-1)/n",
      /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor, AllToAllRun,
      AllToAllChecked, CountPerRankOfTotal, ShownTotal, false, false},
+    {"gather", "hcomm_gather to -r; size = gathered bytes, count per rank = size/T/n; "
+     "busbw = algbw x (n-1)/n",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor, GatherRun,
+     GatherChecked, CountPerRankOfTotal, ShownTotal, false, true},
+    {"scatter", "hcomm_scatter from -r; size = the root's bytes, count per rank = size/T/n; "
+     "busbw = algbw x (n-1)/n",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor, ScatterRun,
+     ScatterChecked, CountPerRankOfTotal, ShownTotal, false, true},
 };
 
 const OpDesc* FindOp(const std::string& name) {

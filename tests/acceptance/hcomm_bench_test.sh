@@ -70,6 +70,10 @@ reduce         -r1_-atree_-dbf16_-omax bfloat16 max 1 tree
 allgather      -duint8       uint8    none -1 auto
 reduce_scatter -dint64_-oprod int64   prod -1 auto
 alltoall       --datatype=float64_--algo=ring double none -1 ring
+gather         -r1_-dint8    int8     none 1 auto
+gather         -r2_-atree_-dfloat64 double none 2 tree
+scatter        -r2_-duint32  uint32   none 2 auto
+scatter        -r0_-adirect_-dbf16 bfloat16 none 0 direct
 EOF_SWEEP
 
 # --- collectives: the nccl-tests table ------------------------------------------
