@@ -194,6 +194,25 @@ void DivideBy(void* dst, size_t count, DataType t, int n) {
   reduce_internal::Active()->divide[ti](dst, count, n);
 }
 
+namespace {
+// Row of the 16-bit float types in KernelTable::widen / narrow; -1 otherwise.
+int HalfRow(DataType t) {
+  return t == DataType::kFloat16 ? 0 : t == DataType::kBFloat16 ? 1 : -1;
+}
+}  // namespace
+
+void WidenToFloat32(float* dst, const void* src, size_t count, DataType t) {
+  const int row = HalfRow(t);
+  if (count == 0 || row < 0) return;
+  reduce_internal::Active()->widen[row](dst, src, count);
+}
+
+void NarrowFromFloat32(void* dst, const float* src, size_t count, DataType t) {
+  const int row = HalfRow(t);
+  if (count == 0 || row < 0) return;
+  reduce_internal::Active()->narrow[row](dst, src, count);
+}
+
 const char* KernelIsa() { return reduce_internal::Active()->isa; }
 
 bool ForceKernelIsaForTesting(const char* isa) {

@@ -100,6 +100,16 @@ void ReduceInto(void* dst, const void* src, size_t count, DataType t,
 void Reduce2(void* dst, const void* a, const void* b, size_t count,
              DataType t, ReduceOp op);
 
+// dst[i] = src[i] widened exactly to float32, for t = kFloat16 or kBFloat16
+// (vectorised like the reductions; any other t does nothing). dst and src
+// must not overlap.
+void WidenToFloat32(float* dst, const void* src, size_t count, DataType t);
+
+// dst[i] = src[i] rounded to t (kFloat16 or kBFloat16) as FloatToHalf /
+// FloatToBFloat16 round; any other t does nothing. dst and src must not
+// overlap.
+void NarrowFromFloat32(void* dst, const float* src, size_t count, DataType t);
+
 // The final step of kAvg: dst[i] = dst[i] / n. Integers truncate toward zero
 // as C division does (-7 / 2 == -3); float32/float64 use IEEE division by n
 // converted to that type; float16/bfloat16 divide in float32 and round to
@@ -136,12 +146,18 @@ using BinaryKernel = void (*)(void* dst, const void* a, const void* b,
                               size_t count);
 // dst[i] /= n, n >= 1.
 using DivideKernel = void (*)(void* dst, size_t count, int n);
+// dst[i] = float32 of the 16-bit src[i], and back.
+using WidenKernel = void (*)(float* dst, const void* src, size_t count);
+using NarrowKernel = void (*)(void* dst, const float* src, size_t count);
 
 // One implementation level. Every entry is non-null.
 struct KernelTable {
   const char* isa;
   BinaryKernel binary[kNumDataTypes][kNumKernelOps];
   DivideKernel divide[kNumDataTypes];
+  // [0] float16, [1] bfloat16.
+  WidenKernel widen[2];
+  NarrowKernel narrow[2];
 };
 
 // Always available.

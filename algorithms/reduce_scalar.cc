@@ -252,9 +252,23 @@ constexpr BinaryKernel NarrowRow[kNumKernelOps] = {
     &BinaryNarrow<Codec, MaxFloat>,
 };
 
+template <typename Codec>
+void WidenNarrow(float* dst, const void* src, size_t count) {
+  for (size_t i = 0; i < count; ++i) dst[i] = Codec::Widen(LoadAt<uint16_t>(src, i));
+}
+
+template <typename Codec>
+void NarrowWide(void* dst, const float* src, size_t count) {
+  for (size_t i = 0; i < count; ++i) StoreAt<uint16_t>(dst, i, Codec::Narrow(src[i]));
+}
+
 KernelTable MakeScalarTable() {
   KernelTable t{};
   t.isa = "scalar";
+  t.widen[0] = &WidenNarrow<HalfCodec>;
+  t.widen[1] = &WidenNarrow<BFloat16Codec>;
+  t.narrow[0] = &NarrowWide<HalfCodec>;
+  t.narrow[1] = &NarrowWide<BFloat16Codec>;
   auto set_row = [&t](DataType d, const BinaryKernel* row) {
     for (int op = 0; op < kNumKernelOps; ++op) {
       t.binary[static_cast<int>(d)][op] = row[op];

@@ -364,6 +364,72 @@ void DivideInt(void* dst, size_t count, int n) {
   }
 }
 
+// ---- conversions between the 16-bit floats and float32 ---------------------------
+//
+// Half: the codec's Load/Store are the hardware conversions. bfloat16: each
+// element zero-extended to 32 bits and shifted up (exact), and back with
+// BFloat16::RoundHigh. Tails use the scalar conversions, which agree bit for
+// bit.
+
+constexpr size_t kFloatLanes = kVecBytes / 4;
+using VU16 = uint16_t __attribute__((vector_size(kVecBytes / 2)));
+
+void WidenHalf(float* dst, const void* src, size_t count) {
+  const char* s = static_cast<const char*>(src);
+  char* d = reinterpret_cast<char*>(dst);
+  size_t i = 0;
+  for (; i + kFloatLanes <= count; i += kFloatLanes) {
+    StoreVec(d + 4 * i, Half::Load(s + 2 * i));
+  }
+  for (; i < count; ++i) {
+    uint16_t h;
+    __builtin_memcpy(&h, s + 2 * i, 2);
+    dst[i] = HalfToFloat(h);
+  }
+}
+
+void NarrowHalf(void* dst, const float* src, size_t count) {
+  const char* s = reinterpret_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  size_t i = 0;
+  for (; i + kFloatLanes <= count; i += kFloatLanes) {
+    Half::Store(d + 2 * i, LoadVec<VF>(s + 4 * i));
+  }
+  for (; i < count; ++i) {
+    const uint16_t h = FloatToHalf(src[i]);
+    __builtin_memcpy(d + 2 * i, &h, 2);
+  }
+}
+
+void WidenBFloat16(float* dst, const void* src, size_t count) {
+  const char* s = static_cast<const char*>(src);
+  char* d = reinterpret_cast<char*>(dst);
+  size_t i = 0;
+  for (; i + kFloatLanes <= count; i += kFloatLanes) {
+    const VU32 w = __builtin_convertvector(LoadVec<VU16>(s + 2 * i), VU32);
+    StoreVec(d + 4 * i, BitCast<VF>(w << 16));
+  }
+  for (; i < count; ++i) {
+    uint16_t b;
+    __builtin_memcpy(&b, s + 2 * i, 2);
+    dst[i] = BFloat16ToFloat(b);
+  }
+}
+
+void NarrowBFloat16(void* dst, const float* src, size_t count) {
+  const char* s = reinterpret_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  size_t i = 0;
+  for (; i + kFloatLanes <= count; i += kFloatLanes) {
+    const VU32 high = BFloat16::RoundHigh(LoadVec<VF>(s + 4 * i)) >> 16;
+    StoreVec(d + 2 * i, __builtin_convertvector(high, VU16));
+  }
+  for (; i < count; ++i) {
+    const uint16_t b = FloatToBFloat16(src[i]);
+    __builtin_memcpy(d + 2 * i, &b, 2);
+  }
+}
+
 // ---- the table -------------------------------------------------------------------
 
 template <typename T>
@@ -400,6 +466,10 @@ constexpr KernelTable MakeTable() {
   SetFloatRow<BFloat16>(t, DataType::kBFloat16);
   SetFloatRow<Plain<float>>(t, DataType::kFloat32);
   SetFloatRow<Plain<double>>(t, DataType::kFloat64);
+  t.widen[0] = &WidenHalf;
+  t.widen[1] = &WidenBFloat16;
+  t.narrow[0] = &NarrowHalf;
+  t.narrow[1] = &NarrowBFloat16;
   return t;
 }
 

@@ -431,6 +431,14 @@ class Backend {
     if (n == 0) return;
     table_->divide[static_cast<int>(t)](d, n, by);
   }
+  void Widen(float* d, const void* s, size_t n, DataType t) const {
+    if (table_ == nullptr) return hcomm::WidenToFloat32(d, s, n, t);
+    if (n > 0) table_->widen[t == DataType::kFloat16 ? 0 : 1](d, s, n);
+  }
+  void Narrow(void* d, const float* s, size_t n, DataType t) const {
+    if (table_ == nullptr) return hcomm::NarrowFromFloat32(d, s, n, t);
+    if (n > 0) table_->narrow[t == DataType::kFloat16 ? 0 : 1](d, s, n);
+  }
 
  private:
   const KernelTable* table_ = nullptr;
@@ -917,6 +925,61 @@ TEST_P(ReduceIsaTest, MinMaxCommutativeAndEqualToScalarEvenWithNans) {
           ref.data(), a.data(), b.data(), kN);
       EXPECT_EQ(ab, ba) << DataTypeName(t) << " " << ReduceOpName(op);
       EXPECT_EQ(ab, ref) << DataTypeName(t) << " " << ReduceOpName(op);
+    }
+  }
+}
+
+// Every 16-bit pattern widens like the scalar conversion, and every float32
+// narrows like it (specials, the rounding boundaries around every 16-bit
+// value, random bits), at counts and offsets that leave vector tails.
+TEST_P(ReduceIsaTest, BulkConversionsMatchScalarBitForBit) {
+  std::mt19937 rng(11);
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    SCOPED_TRACE(DataTypeName(t));
+    auto widen1 = [t](uint16_t h) {
+      return t == DataType::kFloat16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+    };
+    auto narrow1 = [t](float f) {
+      return t == DataType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f);
+    };
+    std::vector<uint16_t> all(65536);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+    std::vector<float> floats;
+    for (uint16_t h : all) {
+      const float f = widen1(h);
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      for (uint32_t du : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+        const uint32_t v = u + du;
+        float g;
+        memcpy(&g, &v, 4);
+        floats.push_back(g);
+      }
+    }
+    for (int i = 0; i < 100000; ++i) {
+      const uint32_t v = rng();
+      float g;
+      memcpy(&g, &v, 4);
+      floats.push_back(g);
+    }
+    for (size_t off : {size_t{0}, size_t{1}, size_t{3}}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{15}, size_t{17}, size_t{65535 - 3}}) {
+        SCOPED_TRACE(::testing::Message() << "offset " << off << " count " << count);
+        std::vector<float> wide(count + 1, -1.0f);
+        backend_.Widen(wide.data(), all.data() + off, count, t);
+        for (size_t i = 0; i < count; ++i) {
+          const float want = widen1(all[off + i]);
+          ASSERT_EQ(memcmp(&wide[i], &want, 4), 0) << "widen " << all[off + i];
+        }
+        ASSERT_EQ(wide[count], -1.0f) << "wrote past the end";
+      }
+      const size_t count = floats.size() - off;
+      std::vector<uint16_t> narrow(count + 1, 0xabcd);
+      backend_.Narrow(narrow.data(), floats.data() + off, count, t);
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(narrow[i], narrow1(floats[off + i])) << "narrow " << floats[off + i];
+      }
+      ASSERT_EQ(narrow[count], 0xabcd) << "wrote past the end";
     }
   }
 }

@@ -613,24 +613,6 @@ namespace {
 
 bool IsHalf(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
 
-void Widen(const void* in, float* out, size_t n, DataType t) {
-  const uint16_t* h = static_cast<const uint16_t*>(in);
-  if (t == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(h[i]);
-  }
-}
-
-void Narrow(const float* in, void* out, size_t n, DataType t) {
-  uint16_t* h = static_cast<uint16_t*>(out);
-  if (t == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) h[i] = FloatToHalf(in[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) h[i] = FloatToBFloat16(in[i]);
-  }
-}
-
 }  // namespace
 
 // float16/bfloat16 reductions accumulate in float32 across ranks: the data
@@ -644,9 +626,9 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::Widened(
     if (wide_in == nullptr || wide_out == nullptr) {
       return OutOfMem("cannot allocate the float32 staging buffers");
     }
-    Widen(send, wide_in, in_count, t);
+    WidenToFloat32(wide_in, send, in_count, t);
     HCOMM_RETURN_IF_ERROR(body(p, a, wide_in, wide_out));
-    if (has_output) Narrow(wide_out, recv, out_count, t);
+    if (has_output) NarrowFromFloat32(recv, wide_out, out_count, t);
     return absl::OkStatus();
   };
 }
