@@ -654,12 +654,12 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
 
 absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType t,
                                      ReduceOp op) {
+  const ShmArgs shm{send, recv};
   if (IsHalf(t)) {
     return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
-                         AllReduceBody(send, recv, count, t, op));
+                         AllReduceBody(send, recv, count, t, op), &shm);
   }
   // Not through a std::function: a small allreduce allocates nothing.
-  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -695,6 +695,7 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
                                   ReduceOp op, int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot("reduce", root));
   size_t bytes = count * DataTypeSize(t);
+  const ShmArgs shm{send, recv};
   if (IsHalf(t)) {
     return RunCollective(
         CollectiveOp::kReduce, bytes, t, op, root, count,
@@ -708,9 +709,9 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
                     default:
                       return ReduceRing(p, in, out, count, DataType::kFloat32, op, root);
                   }
-                }));
+                }),
+        &shm);
   }
-  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kReduce, bytes, t, op, root, count,
                        [&](Peers& p, Algorithm a) {
                          switch (a) {
@@ -744,6 +745,7 @@ absl::Status Communicator::AllGather(const void* send, void* recv, size_t sendco
 absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t recvcount,
                                          DataType t, ReduceOp op) {
   size_t per = recvcount * DataTypeSize(t);
+  const ShmArgs shm{send, recv};
   if (IsHalf(t)) {
     return RunCollective(
         CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
@@ -753,9 +755,9 @@ absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t re
                     return ReduceScatterDirect(p, in, out, recvcount, DataType::kFloat32, op);
                   }
                   return ReduceScatterRing(p, in, out, recvcount, DataType::kFloat32, op);
-                }));
+                }),
+        &shm);
   }
-  const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
                        [&](Peers& p, Algorithm a) {
                          if (a == Algorithm::kDirect) {
@@ -844,7 +846,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
   work_.push_back([this, r, ticket, body, count, t, op, send, recv] {
     const ShmArgs shm{send, recv};
     absl::Status s = RunTicket(ticket, CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op,
-                               -1, count, body, IsHalf(t) ? nullptr : &shm);
+                               -1, count, body, &shm);
     r->out_bytes = r->bytes;
     fabric_->CompleteExternal(r, s);
   });

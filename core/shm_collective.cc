@@ -63,6 +63,34 @@ void StreamCopy(char* dst, const char* src, size_t n) {
 #endif
 }
 
+bool IsHalf(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
+
+// dst (count elements of t) = op over part(0), ..., part(n - 1), in that
+// order; kAvg reduces as kSum. float16 and bfloat16 accumulate in float32
+// and are rounded once (divided by n first, for kAvg, as the float32 path
+// divides before it rounds); other types are divided by the caller.
+void ReduceParts(char* dst, absl::FunctionRef<const char*(int)> part, int n, size_t count,
+                 DataType t, ReduceOp op) {
+  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  if (!IsHalf(t)) {
+    Reduce2(dst, part(0), part(1), count, t, rop);
+    for (int j = 2; j < n; ++j) ReduceInto(dst, part(j), count, t, rop);
+    return;
+  }
+  constexpr size_t kChunk = 2048;
+  float acc[kChunk], next[kChunk];
+  for (size_t i = 0; i < count; i += kChunk) {
+    const size_t len = std::min(kChunk, count - i);
+    WidenToFloat32(acc, part(0) + 2 * i, len, t);
+    for (int j = 1; j < n; ++j) {
+      WidenToFloat32(next, part(j) + 2 * i, len, t);
+      ReduceInto(acc, next, len, DataType::kFloat32, rop);
+    }
+    if (op == ReduceOp::kAvg) DivideBy(acc, len, DataType::kFloat32, n);
+    NarrowFromFloat32(dst + 2 * i, acc, len, t);
+  }
+}
+
 }  // namespace
 
 struct ShmCollective::Header {
@@ -348,7 +376,6 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
     if (out != in) memmove(out, in, bytes);
     return absl::OkStatus();
   }
-  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   if (bytes <= kSmallBytes) {
@@ -358,8 +385,8 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
         bytes, [&](char* area) { memcpy(area, src, bytes); },
         [&](int b) {
           if (!gets) return;
-          Reduce2(dst, Area(0, b, bytes), Area(1, b, bytes), count, t, rop);
-          for (int j = 2; j < n_; ++j) ReduceInto(dst, Area(j, b, bytes), count, t, rop);
+          ReduceParts(dst, [&](int j) -> const char* { return Area(j, b, bytes); }, n_, count, t,
+                      op);
         },
         seq, fingerprint, waiter));
   } else {
@@ -383,8 +410,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       if (s1 > s0) {
         const size_t o = s0 * esize;
         auto part = [&](int j) { return j == rank_ ? mine + o : Slot(j, b) + o; };
-        Reduce2(Result(b) + o, part(0), part(1), s1 - s0, t, rop);
-        for (int j = 2; j < n_; ++j) ReduceInto(Result(b) + o, part(j), s1 - s0, t, rop);
+        ReduceParts(Result(b) + o, part, n_, s1 - s0, t, op);
       }
       Publish(1, gen);
       // A rank without the result goes on: it arrives at the next round
@@ -395,7 +421,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       CopyOut(dst + off * esize, Result(b), len * esize, 2 * bytes);
     }
   }
-  if (gets && op == ReduceOp::kAvg) DivideBy(dst, count, t, n_);
+  if (gets && op == ReduceOp::kAvg && !IsHalf(t)) DivideBy(dst, count, t, n_);
   return absl::OkStatus();
 }
 
@@ -445,7 +471,6 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
                                           ReduceOp op, uint64_t seq, uint64_t fingerprint,
                                           ShmWaiter& waiter) {
   const size_t esize = DataTypeSize(t);
-  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   if (count == 0) return absl::OkStatus();
@@ -473,12 +498,11 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
             return j == rank_ ? src + (rank_ * count + off) * esize
                               : Area(j, b, n_ * region) + rank_ * region;
           };
-          Reduce2(dst + off * esize, part(0), part(1), len, t, rop);
-          for (int j = 2; j < n_; ++j) ReduceInto(dst + off * esize, part(j), len, t, rop);
+          ReduceParts(dst + off * esize, part, n_, len, t, op);
         },
         seq, fingerprint, waiter));
   }
-  if (op == ReduceOp::kAvg) DivideBy(dst, count, t, n_);
+  if (op == ReduceOp::kAvg && !IsHalf(t)) DivideBy(dst, count, t, n_);
   return absl::OkStatus();
 }
 

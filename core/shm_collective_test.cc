@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -319,6 +320,54 @@ TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
       return "";
     });
   }
+}
+
+// 16-bit floats accumulate in float32 and round once: 1024 + 0.5 + 0.5 is
+// 1025 in float16 (each partial sum rounded would stay 1024), 1024 + 4 + 4
+// is 1032 in bfloat16; kAvg divides before rounding.
+TEST(ShmCollectiveTest, HalfTypesAccumulateInFloat32) {
+  constexpr int kN = 3;
+  OnRanks(kN, [](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+    uint64_t seq = 0;
+    for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+      const float small = t == DataType::kFloat16 ? 0.5f : 4.0f;
+      auto enc = [t](float f) {
+        return t == DataType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f);
+      };
+      const uint16_t mine = enc(r == 0 ? 1024.0f : small);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        const float total = 1024.0f + 2 * small;
+        const uint16_t want = enc(op == ReduceOp::kAvg ? total / kN : total);
+        // Inline, slot, and the large path over several rounds.
+        for (size_t count : {size_t{5}, size_t{1000}, size_t{700001}}) {
+          const std::string at = absl::StrCat(" ", DataTypeName(t), " ", ReduceOpName(op),
+                                              " count=", count);
+          std::vector<uint16_t> in(count, mine), out(count, 0);
+          sc.Enter(seq, 51);
+          absl::Status s = sc.AllReduce(in.data(), out.data(), count, t, op, seq++, 51, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; i < count; ++i) {
+            if (out[i] != want) return absl::StrCat("allreduce", at, " [", i, "] = ", out[i]);
+          }
+          std::fill(out.begin(), out.end(), 0);
+          sc.Enter(seq, 52);
+          s = sc.Reduce(in.data(), r == 1 ? out.data() : nullptr, count, t, op, 1, seq++, 52, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; r == 1 && i < count; ++i) {
+            if (out[i] != want) return absl::StrCat("reduce", at, " [", i, "] = ", out[i]);
+          }
+          std::vector<uint16_t> all(kN * count, mine);
+          sc.Enter(seq, 53);
+          s = sc.ReduceScatter(all.data(), out.data(), count, t, op, seq++, 53, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; i < count; ++i) {
+            if (out[i] != want) return absl::StrCat("reduce_scatter", at, " [", i, "] = ", out[i]);
+          }
+        }
+      }
+    }
+    return "";
+  });
 }
 
 TEST(ShmCollectiveTest, BarrierWaitsForTheLastRank) {
