@@ -445,14 +445,29 @@ absl::Status ShmCollective::Broadcast(void* buf, size_t bytes, int root, uint64_
 
 absl::Status ShmCollective::AllGather(const void* in, void* out, size_t bytes, uint64_t seq,
                                       uint64_t fingerprint, ShmWaiter& waiter) {
+  return GatherTo(in, out, bytes, -1, seq, fingerprint, waiter);
+}
+
+absl::Status ShmCollective::Gather(const void* in, void* out, size_t bytes, int root,
+                                   uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
+  return GatherTo(in, out, bytes, root, seq, fingerprint, waiter);
+}
+
+absl::Status ShmCollective::GatherTo(const void* in, void* out, size_t bytes, int root,
+                                     uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
+  const bool gets = root < 0 || root == rank_;  // this rank gets every block
   char* dst = static_cast<char*>(out);
-  const char* mine = in == out ? dst + rank_ * bytes : static_cast<const char*>(in);
+  const char* mine = gets && in == out ? dst + rank_ * bytes : static_cast<const char*>(in);
   const size_t moved = (static_cast<size_t>(n_) + 1) * bytes;
   for (size_t off = 0; off < bytes; off += kSegmentBytes) {
     const size_t len = std::min(kSegmentBytes, bytes - off);
     HCOMM_RETURN_IF_ERROR(Round(
-        len, [&](char* area) { memcpy(area, mine + off, len); },
+        len,
+        [&](char* area) {
+          if (rank_ != root) memcpy(area, mine + off, len);
+        },
         [&](int b) {
+          if (!gets) return;
           for (int j = 0; j < n_; ++j) {
             char* to = dst + j * bytes + off;
             if (j != rank_) {
@@ -528,35 +543,6 @@ absl::Status ShmCollective::AllToAll(const void* in, void* out, size_t bytes, ui
           for (int j = 0; j < n_; ++j) {
             if (j == rank_) continue;
             CopyOut(dst + j * bytes + off, Area(j, b, n_ * len) + rank_ * len, len, moved);
-          }
-        },
-        seq, fingerprint, waiter));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShmCollective::Gather(const void* in, void* out, size_t bytes, int root,
-                                   uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
-  char* dst = static_cast<char*>(out);
-  const char* mine =
-      rank_ == root && in == out ? dst + rank_ * bytes : static_cast<const char*>(in);
-  const size_t moved = (static_cast<size_t>(n_) + 1) * bytes;
-  for (size_t off = 0; off < bytes; off += kSegmentBytes) {
-    const size_t len = std::min(kSegmentBytes, bytes - off);
-    HCOMM_RETURN_IF_ERROR(Round(
-        len,
-        [&](char* area) {
-          if (rank_ != root) memcpy(area, mine + off, len);
-        },
-        [&](int b) {
-          if (rank_ != root) return;
-          for (int j = 0; j < n_; ++j) {
-            char* to = dst + j * bytes + off;
-            if (j != rank_) {
-              CopyOut(to, Area(j, b, len), len, moved);
-            } else if (to != mine + off) {
-              memmove(to, mine + off, len);
-            }
           }
         },
         seq, fingerprint, waiter));

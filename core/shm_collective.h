@@ -142,6 +142,10 @@ class ShmCollective {
   // The reductions; root < 0: every rank gets the result.
   absl::Status ReduceTo(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                         int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // allgather (root < 0) and gather: only the ranks that get the blocks
+  // read them, and the root writes none.
+  absl::Status GatherTo(const void* in, void* out, size_t bytes, int root, uint64_t seq,
+                        uint64_t fingerprint, ShmWaiter& waiter);
   // Where rank `rank` puts round data of `bytes` bytes in buffer `buf`: its
   // counter's line when it fits, else its slot.
   char* Area(int rank, int buf, size_t bytes) const;
