@@ -26,6 +26,9 @@ struct Fold {
   int vr = -1;  // this rank's place among the power of two; -1: folded out
   char* work = nullptr;  // the vector being reduced: the caller's `recv`
   char* in = nullptr;    // scratch for one incoming vector
+  // This rank's own vector so far: `work`, or, where the caller let it stay
+  // there, the caller's `send`.
+  const char* mine = nullptr;
   // The rank at place v.
   int Real(int v) const { return v < rem ? v * 2 + 1 : v + rem; }
 };
@@ -33,14 +36,16 @@ struct Fold {
 // Starts an allreduce of `send` into `recv` (in place allowed): copies the
 // input into the working vector and reduces a folded-out neighbour's vector
 // into it. A folded-out rank sends its vector, receives the result into
-// `recv` and is done (vr == -1).
+// `recv` and is done (vr == -1). With `copy_input` false, a rank that
+// neither folds nor is folded leaves its input where it is (`mine`), for a
+// caller whose first step reads it once anyway.
 absl::StatusOr<Fold> FoldIn(Peers& p, const void* send, void* recv, size_t count, DataType t,
-                            ReduceOp op) {
+                            ReduceOp op, bool copy_input = true) {
   const int n = p.size(), r = p.rank();
   const size_t bytes = count * DataTypeSize(t);
   Fold f;
   f.work = static_cast<char*>(recv);
-  if (send != recv && bytes > 0) memcpy(f.work, send, bytes);
+  f.mine = f.work;
   f.in = p.Scratch(1, std::max<size_t>(bytes, 1));
   char* work = f.work;
   char* in = f.in;
@@ -48,8 +53,16 @@ absl::StatusOr<Fold> FoldIn(Peers& p, const void* send, void* recv, size_t count
   f.rem = n - f.pow2;
   if (r >= 2 * f.rem) {
     f.vr = r - f.rem;
+    if (send != recv && bytes > 0) {
+      if (copy_input) {
+        memcpy(work, send, bytes);
+      } else {
+        f.mine = static_cast<const char*>(send);
+      }
+    }
     return f;
   }
+  if (send != recv && bytes > 0) memcpy(work, send, bytes);
   InFlight fl(p);
   if (r % 2 == 0) {
     HCOMM_RETURN_IF_ERROR(fl.Send(work, bytes, r + 1));
@@ -105,11 +118,15 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
                                       DataType t, ReduceOp op) {
   const int n = p.size();
   const size_t esize = DataTypeSize(t), bytes = count * esize;
-  HCOMM_ASSIGN_OR_RETURN(const Fold fold, FoldIn(p, send, recv, count, t, op));
+  // The first round sends half of the input and reduces the other half
+  // into `work`, so the input is not copied there first.
+  HCOMM_ASSIGN_OR_RETURN(const Fold fold,
+                         FoldIn(p, send, recv, count, t, op, /*copy_input=*/false));
   if (fold.vr < 0) return absl::OkStatus();
   const int vr = fold.vr;
   char* work = fold.work;
   char* in = fold.in;
+  const char* mine = fold.mine;  // after the first round: `work`
   // Reduce-scatter: each round halves the range of elements this rank
   // keeps, exchanging the other half with a partner that keeps it. Both
   // partners hold the same range at the same round, so they split it alike.
@@ -129,19 +146,22 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
     const size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
     InFlight f(p);
     HCOMM_RETURN_IF_ERROR(f.Recv(in, (khi - klo) * esize, fold.Real(vpartner)));
-    HCOMM_RETURN_IF_ERROR(f.Send(work + slo * esize, (shi - slo) * esize, fold.Real(vpartner)));
+    HCOMM_RETURN_IF_ERROR(f.Send(mine + slo * esize, (shi - slo) * esize, fold.Real(vpartner)));
     HCOMM_RETURN_IF_ERROR(f.WaitAll());
     // Lower rank first, so that a block's bits do not depend on who holds it.
     char* kept = work + klo * esize;
+    const char* own = mine + klo * esize;
     if (vpartner < vr) {
-      Reduce2(kept, in, kept, khi - klo, t, op);
+      Reduce2(kept, in, own, khi - klo, t, op);
     } else {
-      ReduceInto(kept, in, khi - klo, t, op);
+      Reduce2(kept, own, in, khi - klo, t, op);
     }
+    mine = work;
     rounds[nrounds++] = {lo, mid, hi, fold.Real(vpartner), keep_low};
     lo = klo;
     hi = khi;
   }
+  if (mine != work) memcpy(work, mine, bytes);  // no rounds: one rank
   if (op == ReduceOp::kAvg) DivideBy(work + lo * esize, hi - lo, t, n);
   // Allgather: undo the rounds in reverse, each partner sending the half it
   // finished and receiving the other straight into place.
