@@ -25,6 +25,18 @@ constexpr size_t kStageBytes = 256 * 1024;
 // Payload bytes still due above which the rest is read straight into the
 // destination instead of through the staging buffer.
 constexpr size_t kDirectReadMin = 16 * 1024;
+// While a header is due, a connection whose last frame with a payload was
+// large (kLargeFrame or more: rendezvous data, eager messages against
+// credit) reads at most kLargeStageRead through the staging buffer, so that
+// the rest of the next large payload goes straight into its destination
+// once the header has named it, instead of into the stage and then copied
+// out. Any other connection reads up to kStageBytes: a run of small frames
+// in one recv, each handed over whole. (4 ranks on 2 CPUs over TCP, halving-
+// doubling allreduce, 256 KiB 745 -> 528 us, 1 MiB 3.0 -> 2.1 ms. Small
+// reads everywhere cost 2-6x on 2 ranks for medium eager frames read in two
+// pieces, 36-64 KiB.) Header-only frames do not change the mode.
+constexpr size_t kLargeFrame = 128 * 1024;
+constexpr size_t kLargeStageRead = 36 * 1024;
 constexpr int kMaxIov = 64;
 
 struct WireHeader {
@@ -114,6 +126,7 @@ struct TcpTransport::Conn {
   char* rx_dst ABSL_GUARDED_BY(recv_mu) = nullptr;
   uint64_t rx_off ABSL_GUARDED_BY(recv_mu) = 0;
   uint64_t rx_len ABSL_GUARDED_BY(recv_mu) = 0;
+  bool large_frames ABSL_GUARDED_BY(recv_mu) = false;  // see kLargeFrame
 };
 
 TcpTransport::TcpTransport(int self, int world_size, FrameSink* sink)
@@ -352,6 +365,7 @@ absl::Status TcpTransport::Consume(Conn* c, const char* data, size_t n) {
         return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (bad magic)"));
       }
       const uint64_t len = c->rx_hdr.payload_len;
+      if (len > 0) c->large_frames = len >= kLargeFrame;
       if (len <= n - sizeof(WireHeader)) {
         sink_->OnWholeFrame(c->peer, c->rx_hdr.meta, data + sizeof(WireHeader), len);
         data += sizeof(WireHeader) + len;
@@ -371,6 +385,7 @@ absl::Status TcpTransport::Consume(Conn* c, const char* data, size_t n) {
         return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (bad magic)"));
       }
       c->rx_len = c->rx_hdr.payload_len;
+      if (c->rx_len > 0) c->large_frames = c->rx_len >= kLargeFrame;
       c->rx_off = 0;
       c->rx_dst = static_cast<char*>(sink_->OnFrame(c->peer, c->rx_hdr.meta, c->rx_len));
       if (c->rx_len == 0) {
@@ -395,11 +410,13 @@ absl::Status TcpTransport::Consume(Conn* c, const char* data, size_t n) {
 absl::Status TcpTransport::ReadAvailable(Conn* c, int* reads) {
   for (;;) {
     ssize_t r;
+    size_t staged = 0;
     bool direct = c->in_payload && c->rx_dst != nullptr && c->rx_len - c->rx_off >= kDirectReadMin;
     if (direct) {
       r = ::recv(c->fd.get(), c->rx_dst + c->rx_off, c->rx_len - c->rx_off, MSG_DONTWAIT);
     } else {
-      r = ::recv(c->fd.get(), c->stage.get(), kStageBytes, MSG_DONTWAIT);
+      staged = c->large_frames ? kLargeStageRead : kStageBytes;
+      r = ::recv(c->fd.get(), c->stage.get(), staged, MSG_DONTWAIT);
     }
     if (r > 0) {
       if (reads != nullptr) ++*reads;
@@ -413,7 +430,7 @@ absl::Status TcpTransport::ReadAvailable(Conn* c, int* reads) {
         HCOMM_RETURN_IF_ERROR(Consume(c, c->stage.get(), static_cast<size_t>(r)));
         // A short read drained the socket; epoll (level-triggered) reports
         // anything that arrives later, so skip the recv that would say EAGAIN.
-        if (static_cast<size_t>(r) < kStageBytes) return absl::OkStatus();
+        if (static_cast<size_t>(r) < staged) return absl::OkStatus();
       }
       continue;
     }
