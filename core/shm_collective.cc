@@ -390,7 +390,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
         },
         seq, fingerprint, waiter));
   } else {
-    const size_t per_round = kSegmentBytes / esize;
+    const size_t per_round = kReduceRoundBytes / esize;
     // Slices of a round, in whole cache lines.
     const size_t grain = std::max<size_t>(1, kLine / esize);
     for (size_t off = 0; off < count; off += per_round) {
