@@ -417,8 +417,20 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       // (after which the root may find this round's buffers rewritten two
       // rounds on) only once it is done with this one, as every rank does.
       if (!gets) continue;
+      char* round_out = dst + off * esize;
+      if (waiter.ShareCpu()) {
+        HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));
+        CopyOut(round_out, Result(b), len * esize, 2 * bytes);
+        continue;
+      }
+      // This rank's own slice is final already: out with it while the
+      // others finish theirs, then the rest. (2 ranks, 1-16 MiB: 8-12%
+      // faster in two sets of interleaved runs. Where ranks share CPUs the
+      // order changes no CPU's work, and the medians were no better.)
+      CopyOut(round_out + s0 * esize, Result(b) + s0 * esize, (s1 - s0) * esize, 2 * bytes);
       HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));
-      CopyOut(dst + off * esize, Result(b), len * esize, 2 * bytes);
+      CopyOut(round_out, Result(b), s0 * esize, 2 * bytes);
+      CopyOut(round_out + s1 * esize, Result(b) + s1 * esize, (len - s1) * esize, 2 * bytes);
     }
   }
   if (gets && op == ReduceOp::kAvg && !IsHalf(t)) DivideBy(dst, count, t, n_);

@@ -45,8 +45,11 @@ class TestWaiter : public ShmWaiter {
     clash_fp = their_fp;
     return Mismatch("clash");
   }
-  bool ShareCpu() const override { return true; }  // the test's ranks share 2 cores
+  // The test's ranks share 2 cores; false takes the paths of ranks with
+  // CPUs of their own.
+  bool ShareCpu() const override { return share_cpu; }
 
+  bool share_cpu = true;
   std::vector<int> last_missing;
   std::string last_phase;
   int clash_rank = -1;
@@ -76,62 +79,70 @@ std::vector<std::unique_ptr<ShmCollective>> MapAll(int n) {
 }
 
 // Every count class: inline (<= 24 bytes), small slots, several rounds of
-// the large path with slices that do not divide evenly.
-TEST(ShmCollectiveTest, AllReduceEveryPathAndOp) {
-  for (int n : {2, 3, 5}) {
-    auto segs = MapAll(n);
-    const std::vector<size_t> counts = {1, 5, 7, 1000, 2048, 300001};
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(n);
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        TestWaiter w;
-        uint64_t seq = 0;
-        for (size_t count : counts) {
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-            for (bool in_place : {false, true}) {
-              std::vector<float> in(count), out(count, -1.0f);
-              for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 97) + r);
-              float* dst = in_place ? in.data() : out.data();
-              segs[r]->Enter(seq, 42);
-              absl::Status s = segs[r]->AllReduce(in.data(), dst, count, DataType::kFloat32, op,
-                                                  seq, 42, w);
-              ++seq;
-              if (!s.ok()) {
-                errors[r] = s.ToString();
+// the large path with slices that do not divide evenly; `share`: as ranks
+// that share CPUs, or as ranks with CPUs of their own.
+void CheckAllReduce(int n, bool share) {
+  auto segs = MapAll(n);
+  const std::vector<size_t> counts = {1, 5, 7, 1000, 2048, 300001};
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TestWaiter w;
+      w.share_cpu = share;
+      uint64_t seq = 0;
+      for (size_t count : counts) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          for (bool in_place : {false, true}) {
+            std::vector<float> in(count), out(count, -1.0f);
+            for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 97) + r);
+            float* dst = in_place ? in.data() : out.data();
+            segs[r]->Enter(seq, 42);
+            absl::Status s = segs[r]->AllReduce(in.data(), dst, count, DataType::kFloat32, op,
+                                                seq, 42, w);
+            ++seq;
+            if (!s.ok()) {
+              errors[r] = s.ToString();
+              return;
+            }
+            for (size_t i = 0; i < count; ++i) {
+              const float base = static_cast<float>(i % 97);
+              float want = op == ReduceOp::kMax ? base + (n - 1)
+                                                : base * n + n * (n - 1) / 2.0f;
+              if (op == ReduceOp::kAvg) want /= n;
+              if (dst[i] != want) {
+                errors[r] = absl::StrCat("n=", n, " share=", share, " count=", count,
+                                         " op=", ReduceOpName(op), " in_place=", in_place,
+                                         " [", i, "] = ", dst[i], ", want ", want);
                 return;
-              }
-              for (size_t i = 0; i < count; ++i) {
-                const float base = static_cast<float>(i % 97);
-                float want = op == ReduceOp::kMax ? base + (n - 1)
-                                                  : base * n + n * (n - 1) / 2.0f;
-                if (op == ReduceOp::kAvg) want /= n;
-                if (dst[i] != want) {
-                  errors[r] = absl::StrCat("n=", n, " count=", count, " op=", ReduceOpName(op),
-                                           " in_place=", in_place, " [", i, "] = ", dst[i],
-                                           ", want ", want);
-                  return;
-                }
               }
             }
           }
         }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(ShmCollectiveTest, AllReduceEveryPathAndOp) {
+  for (int n : {2, 3, 5}) {
+    for (bool share : {true, false}) CheckAllReduce(n, share);
   }
 }
 
 // Runs `body(rank, segment, waiter)` on n thread ranks over one segment;
 // the first error of each rank (a non-empty string) fails the test.
-void OnRanks(int n, const std::function<std::string(int, ShmCollective&, ShmWaiter&)>& body) {
+void OnRanks(int n, const std::function<std::string(int, ShmCollective&, ShmWaiter&)>& body,
+             bool share_cpu = true) {
   auto segs = MapAll(n);
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       TestWaiter w;
+      w.share_cpu = share_cpu;
       errors[r] = body(r, *segs[r], w);
     });
   }
@@ -269,56 +280,59 @@ TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
 
 TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
   for (int n : {2, 3, 5}) {
-    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
-      uint64_t seq = 0;
-      // Inline, slot, and large path (several rounds) counts of float32.
-      for (size_t count : {size_t{1}, size_t{5}, size_t{7}, size_t{2048}, size_t{300001}}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-          auto want = [&](size_t i, int block) {
-            const float base = static_cast<float>((i % 97) + block);
-            float v = op == ReduceOp::kMax ? base + (n - 1) : base * n + n * (n - 1) / 2.0f;
-            return op == ReduceOp::kAvg ? v / n : v;
-          };
-          const std::string at = absl::StrCat(" count=", count, " op=", ReduceOpName(op));
-          // Reduce to the last rank, NULL output elsewhere.
-          const int root = n - 1;
-          std::vector<float> in(count), out(r == root ? count : 0, -1.0f);
-          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 97) + r);
-          sc.Enter(seq, 31);
-          absl::Status s = sc.Reduce(in.data(), r == root ? out.data() : nullptr, count,
-                                     DataType::kFloat32, op, root, seq++, 31, w);
-          if (!s.ok()) return s.ToString() + at;
-          for (size_t i = 0; r == root && i < count; ++i) {
-            if (out[i] != want(i, 0)) {
-              return absl::StrCat("reduce", at, " [", i, "] = ", out[i], ", want ", want(i, 0));
-            }
-          }
-          // Reduce-scatter: block j of rank q's input holds (i % 97) + q + j.
-          for (bool in_place : {false, true}) {
-            std::vector<float> all(n * count), mine(count, -1.0f);
-            for (size_t k = 0; k < all.size(); ++k) {
-              all[k] = static_cast<float>((k % count) % 97 + r + k / count);
-            }
-            float* dst = in_place ? all.data() : mine.data();
-            sc.Enter(seq, 32);
-            s = sc.ReduceScatter(all.data(), dst, count, DataType::kFloat32, op, seq++, 32, w);
-            if (!s.ok()) return s.ToString() + at;
-            for (size_t i = 0; i < count; ++i) {
-              // Every rank adds its rank to block r: the sum over q of
-              // (i % 97) + q + r.
-              const float base = static_cast<float>(i % 97 + r);
+    for (bool share : {true, false}) {
+      OnRanks(n, [n, share](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+        uint64_t seq = 0;
+        // Inline, slot, and large path (several rounds) counts of float32.
+        for (size_t count : {size_t{1}, size_t{5}, size_t{7}, size_t{2048}, size_t{300001}}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+            auto want = [&](size_t i, int block) {
+              const float base = static_cast<float>((i % 97) + block);
               float v = op == ReduceOp::kMax ? base + (n - 1) : base * n + n * (n - 1) / 2.0f;
-              if (op == ReduceOp::kAvg) v /= n;
-              if (dst[i] != v) {
-                return absl::StrCat("reduce_scatter", at, " in_place=", in_place, " [", i,
-                                    "] = ", dst[i], ", want ", v);
+              return op == ReduceOp::kAvg ? v / n : v;
+            };
+            const std::string at =
+                absl::StrCat(" share=", share, " count=", count, " op=", ReduceOpName(op));
+            // Reduce to the last rank, NULL output elsewhere.
+            const int root = n - 1;
+            std::vector<float> in(count), out(r == root ? count : 0, -1.0f);
+            for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 97) + r);
+            sc.Enter(seq, 31);
+            absl::Status s = sc.Reduce(in.data(), r == root ? out.data() : nullptr, count,
+                                       DataType::kFloat32, op, root, seq++, 31, w);
+            if (!s.ok()) return s.ToString() + at;
+            for (size_t i = 0; r == root && i < count; ++i) {
+              if (out[i] != want(i, 0)) {
+                return absl::StrCat("reduce", at, " [", i, "] = ", out[i], ", want ", want(i, 0));
+              }
+            }
+            // Reduce-scatter: block j of rank q's input holds (i % 97) + q + j.
+            for (bool in_place : {false, true}) {
+              std::vector<float> all(n * count), mine(count, -1.0f);
+              for (size_t k = 0; k < all.size(); ++k) {
+                all[k] = static_cast<float>((k % count) % 97 + r + k / count);
+              }
+              float* dst = in_place ? all.data() : mine.data();
+              sc.Enter(seq, 32);
+              s = sc.ReduceScatter(all.data(), dst, count, DataType::kFloat32, op, seq++, 32, w);
+              if (!s.ok()) return s.ToString() + at;
+              for (size_t i = 0; i < count; ++i) {
+                // Every rank adds its rank to block r: the sum over q of
+                // (i % 97) + q + r.
+                const float base = static_cast<float>(i % 97 + r);
+                float v = op == ReduceOp::kMax ? base + (n - 1) : base * n + n * (n - 1) / 2.0f;
+                if (op == ReduceOp::kAvg) v /= n;
+                if (dst[i] != v) {
+                  return absl::StrCat("reduce_scatter", at, " in_place=", in_place, " [", i,
+                                      "] = ", dst[i], ", want ", v);
+                }
               }
             }
           }
         }
-      }
-      return "";
-    });
+        return "";
+      }, share);
+    }
   }
 }
 
