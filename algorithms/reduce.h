@@ -78,6 +78,12 @@ enum class ReduceOp : int {
 // Size in bytes of one element; 0 for a value that is not a DataType.
 size_t DataTypeSize(DataType t);
 
+// Whether `t` is float16 or bfloat16, the 16-bit floats that reductions
+// accumulate in float32 (WidenToFloat32 / NarrowFromFloat32).
+inline bool IsHalfFloat(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16;
+}
+
 // Whether `v` is the numeric value of a DataType / ReduceOp.
 bool IsValidDataType(int v);
 bool IsValidReduceOp(int v);

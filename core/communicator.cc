@@ -609,12 +609,6 @@ absl::Status Communicator::RunInSegment(CollectiveOp op, const ShmArgs& a, size_
   return Internal(absl::StrCat("no shared-memory form of ", CollectiveOpName(op)));
 }
 
-namespace {
-
-bool IsHalf(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
-
-}  // namespace
-
 // float16/bfloat16 reductions accumulate in float32 across ranks: the data
 // travels and is reduced as float32 and is rounded once, at the end.
 std::function<absl::Status(Peers&, Algorithm)> Communicator::Widened(
@@ -635,7 +629,7 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::Widened(
 
 std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
     const void* send, void* recv, size_t count, DataType t, ReduceOp op) {
-  if (IsHalf(t)) {
+  if (IsHalfFloat(t)) {
     return Widened(send, recv, count, count, t, true,
                    [=](Peers& p, Algorithm a, const void* in, void* out) {
                      return AllReduceBody(in, out, count, DataType::kFloat32, op)(p, a);
@@ -655,7 +649,7 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
 absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType t,
                                      ReduceOp op) {
   const ShmArgs shm{send, recv};
-  if (IsHalf(t)) {
+  if (IsHalfFloat(t)) {
     return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
                          AllReduceBody(send, recv, count, t, op), &shm);
   }
@@ -696,7 +690,7 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
   HCOMM_RETURN_IF_ERROR(CheckRoot("reduce", root));
   size_t bytes = count * DataTypeSize(t);
   const ShmArgs shm{send, recv};
-  if (IsHalf(t)) {
+  if (IsHalfFloat(t)) {
     return RunCollective(
         CollectiveOp::kReduce, bytes, t, op, root, count,
         Widened(send, recv, count, count, t, rank_ == root,
@@ -746,7 +740,7 @@ absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t re
                                          DataType t, ReduceOp op) {
   size_t per = recvcount * DataTypeSize(t);
   const ShmArgs shm{send, recv};
-  if (IsHalf(t)) {
+  if (IsHalfFloat(t)) {
     return RunCollective(
         CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
         Widened(send, recv, recvcount * size_, recvcount, t, true,

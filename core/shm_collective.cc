@@ -63,8 +63,6 @@ void StreamCopy(char* dst, const char* src, size_t n) {
 #endif
 }
 
-bool IsHalf(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
-
 // dst (count elements of t) = op over part(0), ..., part(n - 1), in that
 // order; kAvg reduces as kSum. float16 and bfloat16 accumulate in float32
 // and are rounded once (divided by n first, for kAvg, as the float32 path
@@ -72,7 +70,7 @@ bool IsHalf(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFlo
 void ReduceParts(char* dst, absl::FunctionRef<const char*(int)> part, int n, size_t count,
                  DataType t, ReduceOp op) {
   const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  if (!IsHalf(t)) {
+  if (!IsHalfFloat(t)) {
     Reduce2(dst, part(0), part(1), count, t, rop);
     for (int j = 2; j < n; ++j) ReduceInto(dst, part(j), count, t, rop);
     return;
@@ -433,7 +431,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       CopyOut(round_out + s1 * esize, Result(b) + s1 * esize, (len - s1) * esize, 2 * bytes);
     }
   }
-  if (gets && op == ReduceOp::kAvg && !IsHalf(t)) DivideBy(dst, count, t, n_);
+  if (gets && op == ReduceOp::kAvg && !IsHalfFloat(t)) DivideBy(dst, count, t, n_);
   return absl::OkStatus();
 }
 
@@ -529,7 +527,7 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
         },
         seq, fingerprint, waiter));
   }
-  if (op == ReduceOp::kAvg && !IsHalf(t)) DivideBy(dst, count, t, n_);
+  if (op == ReduceOp::kAvg && !IsHalfFloat(t)) DivideBy(dst, count, t, n_);
   return absl::OkStatus();
 }
 
