@@ -692,16 +692,24 @@ void AllGatherRun(Bench& b, size_t bytes, int iters) {
   }
 }
 
-uint64_t AllGatherChecked(Bench& b, size_t bytes, int /*iter*/) {
+// Runs an allgather or gather once (`run`) with every rank's block keyed
+// by its rank, and counts the wrong elements of the gathered vector where
+// `gets` (the root, for gather; every rank, for allgather).
+uint64_t GatheredChecked(Bench& b, size_t bytes, void (*run)(Bench&, size_t, int), bool gets) {
   const hcomm_dtype_t t = b.opt.dtype;
   const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
   const uint64_t me = static_cast<uint64_t>(b.rank);
   FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
   FillGarbage(b.recvbuf, count * static_cast<size_t>(b.size) * Esize(b), t);
-  AllGatherRun(b, bytes, 1);
+  run(b, bytes, 1);
+  if (!gets) return 0;
   return CountWrongElems(b.recvbuf, count * static_cast<size_t>(b.size), t, [&](size_t j) {
     return MoveValue(t, j / count, j % count);
   });
+}
+
+uint64_t AllGatherChecked(Bench& b, size_t bytes, int /*iter*/) {
+  return GatheredChecked(b, bytes, AllGatherRun, true);
 }
 
 // reduce_scatter: size = the input vector; count = size / sizeof(T) / n per rank.
@@ -760,16 +768,7 @@ void GatherRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t GatherChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
-  const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
-  const uint64_t me = static_cast<uint64_t>(b.rank);
-  FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
-  FillGarbage(b.recvbuf, count * static_cast<size_t>(b.size) * Esize(b), t);
-  GatherRun(b, bytes, 1);
-  if (b.rank != b.opt.root) return 0;
-  return CountWrongElems(b.recvbuf, count * static_cast<size_t>(b.size), t, [&](size_t j) {
-    return MoveValue(t, j / count, j % count);
-  });
+  return GatheredChecked(b, bytes, GatherRun, b.rank == b.opt.root);
 }
 
 // scatter from -r: size = the root's whole vector; count = size / sizeof(T)
