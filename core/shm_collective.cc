@@ -11,14 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 #include <atomic>
 #include <climits>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/shared_copy.h"
 #include "core/spin.h"
 #include "core/status.h"
 
@@ -34,34 +32,6 @@ constexpr size_t kInlineBytes = 20;
 constexpr size_t kStreamTotalBytes = 32 << 20;
 
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-// Copies into memory that will not be read again soon (the caller's output
-// of a large allreduce), with non-temporal stores: the destination lines
-// are written without first being read from memory, a third less traffic.
-void StreamCopy(char* dst, const char* src, size_t n) {
-#if defined(__SSE2__)
-  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  memcpy(dst + i, src + i, n - i);
-  _mm_sfence();
-#else
-  memcpy(dst, src, n);
-#endif
-}
 
 // dst (count elements of t) = op over part(0), ..., part(n - 1), in that
 // order; kAvg reduces as kSum. float16 and bfloat16 accumulate in float32
@@ -401,8 +371,8 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       const size_t q = RoundUp((len + n_ - 1) / n_, grain);
       const size_t s0 = std::min(len, q * rank_), s1 = std::min(len, s0 + q);
       const char* mine = src + off * esize;
-      memcpy(Slot(rank_, b), mine, s0 * esize);
-      memcpy(Slot(rank_, b) + s1 * esize, mine + s1 * esize, (len - s1) * esize);
+      copier_.Copy(Slot(rank_, b), mine, s0 * esize);
+      copier_.Copy(Slot(rank_, b) + s1 * esize, mine + s1 * esize, (len - s1) * esize);
       Arrive(gen, fingerprint);
       HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
       if (s1 > s0) {
@@ -443,7 +413,7 @@ absl::Status ShmCollective::Broadcast(void* buf, size_t bytes, int root, uint64_
     HCOMM_RETURN_IF_ERROR(Round(
         len,
         [&](char* area) {
-          if (rank_ == root) memcpy(area, p + off, len);
+          if (rank_ == root) copier_.Copy(area, p + off, len);
         },
         [&](int b) {
           if (rank_ != root) CopyOut(p + off, Area(root, b, len), len, 2 * bytes);
@@ -474,7 +444,7 @@ absl::Status ShmCollective::GatherTo(const void* in, void* out, size_t bytes, in
     HCOMM_RETURN_IF_ERROR(Round(
         len,
         [&](char* area) {
-          if (rank_ != root) memcpy(area, mine + off, len);
+          if (rank_ != root) copier_.Copy(area, mine + off, len);
         },
         [&](int b) {
           if (!gets) return;
@@ -515,7 +485,8 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
         n_ * region,
         [&](char* area) {
           for (int j = 0; j < n_; ++j) {
-            if (j != rank_) memcpy(area + j * region, src + (j * count + off) * esize, region);
+            if (j == rank_) continue;
+            copier_.Copy(area + j * region, src + (j * count + off) * esize, region);
           }
         },
         [&](int b) {
@@ -543,7 +514,7 @@ absl::Status ShmCollective::AllToAll(const void* in, void* out, size_t bytes, ui
         n_ * len,
         [&](char* area) {
           for (int j = 0; j < n_; ++j) {
-            if (j != rank_) memcpy(area + j * len, src + j * bytes + off, len);
+            if (j != rank_) copier_.Copy(area + j * len, src + j * bytes + off, len);
           }
         },
         [&](int b) {
@@ -572,7 +543,7 @@ absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int
         [&](char* area) {
           if (rank_ != root) return;
           for (int j = 0; j < n_; ++j) {
-            if (j != rank_) memcpy(area + j * len, src + j * bytes + off, len);
+            if (j != rank_) copier_.Copy(area + j * len, src + j * bytes + off, len);
           }
         },
         [&](int b) {
@@ -585,6 +556,10 @@ absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int
         seq, fingerprint, waiter));
   }
   return absl::OkStatus();
+}
+
+void ShmCollective::ForceCopyMethod(CopyChooser::Method m) {
+  copier_.Force(m);
 }
 
 absl::Status ShmCollective::Barrier(uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {

@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "algorithms/reduce.h"
+#include "core/shared_copy.h"
 
 namespace hcomm {
 
@@ -130,6 +131,10 @@ class ShmCollective {
   // Returns once every rank has called it.
   absl::Status Barrier(uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
 
+  // This rank writes into the segment with `m` only (SharedCopier::Force),
+  // instead of the method measured faster: for tests and measurements.
+  void ForceCopyMethod(CopyChooser::Method m);
+
  private:
   ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes);
   static size_t SegmentSize(int nranks);
@@ -175,6 +180,7 @@ class ShmCollective {
   RankLine* lines_;
   char* data_;
   uint64_t gen_ = 0;  // generations this rank has started
+  SharedCopier copier_;  // this rank's copies into its slot
   bool unlinked_ = false;
 };
 

@@ -80,8 +80,9 @@ std::vector<std::unique_ptr<ShmCollective>> MapAll(int n) {
 
 // Every count class: inline (<= 24 bytes), small slots, several rounds of
 // the large path with slices that do not divide evenly; `share`: as ranks
-// that share CPUs, or as ranks with CPUs of their own.
-void CheckAllReduce(int n, bool share) {
+// that share CPUs, or as ranks with CPUs of their own; every write into the
+// segment with `method`.
+void CheckAllReduce(int n, bool share, CopyChooser::Method method) {
   auto segs = MapAll(n);
   const std::vector<size_t> counts = {1, 5, 7, 1000, 2048, 300001};
   std::vector<std::thread> threads;
@@ -90,6 +91,7 @@ void CheckAllReduce(int n, bool share) {
     threads.emplace_back([&, r] {
       TestWaiter w;
       w.share_cpu = share;
+      segs[r]->ForceCopyMethod(method);
       uint64_t seq = 0;
       for (size_t count : counts) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
@@ -111,7 +113,8 @@ void CheckAllReduce(int n, bool share) {
                                                 : base * n + n * (n - 1) / 2.0f;
               if (op == ReduceOp::kAvg) want /= n;
               if (dst[i] != want) {
-                errors[r] = absl::StrCat("n=", n, " share=", share, " count=", count,
+                errors[r] = absl::StrCat("n=", n, " share=", share, " method=", method,
+                                         " count=", count,
                                          " op=", ReduceOpName(op), " in_place=", in_place,
                                          " [", i, "] = ", dst[i], ", want ", want);
                 return;
@@ -128,7 +131,9 @@ void CheckAllReduce(int n, bool share) {
 
 TEST(ShmCollectiveTest, AllReduceEveryPathAndOp) {
   for (int n : {2, 3, 5}) {
-    for (bool share : {true, false}) CheckAllReduce(n, share);
+    for (bool share : {true, false}) {
+      for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) CheckAllReduce(n, share, m);
+    }
   }
 }
 
@@ -172,11 +177,13 @@ const size_t kBlockBytes[] = {1, 20, 21, 1000, 300001, (1u << 20) + 3};
 
 TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
   for (int n : {2, 3, 5}) {
-    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+    for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
+    OnRanks(n, [n, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      sc.ForceCopyMethod(m);
       uint64_t seq = 0;
       for (size_t bytes : kBlockBytes) {
         for (int root : {0, n - 1}) {
-          const std::string at = absl::StrCat(" bytes=", bytes, " root=", root);
+          const std::string at = absl::StrCat(" bytes=", bytes, " root=", root, " method=", m);
           // Broadcast.
           std::vector<unsigned char> buf(bytes, 0xee);
           if (r == root) {
@@ -231,16 +238,20 @@ TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
       }
       return "";
     });
+    }
   }
 }
 
 TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
   for (int n : {2, 3, 5}) {
-    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+    for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
+    OnRanks(n, [n, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      sc.ForceCopyMethod(m);
       uint64_t seq = 0;
       for (size_t bytes : kBlockBytes) {
         for (bool in_place : {false, true}) {
-          const std::string at = absl::StrCat(" bytes=", bytes, " in_place=", in_place);
+          const std::string at =
+              absl::StrCat(" bytes=", bytes, " in_place=", in_place, " method=", m);
           std::vector<unsigned char> mine(bytes), all(n * bytes, 0xee);
           for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i);
           const void* in = mine.data();
@@ -275,13 +286,16 @@ TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
       }
       return "";
     });
+    }
   }
 }
 
 TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
   for (int n : {2, 3, 5}) {
     for (bool share : {true, false}) {
-      OnRanks(n, [n, share](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
+      OnRanks(n, [n, share, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+        sc.ForceCopyMethod(m);
         uint64_t seq = 0;
         // Inline, slot, and large path (several rounds) counts of float32.
         for (size_t count : {size_t{1}, size_t{5}, size_t{7}, size_t{2048}, size_t{300001}}) {
@@ -291,8 +305,8 @@ TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
               float v = op == ReduceOp::kMax ? base + (n - 1) : base * n + n * (n - 1) / 2.0f;
               return op == ReduceOp::kAvg ? v / n : v;
             };
-            const std::string at =
-                absl::StrCat(" share=", share, " count=", count, " op=", ReduceOpName(op));
+            const std::string at = absl::StrCat(" share=", share, " method=", m, " count=", count,
+                                                " op=", ReduceOpName(op));
             // Reduce to the last rank, NULL output elsewhere.
             const int root = n - 1;
             std::vector<float> in(count), out(r == root ? count : 0, -1.0f);
@@ -332,6 +346,51 @@ TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
         }
         return "";
       }, share);
+      }
+    }
+  }
+}
+
+// Outputs large enough to be written around the caches: with streamed
+// writes into the segment, the slice is reduced in scratch memory.
+TEST(ShmCollectiveTest, LargeReductionsWithEitherCopyMethod) {
+  constexpr size_t kCount = (9u << 20) / sizeof(float) + 3;  // 9 MiB + 12 B per rank
+  for (int n : {2, 3}) {
+    for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
+      OnRanks(n, [n, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+        sc.ForceCopyMethod(m);
+        const std::string at = absl::StrCat(" n=", n, " method=", m);
+        const float sum = static_cast<float>(n * (n - 1) / 2);
+        uint64_t seq = 0;
+        for (bool in_place : {false, true}) {
+          std::vector<float> in(kCount), out(kCount, -1.0f);
+          for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>((i % 1001) + r);
+          float* dst = in_place ? in.data() : out.data();
+          sc.Enter(seq, 61);
+          absl::Status s = sc.AllReduce(in.data(), dst, kCount, DataType::kFloat32,
+                                        ReduceOp::kSum, seq++, 61, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; i < kCount; ++i) {
+            const float want = static_cast<float>(i % 1001) * n + sum;
+            if (dst[i] != want) {
+              return absl::StrCat("allreduce", at, " in_place=", in_place, " [", i,
+                                  "] = ", dst[i], ", want ", want);
+            }
+          }
+        }
+        const int root = n - 1;
+        std::vector<float> in(kCount), out(r == root ? kCount : 0, -1.0f);
+        for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>((i % 1001) + r);
+        sc.Enter(seq, 62);
+        absl::Status s = sc.Reduce(in.data(), r == root ? out.data() : nullptr, kCount,
+                                   DataType::kFloat32, ReduceOp::kSum, root, seq++, 62, w);
+        if (!s.ok()) return s.ToString() + at;
+        for (size_t i = 0; r == root && i < kCount; ++i) {
+          const float want = static_cast<float>(i % 1001) * n + sum;
+          if (out[i] != want) return absl::StrCat("reduce", at, " [", i, "] = ", out[i]);
+        }
+        return "";
+      });
     }
   }
 }
@@ -341,7 +400,9 @@ TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
 // is 1032 in bfloat16; kAvg divides before rounding.
 TEST(ShmCollectiveTest, HalfTypesAccumulateInFloat32) {
   constexpr int kN = 3;
-  OnRanks(kN, [](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+  for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
+  OnRanks(kN, [m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+    sc.ForceCopyMethod(m);
     uint64_t seq = 0;
     for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
       const float small = t == DataType::kFloat16 ? 0.5f : 4.0f;
@@ -355,13 +416,23 @@ TEST(ShmCollectiveTest, HalfTypesAccumulateInFloat32) {
         // Inline, slot, and the large path over several rounds.
         for (size_t count : {size_t{5}, size_t{1000}, size_t{700001}}) {
           const std::string at = absl::StrCat(" ", DataTypeName(t), " ", ReduceOpName(op),
-                                              " count=", count);
+                                              " count=", count, " method=", m);
           std::vector<uint16_t> in(count, mine), out(count, 0);
           sc.Enter(seq, 51);
           absl::Status s = sc.AllReduce(in.data(), out.data(), count, t, op, seq++, 51, w);
           if (!s.ok()) return s.ToString() + at;
           for (size_t i = 0; i < count; ++i) {
             if (out[i] != want) return absl::StrCat("allreduce", at, " [", i, "] = ", out[i]);
+          }
+          // In place (every rank's slice is reduced into its own input).
+          std::vector<uint16_t> inout(count, mine);
+          sc.Enter(seq, 54);
+          s = sc.AllReduce(inout.data(), inout.data(), count, t, op, seq++, 54, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; i < count; ++i) {
+            if (inout[i] != want) {
+              return absl::StrCat("allreduce in place", at, " [", i, "] = ", inout[i]);
+            }
           }
           std::fill(out.begin(), out.end(), 0);
           sc.Enter(seq, 52);
@@ -382,6 +453,7 @@ TEST(ShmCollectiveTest, HalfTypesAccumulateInFloat32) {
     }
     return "";
   });
+  }
 }
 
 TEST(ShmCollectiveTest, BarrierWaitsForTheLastRank) {

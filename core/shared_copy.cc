@@ -1,0 +1,115 @@
+#include "core/shared_copy.h"
+
+#include <string.h>
+
+#include <algorithm>
+
+#include "core/spin.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace hcomm {
+
+void StreamCopy(void* dst_v, const void* src_v, size_t n) {
+  char* dst = static_cast<char*>(dst_v);
+  const char* src = static_cast<const char*>(src_v);
+#if defined(__SSE2__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  memcpy(dst + i, src + i, n - i);
+  // The stores are weakly ordered: they must be visible before whatever
+  // the caller publishes next (a counter, a ring's head).
+  _mm_sfence();
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+double CopyChooser::Cost(Method m, double ns_per_byte) {
+  return m == kStream ? kStreamBias * ns_per_byte : ns_per_byte;
+}
+
+double CopyChooser::Estimate(Method m) const {
+  const double* s = samples_[m];
+  double median;
+  switch (filled_[m]) {
+    case 1:
+      median = s[0];
+      break;
+    case 2:
+      median = (s[0] + s[1]) / 2;
+      break;
+    default:
+      median = std::max(std::min(s[0], s[1]), std::min(std::max(s[0], s[1]), s[2]));
+  }
+  return Cost(m, median);
+}
+
+CopyChooser::Method CopyChooser::Best() const {
+  if (filled_[kMemcpy] == 0 || filled_[kStream] == 0) return kMemcpy;
+  return Estimate(kStream) < Estimate(kMemcpy) ? kStream : kMemcpy;
+}
+
+CopyChooser::Method CopyChooser::Next() {
+  const Method best = Best();
+  if (++since_try_ < interval_) return best;
+  since_try_ = 0;
+  return best == kMemcpy ? kStream : kMemcpy;
+}
+
+void CopyChooser::Record(Method m, double ns_per_byte) {
+  const Method best = Best();
+  if (m != best && filled_[best] > 0) {
+    // A try of the slower method: if it lost clearly, try it less often.
+    const bool confirmed = Cost(m, ns_per_byte) > kClearMargin * Estimate(best);
+    interval_ = confirmed ? std::min(kMaxInterval, 2 * interval_) : kMinInterval;
+  }
+  samples_[m][next_[m]] = ns_per_byte;
+  next_[m] = (next_[m] + 1) % 3;
+  filled_[m] = std::min(3, filled_[m] + 1);
+}
+
+namespace {
+
+void CopyWith(CopyChooser::Method m, void* dst, const void* src, size_t n) {
+  if (m == CopyChooser::kStream) {
+    StreamCopy(dst, src, n);
+  } else {
+    memcpy(dst, src, n);
+  }
+}
+
+}  // namespace
+
+void SharedCopier::Copy(void* dst, const void* src, size_t n) {
+  if (forced_ >= 0) {
+    CopyWith(static_cast<CopyChooser::Method>(forced_), dst, src, n);
+    return;
+  }
+  if (n < kTimedBytes) {
+    memcpy(dst, src, n);
+    return;
+  }
+  const CopyChooser::Method m = chooser_.Next();
+  const int64_t start = MonoNs();
+  CopyWith(m, dst, src, n);
+  chooser_.Record(m, static_cast<double>(MonoNs() - start) / static_cast<double>(n));
+}
+
+}  // namespace hcomm

@@ -1,0 +1,90 @@
+// Copies into shared memory that another CPU reads next: a shared-memory
+// collective's slots, the shared-memory transport's rings.
+//
+//   SharedCopier copier;                    // one per writer, not shared
+//   copier.Copy(slot, input, bytes);        // memcpy or non-temporal stores
+//
+// Where the writer's and the reader's CPUs sit behind one cache, memcpy is
+// fastest: the reader finds the lines in that cache. Where they sit behind
+// different caches (a virtual machine's two CPUs do, for seconds at a time,
+// whenever the host places them so: tools/core_probe tells), every store to
+// a line that the reader's cache still holds from the last round waits for
+// that cache to drop it, and memcpy into a 1 MiB slot took 180-260 us here
+// against 30 us behind one cache. Non-temporal stores (StreamCopy) write
+// whole lines to memory without asking for them first and took 50-60 us in
+// both placements; the reader then takes the lines from memory (60-70 us
+// against 30 from the shared cache, 90 from the other one).
+//
+// The placement changes while a job runs, so SharedCopier times its large
+// copies and uses the method it measured faster (the median of each
+// method's last three timings, so that one copy cut short by the scheduler
+// does not switch it; a streamed copy's timing weighs kStreamBias more for
+// the reader's part), and now and then times the other method once.
+#ifndef HCOMM_CORE_SHARED_COPY_H_
+#define HCOMM_CORE_SHARED_COPY_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hcomm {
+
+// memcpy with non-temporal stores: the destination lines go to memory
+// without being read first and without staying in this CPU's caches.
+void StreamCopy(void* dst, const void* src, size_t n);
+
+// Which of two copy methods to use next, from their measured costs. The
+// policy of SharedCopier, apart from the clock, so that tests can drive it.
+class CopyChooser {
+ public:
+  enum Method { kMemcpy = 0, kStream = 1 };
+
+  // The method for the next copy: the one measured faster (memcpy until
+  // both have been measured), or, every Interval() copies, the other one.
+  Method Next();
+  // The cost of a copy that Next() chose, in nanoseconds per byte.
+  void Record(Method m, double ns_per_byte);
+
+  // Copies between two tries of the slower method: kMinInterval, doubled
+  // (up to kMaxInterval) each time a try confirms the choice by
+  // kClearMargin, back to kMinInterval when it does not.
+  int Interval() const { return interval_; }
+  static constexpr int kMinInterval = 8;
+  static constexpr int kMaxInterval = 64;
+  static constexpr double kClearMargin = 1.25;
+  // A streamed copy counts as this much slower than it timed: its reader
+  // takes the lines from memory, not from a cache (1 MiB: 60-70 us against
+  // 30 behind one cache), a cost the writer's clock does not see.
+  static constexpr double kStreamBias = 2.0;
+
+ private:
+  static double Cost(Method m, double ns_per_byte);
+  // The cost of a method: its last three timings' median, weighed by Cost.
+  double Estimate(Method m) const;
+  Method Best() const;
+
+  double samples_[2][3] = {};
+  int filled_[2] = {};  // samples recorded per method, up to 3
+  int next_[2] = {};    // where the next sample goes
+  int interval_ = kMinInterval;
+  int since_try_ = 0;  // copies since the slower method was last tried
+};
+
+class SharedCopier {
+ public:
+  // Copies shorter than this are plain memcpy, untimed: the clock would
+  // cost more than the choice saves.
+  static constexpr size_t kTimedBytes = 32 * 1024;
+
+  void Copy(void* dst, const void* src, size_t n);
+  // From now on, every copy (of any size) uses `m`, untimed: for tests
+  // that must take each path, and for measurements of either.
+  void Force(CopyChooser::Method m) { forced_ = m; }
+
+ private:
+  CopyChooser chooser_;
+  int forced_ = -1;  // a Method, or -1: choose
+};
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_SHARED_COPY_H_
