@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/shared_copy.h"
 #include "core/spin.h"
 #include "core/status.h"
 
@@ -142,11 +143,20 @@ inline RingCtl* RingAt(void* base, uint64_t ring_bytes, int i) {
 }
 inline char* RingData(RingCtl* ctl) { return reinterpret_cast<char*>(ctl) + kCtlBytes; }
 
-void RingWrite(char* data, uint64_t size, uint64_t pos, const void* src, uint64_t n) {
+// Copies with `copier` where given (payloads), else with memcpy.
+void RingWrite(char* data, uint64_t size, uint64_t pos, const void* src, uint64_t n,
+               SharedCopier* copier = nullptr) {
   uint64_t off = pos & (size - 1);
   uint64_t first = std::min(n, size - off);
-  memcpy(data + off, src, first);
-  if (first < n) memcpy(data, static_cast<const char*>(src) + first, n - first);
+  auto copy = [copier](char* to, const void* from, uint64_t k) {
+    if (copier != nullptr) {
+      copier->Copy(to, from, k);
+    } else {
+      memcpy(to, from, k);
+    }
+  };
+  copy(data + off, src, first);
+  if (first < n) copy(data, static_cast<const char*>(src) + first, n - first);
 }
 
 void RingRead(const char* data, uint64_t size, uint64_t pos, void* dst, uint64_t n) {
@@ -157,9 +167,9 @@ void RingRead(const char* data, uint64_t size, uint64_t pos, void* dst, uint64_t
 }
 
 // Writes bytes [a, a+n) of the record (header, payload, padding) at ring
-// position pos.
+// position pos, the payload with `copier`.
 void WriteRecordPiece(char* data, uint64_t size, uint64_t pos, const RecHdr& h, const char* payload,
-                      uint64_t a, uint64_t n) {
+                      uint64_t a, uint64_t n, SharedCopier& copier) {
   const uint64_t end = a + n;
   if (a < kRecHdrBytes) {
     uint64_t k = std::min(end, kRecHdrBytes) - a;
@@ -167,7 +177,9 @@ void WriteRecordPiece(char* data, uint64_t size, uint64_t pos, const RecHdr& h, 
   }
   uint64_t p0 = std::max(a, kRecHdrBytes);
   uint64_t p1 = std::min(end, kRecHdrBytes + h.len);
-  if (p1 > p0) RingWrite(data, size, pos + (p0 - a), payload + (p0 - kRecHdrBytes), p1 - p0);
+  if (p1 > p0) {
+    RingWrite(data, size, pos + (p0 - a), payload + (p0 - kRecHdrBytes), p1 - p0, &copier);
+  }
 }
 
 // Copies the payload part of record bytes [a, a+n) at ring position pos to
@@ -632,7 +644,7 @@ bool ShmTransport::WriteWholeLocked(Conn* c, const FrameMeta& meta, const void* 
   }
   // The whole record goes in now, one publish.
   WriteRecordPiece(c->out_data, c->out_size, c->tail, MakeRecHdr(kRecInline, 0, len, meta),
-                   static_cast<const char*>(payload), 0, total);
+                   static_cast<const char*>(payload), 0, total, c->copier);
   c->tail += total;
   c->out_ctl->tail.store(c->tail, std::memory_order_release);
   c->tail_published = c->tail;
@@ -758,7 +770,7 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
         break;
       }
       uint64_t n = std::min<uint64_t>({free, total - f.written, kPipeChunkBytes});
-      WriteRecordPiece(c->out_data, c->out_size, c->tail, h, f.payload, f.written, n);
+      WriteRecordPiece(c->out_data, c->out_size, c->tail, h, f.payload, f.written, n, c->copier);
       c->tail += n;
       f.written += n;
       if (c->tail - c->tail_published >= kPipeChunkBytes) PublishLocked(c);

@@ -63,6 +63,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/shared_copy.h"
 #include "transports/transport.h"
 
 namespace hcomm {
@@ -256,6 +257,7 @@ class ShmTransport : public Transport {
     uint64_t tail ABSL_GUARDED_BY(send_mu) = 0;
     uint64_t tail_published ABSL_GUARDED_BY(send_mu) = 0;
     uint64_t head_cached ABSL_GUARDED_BY(send_mu) = 0;
+    SharedCopier copier ABSL_GUARDED_BY(send_mu);  // payloads into the ring
     uint64_t cma_sent ABSL_GUARDED_BY(send_mu) = 0;
     uint64_t cma_acked ABSL_GUARDED_BY(send_mu) = 0;
     bool close_write ABSL_GUARDED_BY(send_mu) = false;
