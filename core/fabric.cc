@@ -437,6 +437,12 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     transports_.push_back(std::move(tcp));
   }
   transport_spins_ = transports_.size() == 1 && transports_[0]->SpinsBeforeSleep();
+  if (transports_.size() == 2) {
+    // Shared memory and TCP: a waiter blocks in TCP's epoll, which also
+    // watches the shared-memory transport's bell (PollAll).
+    const int fd = transports_.front()->OpenWakeFd();
+    one_wait_ = fd >= 0 && transports_.back()->WatchFd(fd);
+  }
   // Where ranks share CPUs a rendezvous waits for its peer to be scheduled
   // twice (to answer the RTS, then to take the data), which costs more than
   // whatever a transport saves below the protocol's limit (4 ranks on 2
@@ -657,13 +663,20 @@ int Fabric::PollAll(absl::Duration block, bool quiet) {
   }
   int events = 0;
   for (auto& t : transports_) events += t->Poll(absl::ZeroDuration());
-  if (events == 0 && block > absl::ZeroDuration() && !transports_.empty()) {
-    // Each transport sleeps in its own way (epoll, futex): take short naps
-    // on the last one and look at the others between them.
-    const absl::Duration nap = std::min(block, absl::Milliseconds(1));
-    events = quiet ? transports_.back()->PollQuiet(nap) : transports_.back()->Poll(nap);
+  if (events > 0 || block <= absl::ZeroDuration() || transports_.empty()) return events;
+  Transport* first = transports_.front().get();
+  Transport* last = transports_.back().get();
+  if (one_wait_) {
+    // The last transport's wait also ends when the first one's bell rings.
+    if (!first->ArmWake()) return first->Poll(absl::ZeroDuration());  // work came meanwhile
+    events = quiet ? last->PollQuiet(block) : last->Poll(block);
+    first->DisarmWake();
+    return events + first->Poll(absl::ZeroDuration());
   }
-  return events;
+  // Each transport sleeps in its own way (epoll, futex): take short naps on
+  // the last one and look at the others between them.
+  const absl::Duration nap = std::min(block, absl::Milliseconds(1));
+  return quiet ? last->PollQuiet(nap) : last->Poll(nap);
 }
 
 size_t Fabric::PendingSendsAll() const {

@@ -378,6 +378,8 @@ class Fabric : public FrameSink {
   bool oversubscribed_ = false;
   std::string job_key_;
   bool transport_spins_ = false;
+  // Two transports (shm and TCP) that block in one wait (PollAll).
+  bool one_wait_ = false;
 
   std::unique_ptr<StoreServer> store_server_;
   std::unique_ptr<StoreClient> store_client_;

@@ -128,6 +128,19 @@ class Transport {
   // never spinning (its CPU may be the one a caller's thread needs).
   virtual int PollQuiet(absl::Duration timeout) { return Poll(timeout); }
 
+  // One wait for two transports: a caller about to block in another
+  // transport's Poll arms this one (ArmWake: false, arming nothing, when
+  // work is ready here already), and that Poll also watches OpenWakeFd()
+  // (WatchFd), which turns readable when work arrives here while armed;
+  // DisarmWake after. OpenWakeFd opens the fd on its first call (a setup
+  // call: not thread-safe against the others); -1 where not supported.
+  virtual int OpenWakeFd() { return -1; }
+  virtual bool ArmWake() { return false; }
+  virtual void DisarmWake() {}
+  // Poll(timeout) also returns, counting an event, once `fd` is readable
+  // (it does not read it). A setup call; false where not supported.
+  virtual bool WatchFd(int fd) { return false; }
+
   // True if Poll(timeout > 0) spins by itself before it sleeps, adapting
   // the spin to how soon work came before; a caller then need not spin.
   virtual bool SpinsBeforeSleep() const { return false; }

@@ -11,7 +11,9 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,7 +44,7 @@ namespace hcomm {
 // header.ring_peer[i] and read by the segment's owner.
 
 constexpr uint64_t kSegMagic = 0x314745534d434348ull;  // "HCCMSEG1"
-constexpr uint32_t kSegVersion = 1;
+constexpr uint32_t kSegVersion = 2;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kCtlBytes = 4096;
 constexpr uint64_t kRecHdrBytes = 56;
@@ -76,6 +78,9 @@ struct SegHeader {
   alignas(64) std::atomic<uint32_t> doorbell;
   // Owner threads about to sleep on the doorbell; wakers skip the syscall at 0.
   alignas(64) std::atomic<uint32_t> sleepers;
+  // Owner threads about to block elsewhere (ArmWake): wakers also send a
+  // datagram to the owner's bell socket.
+  std::atomic<uint32_t> ext_sleepers;
   // Set by the owner when it shuts down; `attention` is bumped by anyone who
   // sets a flag (here or in a ring) that the owner must notice.
   alignas(64) std::atomic<uint32_t> dead;
@@ -240,6 +245,18 @@ bool CmaAllowedByEnv() {
   if (v == nullptr) return false;
   std::string s(v);
   return s == "1" || s == "true" || s == "on" || s == "yes";
+}
+
+// The abstract Unix socket (no file) that a segment's owner may wait on,
+// named after the segment.
+bool BellAddress(const std::string& segment_name, sockaddr_un* a, socklen_t* len) {
+  const std::string name = absl::StrCat("hcomm-bell", segment_name);
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof a->sun_path) return false;
+  memcpy(a->sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return true;
 }
 
 std::string SegmentName(const std::string& job_key, int self) {
@@ -422,6 +439,18 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegMagic;
   t->seg_ = std::move(seg);
+  // Our bell, for OpenWakeFd, bound now so that peers find it when they
+  // attach; and a socket to ring peers' bells. Without them, only futexes.
+  t->bell_tx_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  t->bell_rx_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un bell;
+  socklen_t bell_len;
+  if (t->bell_rx_ >= 0 &&
+      (!BellAddress(t->seg_->name, &bell, &bell_len) ||
+       bind(t->bell_rx_, reinterpret_cast<const sockaddr*>(&bell), bell_len) != 0)) {
+    close(t->bell_rx_);
+    t->bell_rx_ = -1;
+  }
   return t;
 }
 
@@ -443,6 +472,8 @@ ShmTransport::~ShmTransport() {
     if (c->peer_base != nullptr) munmap(c->peer_base, c->peer_size);
     if (c->pidfd >= 0) close(c->pidfd);
   }
+  if (bell_rx_ >= 0) close(bell_rx_);
+  if (bell_tx_ >= 0) close(bell_tx_);
   seg_.reset();
 }
 
@@ -572,6 +603,16 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, ab
     c->out_ctl = out;
     c->out_data = RingData(out);
     c->out_size = rb;
+    // The peer's bell must be reachable from here (processes in another
+    // network namespace share no abstract sockets) for us to wait on ours.
+    c->bell_ok = false;
+    if (BellAddress(parts[4], &c->peer_bell, &c->peer_bell_len)) {
+      const int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      c->bell_ok = probe >= 0 && connect(probe, reinterpret_cast<const sockaddr*>(&c->peer_bell),
+                                         c->peer_bell_len) == 0;
+      if (probe >= 0) close(probe);
+    }
+    if (!c->bell_ok) c->peer_bell_len = 0;
     c->tail = c->tail_published = out->tail.load(std::memory_order_acquire);
     c->head_cached = out->head.load(std::memory_order_acquire);
     c->cma_sent = c->cma_acked = out->cma_acked.load(std::memory_order_acquire);
@@ -648,7 +689,7 @@ bool ShmTransport::WriteWholeLocked(Conn* c, const FrameMeta& meta, const void* 
   c->tail += total;
   c->out_ctl->tail.store(c->tail, std::memory_order_release);
   c->tail_published = c->tail;
-  WakeOwner(c->peer_hdr);
+  RingPeer(c);
   return true;
 }
 
@@ -729,7 +770,7 @@ void ShmTransport::PublishLocked(Conn* c) {
   if (c->tail == c->tail_published) return;
   c->out_ctl->tail.store(c->tail, std::memory_order_release);
   c->tail_published = c->tail;
-  WakeOwner(c->peer_hdr);
+  RingPeer(c);
 }
 
 void ShmTransport::FlushLocked(Conn* c, Completions* done) {
@@ -938,7 +979,7 @@ void ShmTransport::PublishHeadLocked(Conn* c) {
   FullFence();
   if (c->in_ctl->writer_waiting.load(std::memory_order_relaxed) != 0 &&
       c->in_ctl->writer_waiting.exchange(0, std::memory_order_acq_rel) != 0) {
-    WakeOwner(c->peer_hdr);
+    RingPeer(c);
   }
 }
 
@@ -1152,7 +1193,7 @@ int ShmTransport::ReadRing(Conn* c, bool drain) {
       }
       ++c->rx_cma_seen;
       c->in_ctl->cma_acked.store(c->rx_cma_seen, std::memory_order_release);
-      WakeOwner(c->peer_hdr);
+      RingPeer(c);
       c->rx_state = kRxIdle;
       sink_->OnPayload(c->peer, c->rx_meta, c->rx_len);
       ++events;
@@ -1255,7 +1296,7 @@ void ShmTransport::SignalPeerGone(Conn* c) {
   c->in_ctl->reader_gone.store(1, std::memory_order_release);
   c->out_ctl->writer_gone.store(1, std::memory_order_release);
   c->peer_hdr->attention.fetch_add(1, std::memory_order_acq_rel);
-  WakeOwner(c->peer_hdr);
+  RingPeer(c);
 }
 
 void ShmTransport::CheckLiveness() {
@@ -1326,6 +1367,11 @@ void ShmTransport::ShutdownAll() {
   // A thread of ours asleep in Poll reports the losses now.
   seg_->hdr->attention.fetch_add(1, std::memory_order_acq_rel);
   WakeOwner(seg_->hdr);
+  if (seg_->hdr->ext_sleepers.load(std::memory_order_relaxed) != 0) {
+    sockaddr_un a;
+    socklen_t len;
+    if (BellAddress(seg_->name, &a, &len)) SendBell(a, len);
+  }
 }
 
 void ShmTransport::FailPeer(int peer, const absl::Status& why) {
@@ -1439,6 +1485,55 @@ int ShmTransport::PollQuiet(absl::Duration timeout) {
   return SleepUntilReady(timeout == absl::InfiniteDuration()
                              ? INT64_MAX
                              : MonoNs() + absl::ToInt64Nanoseconds(timeout));
+}
+
+void ShmTransport::SendBell(const sockaddr_un& a, socklen_t len) {
+  if (bell_tx_ < 0 || len == 0) return;
+  // A full socket buffer is a bell already rung; a closed one, a peer gone.
+  const char b = 1;
+  (void)sendto(bell_tx_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&a),
+               len);
+}
+
+void ShmTransport::RingPeer(Conn* c) {
+  WakeOwner(c->peer_hdr);  // its fence also orders the load below
+  if (c->peer_hdr->ext_sleepers.load(std::memory_order_relaxed) != 0) {
+    SendBell(c->peer_bell, c->peer_bell_len);
+  }
+}
+
+int ShmTransport::OpenWakeFd() {
+  if (bell_rx_ < 0 || bell_tx_ < 0) return -1;
+  for (Conn* c : local_) {
+    if (!c->connected.load(std::memory_order_acquire) || !c->bell_ok) return -1;
+  }
+  wake_open_ = true;
+  return bell_rx_;
+}
+
+void ShmTransport::DrainBell() {
+  char buf[64];
+  while (recv(bell_rx_, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
+}
+
+bool ShmTransport::ArmWake() {
+  if (!wake_open_) return false;
+  DrainBell();
+  SegHeader* h = seg_->hdr;
+  h->ext_sleepers.fetch_add(1, std::memory_order_seq_cst);
+  // Pairs with a waker's fence (WakeOwner): it sees us, or we see its work.
+  FullFence();
+  if (AnythingReady()) {
+    h->ext_sleepers.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+void ShmTransport::DisarmWake() {
+  seg_->hdr->ext_sleepers.fetch_sub(1, std::memory_order_relaxed);
+  DrainBell();
 }
 
 int ShmTransport::SleepUntilReady(int64_t deadline) {

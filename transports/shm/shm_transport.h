@@ -47,7 +47,9 @@
 #ifndef HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
 #define HCOMM_TRANSPORTS_SHM_SHM_TRANSPORT_H_
 
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <atomic>
 #include <cstddef>
@@ -174,6 +176,13 @@ class ShmTransport : public Transport {
   //   the failed callbacks and OnConnectionLost run from the next Poll.
   //   FailPeer runs them before it returns.
   const char* name() const override { return "shm"; }
+  // The wake fd is an abstract Unix datagram socket named after this
+  // rank's segment (bound by Create); a peer that rings our doorbell while
+  // ArmWake is in effect also sends it a byte. OpenWakeFd gives -1 unless
+  // every local peer is attached and its own bell was reachable from here.
+  int OpenWakeFd() override;
+  bool ArmWake() override;
+  void DisarmWake() override;
   bool SpinsBeforeSleep() const override { return true; }
   int PollQuiet(absl::Duration timeout) override;
   int TakeWhole(int peer,
@@ -245,6 +254,9 @@ class ShmTransport : public Transport {
     shm_internal::RingCtl* out_ctl = nullptr;  // our ring in the peer's segment
     char* out_data = nullptr;
     uint64_t out_size = 0;
+    sockaddr_un peer_bell{};  // the peer's bell socket (peer_bell_len 0: none)
+    socklen_t peer_bell_len = 0;
+    bool bell_ok = false;  // the peer's bell was reachable at Connect
     // Set by Create.
     shm_internal::RingCtl* in_ctl = nullptr;  // the peer's ring in our segment
     char* in_data = nullptr;
@@ -302,6 +314,11 @@ class ShmTransport : public Transport {
   int PollOnce();
   // Whether PollOnce would find something to do (checked before sleeping).
   bool AnythingReady();
+  // Rings `c`'s owner: its futex if a thread sleeps there, its bell socket
+  // if one waits on that (ArmWake).
+  void RingPeer(Conn* c);
+  void SendBell(const sockaddr_un& a, socklen_t len);
+  void DrainBell();
   // Sleeps on the doorbell until something is ready (then polls) or
   // `deadline` (MonoNs) passes.
   int SleepUntilReady(int64_t deadline);
@@ -352,6 +369,9 @@ class ShmTransport : public Transport {
   FrameSink* const sink_;
   bool cma_enabled_ = true;
   std::unique_ptr<Segment> seg_;
+  int bell_tx_ = -1;  // sends peers' bells
+  int bell_rx_ = -1;  // our bell, or -1
+  bool wake_open_ = false;  // OpenWakeFd handed bell_rx_ out
   std::vector<std::unique_ptr<Conn>> conns_;  // by world rank; null if not local
   std::vector<Conn*> local_;                  // the non-null entries of conns_
   std::atomic<uint64_t> next_handle_{1};

@@ -3,6 +3,7 @@
 // class over the CMA path and the pipelined ring path.
 #include "transports/shm/shm_transport.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -199,6 +200,65 @@ TEST(ShmTransportSetupTest, UnreadablePeerFallsBackToRingCopy) {
   EXPECT_EQ(sink.frames_from(1), n);
   EXPECT_TRUE(sink.errors().empty());
   EXPECT_TRUE(Leftovers(key).empty());
+}
+
+// The wake fd of a transport armed to block elsewhere turns readable when a
+// peer sends to it; unarmed, or disarmed, no bell is sent; arming when a
+// frame waits already arms nothing.
+TEST(ShmTransportSetupTest, WakeFdRingsOnlyWhileArmed) {
+  unsetenv("HCOMM_SHM_CMA");
+  TestSink sink(2);
+  const std::string key = UniqueKey("bell");
+  auto a = ShmTransport::Create(0, 2, {1}, key, &sink);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ShmTransport::Create(1, 2, {0}, key, &sink);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const absl::Time soon = absl::Now() + absl::Seconds(5);
+  ASSERT_TRUE((*a)->Connect(1, (*b)->Address(), soon).ok());
+  ASSERT_TRUE((*b)->Connect(0, (*a)->Address(), soon).ok());
+  ASSERT_TRUE((*a)->FinishSetup().ok());
+  ASSERT_TRUE((*b)->FinishSetup().ok());
+  EXPECT_FALSE((*a)->ArmWake());  // no wake fd yet
+  const int fd = (*a)->OpenWakeFd();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(fd, (*a)->OpenWakeFd());
+  auto readable = [fd](int ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, ms) == 1;
+  };
+  Tracker tr;
+  std::vector<Payload> keep;
+  auto send = [&](uint64_t seq, size_t len) {
+    keep.push_back(MakePayload(1, 0, seq, len));
+    (*b)->Send(0, MakeMeta(1, 0, seq, len), keep.back().bytes.get(), len, tr.Callback());
+  };
+  // Unarmed: the frame arrives, no bell.
+  send(0, 100);
+  EXPECT_FALSE(readable(0));
+  // A frame waits: arming arms nothing.
+  EXPECT_FALSE((*a)->ArmWake());
+  while (sink.frames_from(1) < 1) (*a)->Poll(absl::ZeroDuration());
+  // Armed with nothing waiting: a small and a streamed frame each ring.
+  for (size_t len : {size_t{8}, 3 * kMiB}) {
+    ASSERT_TRUE((*a)->ArmWake());
+    EXPECT_FALSE(readable(0));
+    send(keep.size(), len);
+    ASSERT_TRUE(readable(10000)) << len;
+    (*a)->DisarmWake();
+    EXPECT_FALSE(readable(0));  // drained
+    const int64_t want = static_cast<int64_t>(keep.size());
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while ((sink.frames_from(1) < want || tr.done() < want) && absl::Now() < deadline) {
+      (*a)->Poll(absl::ZeroDuration());
+      (*b)->Poll(absl::ZeroDuration());
+    }
+    EXPECT_EQ(sink.frames_from(1), want);
+  }
+  EXPECT_EQ(tr.ok(), static_cast<int64_t>(keep.size()));
+  // Disarmed: no bell.
+  send(keep.size(), 100);
+  EXPECT_FALSE(readable(0));
+  EXPECT_TRUE(sink.errors().empty());
 }
 
 // ---------------------------------------------------------------------------

@@ -21,6 +21,8 @@ namespace hcomm {
 namespace {
 
 constexpr uint32_t kMagic = 0x464d4348;  // "HCMF"
+// epoll's tag for a WatchFd descriptor (connections are tagged by peer).
+constexpr uint32_t kWatchedFd = UINT32_MAX;
 constexpr size_t kStageBytes = 256 * 1024;
 // Payload bytes still due above which the rest is read straight into the
 // destination instead of through the staging buffer.
@@ -521,6 +523,7 @@ int TcpTransport::Poll(absl::Duration timeout) {
   int n = ::epoll_wait(epfd_, evs, 32, ms);
   if (n <= 0) return 0;
   for (int i = 0; i < n; ++i) {
+    if (evs[i].data.u32 == kWatchedFd) continue;  // counted; the watcher reads it
     Conn* c = conns_[evs[i].data.u32].get();
     if (c == nullptr) continue;
     if (evs[i].events & EPOLLOUT) HandleWritable(c);
@@ -534,6 +537,14 @@ int TcpTransport::Poll(absl::Duration timeout) {
     }
   }
   return n;
+}
+
+bool TcpTransport::WatchFd(int fd) {
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN;
+  ev.data.u32 = kWatchedFd;
+  return ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
 int TcpTransport::PollPeer(int peer) {

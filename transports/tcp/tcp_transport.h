@@ -49,6 +49,7 @@ class TcpTransport : public Transport {
   bool Cancel(int peer, FrameHandle handle) override;
   int Poll(absl::Duration timeout) override;
   int PollPeer(int peer) override;
+  bool WatchFd(int fd) override;
   size_t PendingSends() const override { return pending_.load(std::memory_order_relaxed); }
   // A frame that fits one loopback segment (MTU 64 KiB, less the IP and TCP
   // headers) goes out as one packet: a 64 KiB payload and its header need
