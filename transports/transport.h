@@ -137,8 +137,9 @@ class Transport {
   virtual int OpenWakeFd() { return -1; }
   virtual bool ArmWake() { return false; }
   virtual void DisarmWake() {}
-  // Poll(timeout) also returns, counting an event, once `fd` is readable
-  // (it does not read it). A setup call; false where not supported.
+  // Poll(timeout > 0) also returns, counting an event, once `fd` is
+  // readable (it does not read it; Poll(0) does not count it). A setup
+  // call; false where not supported.
   virtual bool WatchFd(int fd) { return false; }
 
   // True if Poll(timeout > 0) spins by itself before it sleeps, adapting

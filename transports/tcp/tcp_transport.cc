@@ -522,8 +522,15 @@ int TcpTransport::Poll(absl::Duration timeout) {
   }
   int n = ::epoll_wait(epfd_, evs, 32, ms);
   if (n <= 0) return 0;
+  int events = n;
   for (int i = 0; i < n; ++i) {
-    if (evs[i].data.u32 == kWatchedFd) continue;  // counted; the watcher reads it
+    if (evs[i].data.u32 == kWatchedFd) {
+      // Left for its owner to read. It ends a wait (an event) but does not
+      // count when nobody waited: a byte that came after its owner stopped
+      // watching would otherwise look like traffic to every spinning poll.
+      if (ms == 0) --events;
+      continue;
+    }
     Conn* c = conns_[evs[i].data.u32].get();
     if (c == nullptr) continue;
     if (evs[i].events & EPOLLOUT) HandleWritable(c);
@@ -536,7 +543,7 @@ int TcpTransport::Poll(absl::Duration timeout) {
       if (!st.ok()) MarkDead(c, st);
     }
   }
-  return n;
+  return events;
 }
 
 bool TcpTransport::WatchFd(int fd) {
