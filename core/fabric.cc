@@ -664,9 +664,9 @@ int Fabric::PollAll(absl::Duration block, bool quiet) {
   int events = 0;
   for (auto& t : transports_) events += t->Poll(absl::ZeroDuration());
   if (events > 0 || block <= absl::ZeroDuration() || transports_.empty()) return events;
-  Transport* first = transports_.front().get();
   Transport* last = transports_.back().get();
   if (one_wait_) {
+    Transport* first = transports_.front().get();
     // The last transport's wait also ends when the first one's bell rings.
     if (!first->ArmWake()) return first->Poll(absl::ZeroDuration());  // work came meanwhile
     events = quiet ? last->PollQuiet(block) : last->Poll(block);

@@ -148,20 +148,13 @@ inline RingCtl* RingAt(void* base, uint64_t ring_bytes, int i) {
 }
 inline char* RingData(RingCtl* ctl) { return reinterpret_cast<char*>(ctl) + kCtlBytes; }
 
-// Copies with `copier` where given (payloads), else with memcpy.
+// Short pieces (record headers) are plain memcpy in SharedCopier::Copy.
 void RingWrite(char* data, uint64_t size, uint64_t pos, const void* src, uint64_t n,
-               SharedCopier* copier = nullptr) {
+               SharedCopier& copier) {
   uint64_t off = pos & (size - 1);
   uint64_t first = std::min(n, size - off);
-  auto copy = [copier](char* to, const void* from, uint64_t k) {
-    if (copier != nullptr) {
-      copier->Copy(to, from, k);
-    } else {
-      memcpy(to, from, k);
-    }
-  };
-  copy(data + off, src, first);
-  if (first < n) copy(data, static_cast<const char*>(src) + first, n - first);
+  copier.Copy(data + off, src, first);
+  if (first < n) copier.Copy(data, static_cast<const char*>(src) + first, n - first);
 }
 
 void RingRead(const char* data, uint64_t size, uint64_t pos, void* dst, uint64_t n) {
@@ -172,18 +165,18 @@ void RingRead(const char* data, uint64_t size, uint64_t pos, void* dst, uint64_t
 }
 
 // Writes bytes [a, a+n) of the record (header, payload, padding) at ring
-// position pos, the payload with `copier`.
+// position pos.
 void WriteRecordPiece(char* data, uint64_t size, uint64_t pos, const RecHdr& h, const char* payload,
                       uint64_t a, uint64_t n, SharedCopier& copier) {
   const uint64_t end = a + n;
   if (a < kRecHdrBytes) {
     uint64_t k = std::min(end, kRecHdrBytes) - a;
-    RingWrite(data, size, pos, reinterpret_cast<const char*>(&h) + a, k);
+    RingWrite(data, size, pos, reinterpret_cast<const char*>(&h) + a, k, copier);
   }
   uint64_t p0 = std::max(a, kRecHdrBytes);
   uint64_t p1 = std::min(end, kRecHdrBytes + h.len);
   if (p1 > p0) {
-    RingWrite(data, size, pos + (p0 - a), payload + (p0 - kRecHdrBytes), p1 - p0, &copier);
+    RingWrite(data, size, pos + (p0 - a), payload + (p0 - kRecHdrBytes), p1 - p0, copier);
   }
 }
 
@@ -443,13 +436,12 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   // attach; and a socket to ring peers' bells. Without them, only futexes.
   t->bell_tx_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   t->bell_rx_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  sockaddr_un bell;
-  socklen_t bell_len;
   if (t->bell_rx_ >= 0 &&
-      (!BellAddress(t->seg_->name, &bell, &bell_len) ||
-       bind(t->bell_rx_, reinterpret_cast<const sockaddr*>(&bell), bell_len) != 0)) {
+      (!BellAddress(t->seg_->name, &t->bell_, &t->bell_len_) ||
+       bind(t->bell_rx_, reinterpret_cast<const sockaddr*>(&t->bell_), t->bell_len_) != 0)) {
     close(t->bell_rx_);
     t->bell_rx_ = -1;
+    t->bell_len_ = 0;
   }
   return t;
 }
@@ -605,14 +597,14 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, ab
     c->out_size = rb;
     // The peer's bell must be reachable from here (processes in another
     // network namespace share no abstract sockets) for us to wait on ours.
-    c->bell_ok = false;
+    bool reachable = false;
     if (BellAddress(parts[4], &c->peer_bell, &c->peer_bell_len)) {
       const int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      c->bell_ok = probe >= 0 && connect(probe, reinterpret_cast<const sockaddr*>(&c->peer_bell),
-                                         c->peer_bell_len) == 0;
+      reachable = probe >= 0 && connect(probe, reinterpret_cast<const sockaddr*>(&c->peer_bell),
+                                        c->peer_bell_len) == 0;
       if (probe >= 0) close(probe);
     }
-    if (!c->bell_ok) c->peer_bell_len = 0;
+    if (!reachable) c->peer_bell_len = 0;
     c->tail = c->tail_published = out->tail.load(std::memory_order_acquire);
     c->head_cached = out->head.load(std::memory_order_acquire);
     c->cma_sent = c->cma_acked = out->cma_acked.load(std::memory_order_acquire);
@@ -794,7 +786,7 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
       s.addr.store(reinterpret_cast<uintptr_t>(f.payload), std::memory_order_relaxed);
       s.state.store(kSlotLive, std::memory_order_relaxed);
       const RecHdr h = MakeRecHdr(kRecCma, f.slot, f.len, f.meta);
-      RingWrite(c->out_data, c->out_size, c->tail, &h, kRecHdrBytes);
+      RingWrite(c->out_data, c->out_size, c->tail, &h, kRecHdrBytes, c->copier);
       c->tail += kRecAlign;
       f.written = kRecAlign;
       ++c->cma_sent;
@@ -826,7 +818,7 @@ void ShmTransport::FlushLocked(Conn* c, Completions* done) {
       RecHdr h;
       memset(&h, 0, sizeof h);
       h.kind = kRecClose;
-      RingWrite(c->out_data, c->out_size, c->tail, &h, kRecHdrBytes);
+      RingWrite(c->out_data, c->out_size, c->tail, &h, kRecHdrBytes, c->copier);
       c->tail += kRecAlign;
       c->close_written = true;
     } else {
@@ -1366,12 +1358,7 @@ void ShmTransport::ShutdownAll() {
   }
   // A thread of ours asleep in Poll reports the losses now.
   seg_->hdr->attention.fetch_add(1, std::memory_order_acq_rel);
-  WakeOwner(seg_->hdr);
-  if (seg_->hdr->ext_sleepers.load(std::memory_order_relaxed) != 0) {
-    sockaddr_un a;
-    socklen_t len;
-    if (BellAddress(seg_->name, &a, &len)) SendBell(a, len);
-  }
+  Ring(seg_->hdr, bell_, bell_len_);
 }
 
 void ShmTransport::FailPeer(int peer, const absl::Status& why) {
@@ -1487,25 +1474,23 @@ int ShmTransport::PollQuiet(absl::Duration timeout) {
                              : MonoNs() + absl::ToInt64Nanoseconds(timeout));
 }
 
-void ShmTransport::SendBell(const sockaddr_un& a, socklen_t len) {
-  if (bell_tx_ < 0 || len == 0) return;
-  // A full socket buffer is a bell already rung; a closed one, a peer gone.
+void ShmTransport::Ring(SegHeader* h, const sockaddr_un& bell, socklen_t bell_len) {
+  WakeOwner(h);  // its fence also orders the load below
+  if (h->ext_sleepers.load(std::memory_order_relaxed) == 0 || bell_tx_ < 0 || bell_len == 0) {
+    return;
+  }
+  // A full socket buffer is a bell already rung; a closed one, an owner gone.
   const char b = 1;
-  (void)sendto(bell_tx_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&a),
-               len);
+  (void)sendto(bell_tx_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+               reinterpret_cast<const sockaddr*>(&bell), bell_len);
 }
 
-void ShmTransport::RingPeer(Conn* c) {
-  WakeOwner(c->peer_hdr);  // its fence also orders the load below
-  if (c->peer_hdr->ext_sleepers.load(std::memory_order_relaxed) != 0) {
-    SendBell(c->peer_bell, c->peer_bell_len);
-  }
-}
+void ShmTransport::RingPeer(Conn* c) { Ring(c->peer_hdr, c->peer_bell, c->peer_bell_len); }
 
 int ShmTransport::OpenWakeFd() {
   if (bell_rx_ < 0 || bell_tx_ < 0) return -1;
   for (Conn* c : local_) {
-    if (!c->connected.load(std::memory_order_acquire) || !c->bell_ok) return -1;
+    if (!c->connected.load(std::memory_order_acquire) || c->peer_bell_len == 0) return -1;
   }
   wake_open_ = true;
   return bell_rx_;

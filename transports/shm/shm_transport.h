@@ -254,9 +254,10 @@ class ShmTransport : public Transport {
     shm_internal::RingCtl* out_ctl = nullptr;  // our ring in the peer's segment
     char* out_data = nullptr;
     uint64_t out_size = 0;
-    sockaddr_un peer_bell{};  // the peer's bell socket (peer_bell_len 0: none)
+    // The peer's bell socket; peer_bell_len 0: none, or not reachable from
+    // here at Connect.
+    sockaddr_un peer_bell{};
     socklen_t peer_bell_len = 0;
-    bool bell_ok = false;  // the peer's bell was reachable at Connect
     // Set by Create.
     shm_internal::RingCtl* in_ctl = nullptr;  // the peer's ring in our segment
     char* in_data = nullptr;
@@ -314,10 +315,10 @@ class ShmTransport : public Transport {
   int PollOnce();
   // Whether PollOnce would find something to do (checked before sleeping).
   bool AnythingReady();
-  // Rings `c`'s owner: its futex if a thread sleeps there, its bell socket
-  // if one waits on that (ArmWake).
+  // Rings the owner of segment `h`: its futex if a thread sleeps there, its
+  // bell socket if one waits on that (ArmWake). RingPeer: `c`'s owner.
+  void Ring(shm_internal::SegHeader* h, const sockaddr_un& bell, socklen_t bell_len);
   void RingPeer(Conn* c);
-  void SendBell(const sockaddr_un& a, socklen_t len);
   void DrainBell();
   // Sleeps on the doorbell until something is ready (then polls) or
   // `deadline` (MonoNs) passes.
@@ -371,6 +372,8 @@ class ShmTransport : public Transport {
   std::unique_ptr<Segment> seg_;
   int bell_tx_ = -1;  // sends peers' bells
   int bell_rx_ = -1;  // our bell, or -1
+  sockaddr_un bell_{};  // its address (bell_len_ 0: none)
+  socklen_t bell_len_ = 0;
   bool wake_open_ = false;  // OpenWakeFd handed bell_rx_ out
   std::vector<std::unique_ptr<Conn>> conns_;  // by world rank; null if not local
   std::vector<Conn*> local_;                  // the non-null entries of conns_

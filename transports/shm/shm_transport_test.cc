@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -158,6 +160,23 @@ TEST(ShmTransportSetupTest, ConnectRejectsBadAddresses) {
   EXPECT_TRUE(sink.errors().empty());
 }
 
+// Ranks 0 and 1 of one process, attached to each other and set up; rank 0
+// attaches to rank 1 at b_address_for_a(rank 1's address).
+using Made = absl::StatusOr<std::unique_ptr<ShmTransport>>;
+void AttachPair(const std::string& key, TestSink* sink, Made* a, Made* b,
+                const std::function<std::string(const std::string&)>& b_address_for_a =
+                    [](const std::string& address) { return address; }) {
+  *a = ShmTransport::Create(0, 2, {1}, key, sink);
+  ASSERT_TRUE(a->ok()) << a->status();
+  *b = ShmTransport::Create(1, 2, {0}, key, sink);
+  ASSERT_TRUE(b->ok()) << b->status();
+  const absl::Time soon = absl::Now() + absl::Seconds(5);
+  ASSERT_TRUE((**a)->Connect(1, b_address_for_a((**b)->Address()), soon).ok());
+  ASSERT_TRUE((**b)->Connect(0, (**a)->Address(), soon).ok());
+  ASSERT_TRUE((**a)->FinishSetup().ok());
+  ASSERT_TRUE((**b)->FinishSetup().ok());
+}
+
 // CMA is checked per direction at Connect: a reader that cannot read its
 // writer's memory (here: a wrong address for the probe, as EPERM would do)
 // makes that writer use the ring copy, while the other direction keeps CMA.
@@ -165,18 +184,13 @@ TEST(ShmTransportSetupTest, UnreadablePeerFallsBackToRingCopy) {
   setenv("HCOMM_SHM_CMA", "1", 1);
   TestSink sink(2);
   const std::string key = UniqueKey("probe");
-  auto a = ShmTransport::Create(0, 2, {1}, key, &sink);
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = ShmTransport::Create(1, 2, {0}, key, &sink);
-  ASSERT_TRUE(b.ok()) << b.status();
-  std::vector<std::string> parts = absl::StrSplit((*b)->Address(), ':');
-  ASSERT_EQ(parts.size(), 5u);
-  parts[3] = "10";  // not where b's segment lives in b's address space
-  const absl::Time soon = absl::Now() + absl::Seconds(5);
-  ASSERT_TRUE((*a)->Connect(1, absl::StrJoin(parts, ":"), soon).ok());
-  ASSERT_TRUE((*b)->Connect(0, (*a)->Address(), soon).ok());
-  ASSERT_TRUE((*a)->FinishSetup().ok());
-  ASSERT_TRUE((*b)->FinishSetup().ok());
+  Made a, b;
+  ASSERT_NO_FATAL_FAILURE(AttachPair(key, &sink, &a, &b, [](const std::string& address) {
+    std::vector<std::string> parts = absl::StrSplit(address, ':');
+    EXPECT_EQ(parts.size(), 5u);
+    parts[3] = "10";  // not where b's segment lives in b's address space
+    return absl::StrJoin(parts, ":");
+  }));
   EXPECT_TRUE((*a)->UsesCma(1));   // b reads a's memory
   EXPECT_FALSE((*b)->UsesCma(0));  // a could not read b's: b copies through the ring
   Tracker tr;
@@ -209,15 +223,8 @@ TEST(ShmTransportSetupTest, WakeFdRingsOnlyWhileArmed) {
   unsetenv("HCOMM_SHM_CMA");
   TestSink sink(2);
   const std::string key = UniqueKey("bell");
-  auto a = ShmTransport::Create(0, 2, {1}, key, &sink);
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = ShmTransport::Create(1, 2, {0}, key, &sink);
-  ASSERT_TRUE(b.ok()) << b.status();
-  const absl::Time soon = absl::Now() + absl::Seconds(5);
-  ASSERT_TRUE((*a)->Connect(1, (*b)->Address(), soon).ok());
-  ASSERT_TRUE((*b)->Connect(0, (*a)->Address(), soon).ok());
-  ASSERT_TRUE((*a)->FinishSetup().ok());
-  ASSERT_TRUE((*b)->FinishSetup().ok());
+  Made a, b;
+  ASSERT_NO_FATAL_FAILURE(AttachPair(key, &sink, &a, &b));
   EXPECT_FALSE((*a)->ArmWake());  // no wake fd yet
   const int fd = (*a)->OpenWakeFd();
   ASSERT_GE(fd, 0);
