@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -48,6 +49,10 @@ struct WireHeader {
   FrameMeta meta;
 };
 static_assert(sizeof(WireHeader) == 16 + kFrameMetaBytes, "wire header has no padding");
+// Lazy mode hands poll(2)'s revents to the code that reads epoll's events.
+static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLRDHUP == EPOLLRDHUP &&
+                  POLLHUP == EPOLLHUP && POLLERR == EPOLLERR,
+              "poll and epoll share their event bits");
 
 using Completions = std::vector<std::pair<SendCallback, absl::Status>>;
 
@@ -112,7 +117,10 @@ struct TcpTransport::Conn {
 
   absl::Mutex send_mu;
   std::deque<OutFrame> queue ABSL_GUARDED_BY(send_mu);
-  bool out_armed ABSL_GUARDED_BY(send_mu) = false;
+  // Whether writability matters (frames queued); written under send_mu,
+  // read by lazy mode's poll(2) without it.
+  std::atomic<bool> out_armed{false};
+  bool in_epoll ABSL_GUARDED_BY(send_mu) = false;
   bool close_write ABSL_GUARDED_BY(send_mu) = false;
   bool write_closed ABSL_GUARDED_BY(send_mu) = false;
   bool dead ABSL_GUARDED_BY(send_mu) = false;
@@ -156,15 +164,42 @@ absl::Status TcpTransport::AddConnection(int peer, net::Fd fd) {
     absl::MutexLock l(&c->recv_mu);
     c->stage.reset(new char[kStageBytes]);
   }
+  Conn* added = c.get();
+  conns_[peer] = std::move(c);
+  added_.push_back(added);
+  if (lazy_ && added_.size() <= kLazyMaxConns) return absl::OkStatus();
+  // Too many for poll(2) on every look: all stay in the epoll set.
+  lazy_ = false;
+  for (Conn* a : added_) {
+    SetWatched(a, true);
+    absl::MutexLock l(&a->send_mu);
+    if (!a->in_epoll) return Internal(absl::StrCat("epoll_ctl: ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+struct epoll_event Interest(int peer, bool out) {
   struct epoll_event ev;
   memset(&ev, 0, sizeof ev);
-  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0);
   ev.data.u32 = static_cast<uint32_t>(peer);
-  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, c->fd.get(), &ev) < 0) {
-    return Internal(absl::StrCat("epoll_ctl: ", strerror(errno)));
+  return ev;
+}
+
+}  // namespace
+
+void TcpTransport::SetWatched(Conn* c, bool on) {
+  absl::MutexLock l(&c->send_mu);
+  if (on == c->in_epoll || (on && c->dead)) return;
+  if (on) {
+    struct epoll_event ev = Interest(c->peer, c->out_armed.load(std::memory_order_relaxed));
+    c->in_epoll = ::epoll_ctl(epfd_, EPOLL_CTL_ADD, c->fd.get(), &ev) == 0;
+  } else {
+    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c->fd.get(), nullptr);
+    c->in_epoll = false;
   }
-  conns_[peer] = std::move(c);
-  return absl::OkStatus();
 }
 
 bool TcpTransport::TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) {
@@ -310,13 +345,11 @@ void TcpTransport::FlushLocked(Conn* c, Completions* done) {
 
 void TcpTransport::UpdateInterestLocked(Conn* c) {
   bool want = !c->queue.empty() && !c->dead;
-  if (want == c->out_armed) return;
-  struct epoll_event ev;
-  memset(&ev, 0, sizeof ev);
-  ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0);
-  ev.data.u32 = static_cast<uint32_t>(c->peer);
+  if (want == c->out_armed.load(std::memory_order_relaxed)) return;
+  c->out_armed.store(want, std::memory_order_relaxed);
+  if (!c->in_epoll) return;
+  struct epoll_event ev = Interest(c->peer, want);
   ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c->fd.get(), &ev);
-  c->out_armed = want;
 }
 
 void TcpTransport::HandleWritable(Conn* c) {
@@ -430,8 +463,9 @@ absl::Status TcpTransport::ReadAvailable(Conn* c, int* reads) {
         }
       } else {
         HCOMM_RETURN_IF_ERROR(Consume(c, c->stage.get(), static_cast<size_t>(r)));
-        // A short read drained the socket; epoll (level-triggered) reports
-        // anything that arrives later, so skip the recv that would say EAGAIN.
+        // A short read drained the socket; the next look (level-triggered)
+        // reports anything that arrives later, so skip the recv that would
+        // say EAGAIN.
         if (static_cast<size_t>(r) < staged) return absl::OkStatus();
       }
       continue;
@@ -505,45 +539,74 @@ void TcpTransport::MarkDead(Conn* c, const absl::Status& why) {
     }
     c->queue.clear();
     UpdateInterestLocked(c);
+    if (c->in_epoll) {
+      ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c->fd.get(), nullptr);
+      c->in_epoll = false;
+    }
   }
   if (c->lost_reported.exchange(true)) return;
-  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c->fd.get(), nullptr);
   ::shutdown(c->fd.get(), SHUT_RDWR);
   RunCompletions(&failed);
   sink_->OnConnectionLost(c->peer, why);
 }
 
 int TcpTransport::Poll(absl::Duration timeout) {
-  struct epoll_event evs[32];
   int ms = 0;
   if (timeout > absl::ZeroDuration()) {
     ms = static_cast<int>(std::min<int64_t>(
         absl::ToInt64Milliseconds(timeout + absl::Microseconds(999)), 1000));
   }
+  if (lazy_ && ms == 0) return PollNow();
+  if (lazy_) {
+    for (Conn* c : added_) SetWatched(c, true);
+  }
+  struct epoll_event evs[32];
   int n = ::epoll_wait(epfd_, evs, 32, ms);
-  if (n <= 0) return 0;
-  int events = n;
-  for (int i = 0; i < n; ++i) {
-    if (evs[i].data.u32 == kWatchedFd) {
-      // Left for its owner to read. It ends a wait (an event) but does not
-      // count when nobody waited: a byte that came after its owner stopped
-      // watching would otherwise look like traffic to every spinning poll.
-      if (ms == 0) --events;
-      continue;
-    }
-    Conn* c = conns_[evs[i].data.u32].get();
-    if (c == nullptr) continue;
-    if (evs[i].events & EPOLLOUT) HandleWritable(c);
-    if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-      absl::Status st;
-      if (c->recv_mu.TryLock()) {
-        if (!c->lost_reported.load()) st = ReadAvailable(c);
-        c->recv_mu.Unlock();
-      }
-      if (!st.ok()) MarkDead(c, st);
-    }
+  if (lazy_) {
+    for (Conn* c : added_) SetWatched(c, false);
+  }
+  int events = 0;
+  for (int i = 0; i < n; ++i) events += Dispatch(evs[i].data.u32, evs[i].events, ms > 0);
+  return events;
+}
+
+int TcpTransport::PollNow() {
+  struct pollfd fds[kLazyMaxConns];
+  uint32_t peers[kLazyMaxConns];
+  nfds_t k = 0;
+  for (Conn* c : added_) {
+    if (c->lost_reported.load(std::memory_order_relaxed)) continue;
+    fds[k].fd = c->fd.get();
+    fds[k].events = static_cast<short>(
+        POLLIN | POLLRDHUP | (c->out_armed.load(std::memory_order_relaxed) ? POLLOUT : 0));
+    fds[k].revents = 0;
+    peers[k++] = static_cast<uint32_t>(c->peer);
+  }
+  if (k == 0 || ::poll(fds, k, 0) <= 0) return 0;
+  int events = 0;
+  for (nfds_t i = 0; i < k; ++i) {
+    if (fds[i].revents != 0) events += Dispatch(peers[i], fds[i].revents, false);
   }
   return events;
+}
+
+int TcpTransport::Dispatch(uint32_t tag, uint32_t events, bool waited) {
+  // Left for its owner to read. It ends a wait (an event) but does not
+  // count when nobody waited: a byte that came after its owner stopped
+  // watching would otherwise look like traffic to every spinning poll.
+  if (tag == kWatchedFd) return waited ? 1 : 0;
+  Conn* c = conns_[tag].get();
+  if (c == nullptr) return 1;
+  if (events & EPOLLOUT) HandleWritable(c);
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    absl::Status st;
+    if (c->recv_mu.TryLock()) {
+      if (!c->lost_reported.load()) st = ReadAvailable(c);
+      c->recv_mu.Unlock();
+    }
+    if (!st.ok()) MarkDead(c, st);
+  }
+  return 1;
 }
 
 bool TcpTransport::WatchFd(int fd) {
@@ -556,7 +619,7 @@ bool TcpTransport::WatchFd(int fd) {
 
 int TcpTransport::PollPeer(int peer) {
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer] == nullptr) return 0;
-  // Frames waiting for room in some socket: epoll looks after those too.
+  // Frames waiting for room in some socket: Poll looks after those too.
   if (pending_.load(std::memory_order_relaxed) > 0) return Poll(absl::ZeroDuration());
   Conn* c = conns_[peer].get();
   if (c->lost_reported.load(std::memory_order_relaxed) || !c->recv_mu.TryLock()) return 0;

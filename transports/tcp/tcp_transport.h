@@ -11,6 +11,12 @@
 // in the socket waits for EPOLLOUT. Reception reads into a per-connection
 // staging buffer and copies small payloads out; a large payload's remainder
 // is read straight into the buffer the sink chose.
+//
+// With few connections (kLazyMaxConns), a socket is in the epoll set only
+// while a Poll sleeps; looks that do not wait use poll(2), which registers
+// nothing. A socket in an epoll set makes every packet that reaches it run
+// epoll's wake-up callback on the sender's side, whether or not anyone
+// sleeps: 0.3 us of an 8-byte one-way time of 6-9 us over loopback here.
 #ifndef HCOMM_TRANSPORTS_TCP_TCP_TRANSPORT_H_
 #define HCOMM_TRANSPORTS_TCP_TCP_TRANSPORT_H_
 
@@ -56,6 +62,10 @@ class TcpTransport : public Transport {
   // two, and took 60-85 us one way here against 40-47 us by rendezvous
   // (whose round trip of small frames keeps both sides polling).
   size_t EagerBytes() const override { return 64 * 1024 - 128; }
+  // Up to this many connections the sockets join the epoll set only for a
+  // Poll that sleeps (two epoll_ctl calls each); beyond it they stay in it.
+  static constexpr size_t kLazyMaxConns = 8;
+
   void CloseWrite(int peer) override;
   void ShutdownAll() override;
   void FailPeer(int peer, const absl::Status& why) override;
@@ -69,6 +79,13 @@ class TcpTransport : public Transport {
   void FlushLocked(Conn* c, std::vector<std::pair<SendCallback, absl::Status>>* done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void UpdateInterestLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
+  // Puts c's socket into the epoll set or takes it out.
+  void SetWatched(Conn* c, bool on);
+  // A look that does not wait, through poll(2) (lazy mode).
+  int PollNow();
+  // Handles `events` (epoll's bits, which poll's share) of the socket or
+  // watched descriptor `tag`; returns how many events count as work.
+  int Dispatch(uint32_t tag, uint32_t events, bool waited);
   void HandleWritable(Conn* c);
   // Reads and dispatches everything available, counting the reads that
   // brought data into *reads when given. Returns !ok when the connection
@@ -82,6 +99,8 @@ class TcpTransport : public Transport {
   FrameSink* const sink_;
   int epfd_ = -1;
   std::vector<std::unique_ptr<Conn>> conns_;  // by peer rank; null for self
+  std::vector<Conn*> added_;  // every connection, in the order added
+  bool lazy_ = true;          // at most kLazyMaxConns connections
   std::atomic<uint64_t> next_handle_{1};
   std::atomic<size_t> pending_{0};
 };

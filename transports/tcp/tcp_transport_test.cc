@@ -1,10 +1,19 @@
 #include "transports/tcp/tcp_transport.h"
 
+#include <dirent.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "core/net.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {
@@ -43,6 +52,142 @@ TEST(TcpTransportTest, WatchedFdEndsAWaitWithoutBeingRead) {
   EXPECT_EQ(0, t.Poll(absl::ZeroDuration()));
   close(fd);
 }
+
+// Keeps every frame it is given (payloads into buffers of its own).
+class Keep : public FrameSink {
+ public:
+  void* OnFrame(int peer, const FrameMeta&, uint64_t len) override {
+    absl::MutexLock l(&mu_);
+    bufs_.emplace_back(len, '\0');
+    return bufs_.back().data();
+  }
+  void OnPayload(int peer, const FrameMeta&, uint64_t) override {
+    absl::MutexLock l(&mu_);
+    from_.push_back(peer);
+  }
+  void OnConnectionLost(int, const absl::Status& s) override { ADD_FAILURE() << s; }
+  std::vector<int> from() {
+    absl::MutexLock l(&mu_);
+    return from_;
+  }
+  std::string payload(size_t i) {
+    absl::MutexLock l(&mu_);
+    return bufs_[i];
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> bufs_;
+  std::vector<int> from_;
+};
+
+// A connected pair of loopback TCP sockets.
+std::pair<net::Fd, net::Fd> TcpPair() {
+  int port = 0;
+  auto l = net::Listen("127.0.0.1", 0, &port);
+  EXPECT_TRUE(l.ok()) << l.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto a = net::Connect(net::HostPort{"127.0.0.1", port}, deadline);
+  EXPECT_TRUE(a.ok()) << a.status();
+  auto b = net::Accept(l->get(), deadline);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return {std::move(*a), std::move(*b)};
+}
+
+// Descriptors in every epoll set of this process (/proc/self/fdinfo).
+int WatchedByEpoll() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (struct dirent* e = readdir(d)) {
+    char link[64] = {0};
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(path.c_str(), link, sizeof link - 1) <= 0) continue;
+    if (std::string(link) != "anon_inode:[eventpoll]") continue;
+    std::ifstream info(std::string("/proc/self/fdinfo/") + e->d_name);
+    for (std::string line; std::getline(info, line);) n += line.rfind("tfd:", 0) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+// Rank 0 with `peers` peers, each another transport in this process.
+struct Star {
+  explicit Star(int peers) : hub(0, peers + 1, &hub_sink) {
+    for (int j = 1; j <= peers; ++j) {
+      auto [a, b] = TcpPair();
+      EXPECT_TRUE(hub.AddConnection(j, std::move(a)).ok());
+      leaf_sinks.push_back(std::make_unique<Keep>());
+      leaves.push_back(std::make_unique<TcpTransport>(j, peers + 1, leaf_sinks.back().get()));
+      EXPECT_TRUE(leaves.back()->AddConnection(0, std::move(b)).ok());
+    }
+  }
+  Keep hub_sink;
+  TcpTransport hub;
+  std::vector<std::unique_ptr<Keep>> leaf_sinks;
+  std::vector<std::unique_ptr<TcpTransport>> leaves;
+};
+
+class TcpWaitTest : public testing::TestWithParam<int> {};
+
+// With few connections the sockets are in the epoll set only while a Poll
+// sleeps (a socket there costs every packet a wake-up callback); with more,
+// always. Either way a sleeping Poll wakes for a frame that arrives, and
+// for room in a socket that a queued frame waits for.
+TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
+  const int peers = GetParam();
+  Star s(peers);
+  const bool lazy = peers <= static_cast<int>(TcpTransport::kLazyMaxConns);
+  EXPECT_EQ(0, s.hub.Poll(absl::ZeroDuration()));
+  EXPECT_EQ(0, s.hub.Poll(absl::Milliseconds(5)));
+  EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
+
+  // A frame sent while the hub sleeps ends its sleep (a Poll returns at
+  // most after 1 s; 0 would mean it slept through).
+  FrameMeta meta;
+  memset(&meta, 7, sizeof meta);
+  const std::string hello = "hello from the last peer";
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_TRUE(s.leaves.back()->TrySendNow(0, meta, hello.data(), hello.size()));
+  });
+  EXPECT_GE(s.hub.Poll(absl::Seconds(10)), 1);
+  late.join();
+  ASSERT_EQ(std::vector<int>{peers}, s.hub_sink.from());
+  EXPECT_EQ(hello, s.hub_sink.payload(0));
+  EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
+
+  // A frame larger than the sockets hold waits in the hub's queue; the
+  // peer drains it after a while, and each of the hub's sleeping Polls
+  // must end with the room that makes (none may run out).
+  const std::string big(32 << 20, 'x');
+  std::atomic<bool> sent{false};
+  s.hub.Send(1, meta, big.data(), big.size(), [&](absl::Status st) {
+    EXPECT_TRUE(st.ok()) << st;
+    sent = true;
+  });
+  ASSERT_FALSE(sent.load()) << "the sockets took 32 MiB at once";
+  std::atomic<bool> stop{false};
+  std::thread drain([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    while (!stop.load()) s.leaves[0]->Poll(absl::Milliseconds(10));
+  });
+  int slept_through = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!sent.load() && absl::Now() < deadline) {
+    if (s.hub.Poll(absl::Seconds(10)) == 0) ++slept_through;
+  }
+  stop = true;
+  drain.join();
+  EXPECT_TRUE(sent.load());
+  EXPECT_EQ(0, slept_through);
+  ASSERT_EQ(std::vector<int>{0}, s.leaf_sinks[0]->from());
+  EXPECT_EQ(big, s.leaf_sinks[0]->payload(0));
+  EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
+}
+
+INSTANTIATE_TEST_SUITE_P(FewAndMany, TcpWaitTest,
+                         testing::Values(1, static_cast<int>(TcpTransport::kLazyMaxConns) + 1));
 
 }  // namespace
 }  // namespace hcomm
