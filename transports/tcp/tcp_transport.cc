@@ -556,18 +556,47 @@ int TcpTransport::Poll(absl::Duration timeout) {
     ms = static_cast<int>(std::min<int64_t>(
         absl::ToInt64Milliseconds(timeout + absl::Microseconds(999)), 1000));
   }
-  if (lazy_ && ms == 0) return PollNow();
-  if (lazy_) {
-    for (Conn* c : added_) SetWatched(c, true);
+  if (lazy_ && ms == 0) {
+    CountLook();
+    if (!in_set_hint_.load(std::memory_order_relaxed)) return PollNow();
   }
+  if (lazy_ && ms > 0) JoinSet();
   struct epoll_event evs[32];
   int n = ::epoll_wait(epfd_, evs, 32, ms);
-  if (lazy_) {
-    for (Conn* c : added_) SetWatched(c, false);
+  if (lazy_ && ms > 0) {
+    absl::MutexLock l(&set_mu_);
+    --sleeping_;
   }
   int events = 0;
   for (int i = 0; i < n; ++i) events += Dispatch(evs[i].data.u32, evs[i].events, ms > 0);
   return events;
+}
+
+void TcpTransport::CountLook() {
+  // A long run of looks without a sleep: leave the set.
+  if (lazy_ && in_set_hint_.load(std::memory_order_relaxed) &&
+      hot_looks_.fetch_add(1, std::memory_order_relaxed) + 1 >= kHotLooks) {
+    LeaveSet();
+  }
+}
+
+void TcpTransport::JoinSet() {
+  absl::MutexLock l(&set_mu_);
+  ++sleeping_;
+  hot_looks_.store(0, std::memory_order_relaxed);
+  if (in_set_) return;
+  for (Conn* c : added_) SetWatched(c, true);
+  in_set_ = true;
+  in_set_hint_.store(true, std::memory_order_relaxed);
+}
+
+void TcpTransport::LeaveSet() {
+  absl::MutexLock l(&set_mu_);
+  hot_looks_.store(0, std::memory_order_relaxed);
+  if (!in_set_ || sleeping_ > 0) return;
+  for (Conn* c : added_) SetWatched(c, false);
+  in_set_ = false;
+  in_set_hint_.store(false, std::memory_order_relaxed);
 }
 
 int TcpTransport::PollNow() {
@@ -621,6 +650,7 @@ int TcpTransport::PollPeer(int peer) {
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer] == nullptr) return 0;
   // Frames waiting for room in some socket: Poll looks after those too.
   if (pending_.load(std::memory_order_relaxed) > 0) return Poll(absl::ZeroDuration());
+  CountLook();
   Conn* c = conns_[peer].get();
   if (c->lost_reported.load(std::memory_order_relaxed) || !c->recv_mu.TryLock()) return 0;
   int events = 0;

@@ -12,11 +12,14 @@
 // staging buffer and copies small payloads out; a large payload's remainder
 // is read straight into the buffer the sink chose.
 //
-// With few connections (kLazyMaxConns), a socket is in the epoll set only
-// while a Poll sleeps; looks that do not wait use poll(2), which registers
-// nothing. A socket in an epoll set makes every packet that reaches it run
-// epoll's wake-up callback on the sender's side, whether or not anyone
-// sleeps: 0.3 us of an 8-byte one-way time of 6-9 us over loopback here.
+// With few connections (kLazyMaxConns), the sockets join the epoll set
+// when a Poll sleeps and leave it after kHotLooks looks without a sleep;
+// looks outside the set use poll(2), which registers nothing. A socket in
+// an epoll set makes every packet that reaches it run epoll's wake-up
+// callback on the sender's side, whether or not anyone sleeps: 0.3 us of an
+// 8-byte one-way time of 6-9 us over loopback here. A rank that sleeps
+// often keeps them in the set (no epoll_ctl per sleep); one that spins from
+// message to message, as a ping-pong does, leaves it.
 #ifndef HCOMM_TRANSPORTS_TCP_TCP_TRANSPORT_H_
 #define HCOMM_TRANSPORTS_TCP_TCP_TRANSPORT_H_
 
@@ -62,9 +65,12 @@ class TcpTransport : public Transport {
   // two, and took 60-85 us one way here against 40-47 us by rendezvous
   // (whose round trip of small frames keeps both sides polling).
   size_t EagerBytes() const override { return 64 * 1024 - 128; }
-  // Up to this many connections the sockets join the epoll set only for a
-  // Poll that sleeps (two epoll_ctl calls each); beyond it they stay in it.
+  // Up to this many connections the sockets are in the epoll set only
+  // around sleeping Polls (see above); beyond it they stay in it.
   static constexpr size_t kLazyMaxConns = 8;
+  // Looks that do not wait (Poll without a timeout, PollPeer), in a row,
+  // after which the sockets leave the set: about a millisecond of spinning.
+  static constexpr uint32_t kHotLooks = 1024;
 
   void CloseWrite(int peer) override;
   void ShutdownAll() override;
@@ -81,7 +87,13 @@ class TcpTransport : public Transport {
   void UpdateInterestLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   // Puts c's socket into the epoll set or takes it out.
   void SetWatched(Conn* c, bool on);
-  // A look that does not wait, through poll(2) (lazy mode).
+  // Lazy mode: a Poll about to sleep puts the sockets into the epoll set;
+  // LeaveSet takes them out unless a Poll sleeps there, and CountLook calls
+  // it after kHotLooks looks without a sleep.
+  void CountLook();
+  void JoinSet();
+  void LeaveSet();
+  // A look that does not wait, through poll(2) (lazy mode, outside the set).
   int PollNow();
   // Handles `events` (epoll's bits, which poll's share) of the socket or
   // watched descriptor `tag`; returns how many events count as work.
@@ -101,6 +113,11 @@ class TcpTransport : public Transport {
   std::vector<std::unique_ptr<Conn>> conns_;  // by peer rank; null for self
   std::vector<Conn*> added_;  // every connection, in the order added
   bool lazy_ = true;          // at most kLazyMaxConns connections
+  absl::Mutex set_mu_;
+  bool in_set_ ABSL_GUARDED_BY(set_mu_) = false;  // the sockets are in the epoll set
+  int sleeping_ ABSL_GUARDED_BY(set_mu_) = 0;     // Polls asleep in it
+  std::atomic<bool> in_set_hint_{false};          // in_set_, read without the lock
+  std::atomic<uint32_t> hot_looks_{0};            // Polls without a sleep since the last
   std::atomic<uint64_t> next_handle_{1};
   std::atomic<size_t> pending_{0};
 };

@@ -130,16 +130,27 @@ struct Star {
 
 class TcpWaitTest : public testing::TestWithParam<int> {};
 
-// With few connections the sockets are in the epoll set only while a Poll
-// sleeps (a socket there costs every packet a wake-up callback); with more,
-// always. Either way a sleeping Poll wakes for a frame that arrives, and
-// for room in a socket that a queued frame waits for.
+// With few connections the sockets join the epoll set when a Poll sleeps
+// and leave it after a run of Polls that do not (a socket there costs every
+// packet a wake-up callback); with more, they stay. Either way a sleeping
+// Poll wakes for a frame that arrives, and for room in a socket that a
+// queued frame waits for.
 TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
   const int peers = GetParam();
   Star s(peers);
   const bool lazy = peers <= static_cast<int>(TcpTransport::kLazyMaxConns);
+  // Polls that do not wait, enough for every transport to leave its set.
+  auto spin = [&] {
+    for (uint32_t i = 0; i < TcpTransport::kHotLooks; ++i) {
+      s.hub.Poll(absl::ZeroDuration());
+      for (auto& leaf : s.leaves) leaf->Poll(absl::ZeroDuration());
+    }
+  };
   EXPECT_EQ(0, s.hub.Poll(absl::ZeroDuration()));
+  EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
   EXPECT_EQ(0, s.hub.Poll(absl::Milliseconds(5)));
+  EXPECT_EQ(peers, WatchedByEpoll());
+  spin();
   EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
 
   // A frame sent while the hub sleeps ends its sleep (a Poll returns at
@@ -155,6 +166,7 @@ TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
   late.join();
   ASSERT_EQ(std::vector<int>{peers}, s.hub_sink.from());
   EXPECT_EQ(hello, s.hub_sink.payload(0));
+  spin();
   EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
 
   // A frame larger than the sockets hold waits in the hub's queue; the
@@ -183,6 +195,7 @@ TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
   EXPECT_EQ(0, slept_through);
   ASSERT_EQ(std::vector<int>{0}, s.leaf_sinks[0]->from());
   EXPECT_EQ(big, s.leaf_sinks[0]->payload(0));
+  spin();
   EXPECT_EQ(lazy ? 0 : peers, WatchedByEpoll());
 }
 
