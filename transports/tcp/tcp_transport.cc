@@ -171,9 +171,8 @@ absl::Status TcpTransport::AddConnection(int peer, net::Fd fd) {
   // Too many for poll(2) on every look: all stay in the epoll set.
   lazy_ = false;
   for (Conn* a : added_) {
-    SetWatched(a, true);
     absl::MutexLock l(&a->send_mu);
-    if (!a->in_epoll) return Internal(absl::StrCat("epoll_ctl: ", strerror(errno)));
+    if (!SetWatchedLocked(a, true)) return Internal(absl::StrCat("epoll_ctl: ", strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -190,9 +189,8 @@ struct epoll_event Interest(int peer, bool out) {
 
 }  // namespace
 
-void TcpTransport::SetWatched(Conn* c, bool on) {
-  absl::MutexLock l(&c->send_mu);
-  if (on == c->in_epoll || (on && c->dead)) return;
+bool TcpTransport::SetWatchedLocked(Conn* c, bool on) {
+  if (on == c->in_epoll || (on && c->dead)) return c->in_epoll;
   if (on) {
     struct epoll_event ev = Interest(c->peer, c->out_armed.load(std::memory_order_relaxed));
     c->in_epoll = ::epoll_ctl(epfd_, EPOLL_CTL_ADD, c->fd.get(), &ev) == 0;
@@ -200,6 +198,12 @@ void TcpTransport::SetWatched(Conn* c, bool on) {
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c->fd.get(), nullptr);
     c->in_epoll = false;
   }
+  return c->in_epoll;
+}
+
+void TcpTransport::SetWatched(Conn* c, bool on) {
+  absl::MutexLock l(&c->send_mu);
+  SetWatchedLocked(c, on);
 }
 
 bool TcpTransport::TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) {
@@ -539,10 +543,7 @@ void TcpTransport::MarkDead(Conn* c, const absl::Status& why) {
     }
     c->queue.clear();
     UpdateInterestLocked(c);
-    if (c->in_epoll) {
-      ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c->fd.get(), nullptr);
-      c->in_epoll = false;
-    }
+    SetWatchedLocked(c, false);
   }
   if (c->lost_reported.exchange(true)) return;
   ::shutdown(c->fd.get(), SHUT_RDWR);

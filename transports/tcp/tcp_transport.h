@@ -85,7 +85,9 @@ class TcpTransport : public Transport {
   void FlushLocked(Conn* c, std::vector<std::pair<SendCallback, absl::Status>>* done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void UpdateInterestLocked(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
-  // Puts c's socket into the epoll set or takes it out.
+  // Puts c's socket into the epoll set or takes it out (a dead one is not
+  // put in); returns whether it is in the set.
+  bool SetWatchedLocked(Conn* c, bool on) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu);
   void SetWatched(Conn* c, bool on);
   // Lazy mode: a Poll about to sleep puts the sockets into the epoll set;
   // LeaveSet takes them out unless a Poll sleeps there, and CountLook calls
@@ -117,7 +119,7 @@ class TcpTransport : public Transport {
   bool in_set_ ABSL_GUARDED_BY(set_mu_) = false;  // the sockets are in the epoll set
   int sleeping_ ABSL_GUARDED_BY(set_mu_) = 0;     // Polls asleep in it
   std::atomic<bool> in_set_hint_{false};          // in_set_, read without the lock
-  std::atomic<uint32_t> hot_looks_{0};            // Polls without a sleep since the last
+  std::atomic<uint32_t> hot_looks_{0};            // looks since the last sleep
   std::atomic<uint64_t> next_handle_{1};
   std::atomic<size_t> pending_{0};
 };
