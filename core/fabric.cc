@@ -1349,7 +1349,7 @@ bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   // system call on a socket.)
   const int64_t end_ns = MonoNs() + absl::ToInt64Nanoseconds(spin_);
   for (int i = 1;; ++i) {
-    const int got = t->TakeWhole(peer, take);
+    const int got = t->TakeWhole(peer, bytes, take);
     if (got == 1) {
       peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
       return true;

@@ -103,8 +103,10 @@ class Transport {
   // consumed; 0 when nothing from `peer` is there yet; -1 when something
   // else is (a frame `take` refused or one not whole in place) or the
   // connection is busy or down, which Poll then handles. A transport that
-  // cannot look ahead returns -1.
-  virtual int TakeWhole(int peer,
+  // cannot look ahead returns -1. `take` refuses every payload longer than
+  // `max_payload`: a transport that reads a stream need not read past the
+  // end of such a frame.
+  virtual int TakeWhole(int peer, uint64_t max_payload,
                         absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
     return -1;
   }

@@ -1021,7 +1021,8 @@ int ShmTransport::ReadCmaLocked(Conn* c, uint64_t budget) {
 }
 
 int ShmTransport::TakeWhole(
-    int peer, absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
+    int peer, uint64_t /*max_payload*/,
+    absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
   Conn* c = ConnFor(peer);
   if (c == nullptr || !c->connected.load(std::memory_order_acquire) ||
       c->loss_flag.load(std::memory_order_acquire) ||

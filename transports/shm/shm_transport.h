@@ -185,7 +185,7 @@ class ShmTransport : public Transport {
   void DisarmWake() override;
   bool SpinsBeforeSleep() const override { return true; }
   int PollQuiet(absl::Duration timeout) override;
-  int TakeWhole(int peer,
+  int TakeWhole(int peer, uint64_t max_payload,
                 absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override;
   bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,

@@ -53,7 +53,7 @@ class TcpTransport : public Transport {
   // Reads what the peer's socket holds: a first frame that is whole in it
   // goes to `take`; everything else (or everything, when `take` refuses)
   // goes the usual way to the sink.
-  int TakeWhole(int peer,
+  int TakeWhole(int peer, uint64_t max_payload,
                 absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override;
   bool Cancel(int peer, FrameHandle handle) override;
   int Poll(absl::Duration timeout) override;

@@ -128,6 +128,46 @@ struct Star {
   std::vector<std::unique_ptr<TcpTransport>> leaves;
 };
 
+// TakeWhole reads no further than the end of the longest frame its taker
+// accepts: the frames behind stay in the socket for the next TakeWhole
+// instead of going to the sink; a longer frame goes to the sink whole.
+TEST(TcpTransportTest, TakeWholeLeavesTheNextFrameInTheSocket) {
+  Star s(1);
+  TcpTransport& leaf = *s.leaves[0];
+  FrameMeta meta;
+  memset(&meta, 3, sizeof meta);
+  const std::string first = "first!!!", second = "second!!", long_one(100, 'L');
+  for (const std::string* f : {&first, &second, &long_one}) {
+    ASSERT_TRUE(leaf.TrySendNow(0, meta, f->data(), f->size()));
+  }
+  std::string got;
+  auto take = [&](const FrameMeta&, const void* p, uint64_t len) {
+    if (len > 8) return false;
+    got.assign(static_cast<const char*>(p), len);
+    return true;
+  };
+  // Loopback delivers within send(2); a frame still on its way would
+  // only make a look below return 0, so look until something is there.
+  auto take_one = [&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    int r;
+    while ((r = s.hub.TakeWhole(1, 8, take)) == 0 && absl::Now() < deadline) {
+    }
+    return r;
+  };
+  EXPECT_EQ(1, take_one());
+  EXPECT_EQ(first, got);
+  EXPECT_EQ(1, take_one());
+  EXPECT_EQ(second, got);
+  EXPECT_TRUE(s.hub_sink.from().empty()) << "a frame behind the taken one went to the sink";
+  EXPECT_EQ(-1, take_one());  // the long frame: refused, read on by Poll
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (s.hub_sink.from().empty() && absl::Now() < deadline) s.hub.Poll(absl::Milliseconds(10));
+  ASSERT_EQ(std::vector<int>{1}, s.hub_sink.from());
+  EXPECT_EQ(long_one, s.hub_sink.payload(0));
+  EXPECT_EQ(0, s.hub.TakeWhole(1, 8, take));
+}
+
 class TcpWaitTest : public testing::TestWithParam<int> {};
 
 // With few connections the sockets join the epoll set when a Poll sleeps
