@@ -1306,7 +1306,7 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
 bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
                         uint64_t fingerprint, bool exact) {
   if (peer < 0 || peer >= size_ || peer == rank_ || route_.empty() || route_[peer] == nullptr ||
-      oversubscribed_ || aborted_flag_.load(std::memory_order_acquire) ||
+      aborted_flag_.load(std::memory_order_acquire) ||
       closing_.load(std::memory_order_acquire) || any_poisoned_.load(std::memory_order_acquire) ||
       !peers_[peer]->fast_send.load(std::memory_order_acquire)) {
     return false;
@@ -1346,16 +1346,26 @@ bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   // For as long as a wait spins before it sleeps, at most: then the full
   // path, which also watches the clock, the peer's health and the other
   // connections. (A look costs a few nanoseconds on shared memory and a
-  // system call on a socket.)
-  const int64_t end_ns = MonoNs() + absl::ToInt64Nanoseconds(spin_);
+  // system call on a socket.) Where ranks share CPUs, each look that finds
+  // nothing yields (the peer may need this CPU to send), and the full path
+  // takes over after kSharedCpuDirectSpin.
+  const absl::Duration budget = oversubscribed_ ? std::min(spin_, kSharedCpuDirectSpin) : spin_;
+  const int64_t end_ns = MonoNs() + absl::ToInt64Nanoseconds(budget);
   for (int i = 1;; ++i) {
     const int got = t->TakeWhole(peer, bytes, take);
     if (got == 1) {
       peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
       return true;
     }
-    if (got < 0 || (i % 16 == 0 && MonoNs() >= end_ns)) return false;
-    CpuRelax();
+    if (got < 0) return false;
+    if (oversubscribed_) {
+      // A yield may hand the CPU over for a while: read the clock each time.
+      if (MonoNs() >= end_ns) return false;
+      sched_yield();
+    } else {
+      if (i % 16 == 0 && MonoNs() >= end_ns) return false;
+      CpuRelax();
+    }
   }
 }
 

@@ -372,6 +372,12 @@ class Fabric : public FrameSink {
   // How long a waiter looks (yielding between looks) before it sleeps when
   // ranks outnumber the CPUs.
   static constexpr absl::Duration kSharedCpuSpin = absl::Milliseconds(2);
+  // How long a direct receive (RecvDirect) looks at its peer's connection,
+  // yielding between looks, when ranks outnumber the CPUs; the full path's
+  // wait follows. It looks at no other connection, so it is kept short.
+  // (4 ranks on 2 CPUs over TCP, allreduce, 10 interleaved rounds against
+  // the full path alone: 8 B 59.5 -> 51.9 us, 4 KiB 66.2 -> 59.4 us.)
+  static constexpr absl::Duration kSharedCpuDirectSpin = absl::Microseconds(50);
   // Fixed after Bootstrap: more ranks on this host than CPUs we may run on
   // (a waiter then yields its CPU instead of spinning on it), and whether
   // the only transport spins in Poll by itself (shm), so Wait need not.
