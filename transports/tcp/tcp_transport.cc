@@ -517,9 +517,9 @@ int TcpTransport::TakeWhole(
     // No further than the end of the longest frame `take` accepts: a frame
     // behind it stays in the socket for the next TakeWhole, where read
     // here it would go the full way, to the queue of unexpected messages.
-    const size_t want = static_cast<size_t>(
-        std::min<uint64_t>(kStageBytes, sizeof(WireHeader) + std::min<uint64_t>(max_payload,
-                                                                                 kStageBytes)));
+    const size_t want =
+        sizeof(WireHeader) +
+        static_cast<size_t>(std::min<uint64_t>(max_payload, kStageBytes - sizeof(WireHeader)));
     ssize_t r = ::recv(c->fd.get(), c->stage.get(), want, MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       result = 0;
