@@ -204,6 +204,10 @@ void ShmCollective::Arrive(uint64_t gen, uint64_t fingerprint) {
   Publish(0, gen);
 }
 
+int ShmCollective::Sleepers() const {
+  return static_cast<int>(hdr_->sleepers.load(std::memory_order_relaxed));
+}
+
 void ShmCollective::Publish(int which, uint64_t gen) {
   RankLine& me = lines_[rank_];
   (which == 0 ? me.arrived : me.reduced).store(gen, std::memory_order_release);
@@ -283,12 +287,13 @@ absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
       HCOMM_RETURN_IF_ERROR(waiter.StillWaiting(missing, which == 0 ? "arrive" : "reduce"));
     }
     if (now - start < spin_ns) continue;
-    // Sleep until a counter moves (or a millisecond, to look around).
+    // Sleep until a counter moves (or for a nap, to look around).
     hdr_->sleepers.fetch_add(1, std::memory_order_relaxed);
     const uint32_t bell = hdr_->bell.load(std::memory_order_acquire);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!all_there()) {
-      struct timespec ts = {0, 1'000'000};
+      const struct timespec ts = {static_cast<time_t>(nap_ns_ / 1'000'000'000),
+                                  static_cast<long>(nap_ns_ % 1'000'000'000)};
       syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAIT, bell, &ts, nullptr,
               0);
     }

@@ -46,6 +46,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "algorithms/reduce.h"
 #include "core/shared_copy.h"
 
@@ -134,6 +135,12 @@ class ShmCollective {
   // This rank writes into the segment with `m` only (SharedCopier::Force),
   // instead of the method measured faster: for tests and measurements.
   void ForceCopyMethod(CopyChooser::Method m);
+  // How long a waiter asleep on the bell naps before it looks around on its
+  // own (at the clock, a peer's health, its waiter); 1 ms. Tests lengthen it
+  // to see that an arrival wakes the sleepers.
+  void SetNap(absl::Duration nap) { nap_ns_ = absl::ToInt64Nanoseconds(nap); }
+  // How many ranks are asleep on the bell now.
+  int Sleepers() const;
 
  private:
   ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes);
@@ -180,6 +187,7 @@ class ShmCollective {
   RankLine* lines_;
   char* data_;
   uint64_t gen_ = 0;  // generations this rank has started
+  int64_t nap_ns_ = 1'000'000;  // see SetNap
   SharedCopier copier_;  // this rank's copies into its slot
   bool unlinked_ = false;
 };

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -469,6 +471,41 @@ TEST(ShmCollectiveTest, BarrierWaitsForTheLastRank) {
     if (!late_arrived) return "left the barrier before rank 2 entered it";
     return "";
   });
+}
+
+// The last rank to arrive wakes the ranks asleep on the bell. Their naps
+// are made a minute long, so that only the wake can end their wait in time.
+TEST(ShmCollectiveTest, TheLastArrivalWakesTheSleepers) {
+  auto segs = MapAll(3);
+  for (auto& seg : segs) seg->SetNap(absl::Seconds(60));
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      TestWaiter w;
+      w.share_cpu = false;
+      if (r == 2) {
+        const absl::Time give_up = absl::Now() + absl::Seconds(30);
+        while (segs[2]->Sleepers() < 2) {
+          if (absl::Now() > give_up) {
+            errors[r] = "ranks 0 and 1 did not fall asleep in 30 s";
+            break;
+          }
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+      }
+      segs[r]->Enter(0, 41);
+      const absl::Time start = absl::Now();
+      absl::Status s = segs[r]->Barrier(0, 41, w);
+      if (!s.ok()) {
+        errors[r] = s.ToString();
+      } else if (r < 2 && absl::Now() - start > absl::Seconds(30)) {
+        errors[r] = "slept through rank 2's arrival";
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 // Two collectives with the same shape of rounds (one round of 20 bytes):
