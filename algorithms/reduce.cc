@@ -8,35 +8,6 @@
 
 namespace hcomm {
 
-size_t DataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kInt8:
-    case DataType::kUint8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kUint32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kUint64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
-
-bool IsValidDataType(int v) {
-  return v >= 0 && v < reduce_internal::kNumDataTypes;
-}
-
-bool IsValidReduceOp(int v) {
-  return v >= static_cast<int>(ReduceOp::kSum) &&
-         v <= static_cast<int>(ReduceOp::kAvg);
-}
-
 const char* DataTypeName(DataType t) {
   switch (t) {
     case DataType::kInt8:

@@ -76,7 +76,25 @@ enum class ReduceOp : int {
 };
 
 // Size in bytes of one element; 0 for a value that is not a DataType.
-size_t DataTypeSize(DataType t);
+inline size_t DataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::kInt8:
+    case DataType::kUint8:
+      return 1;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kUint32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kUint64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
 
 // Whether `t` is float16 or bfloat16, the 16-bit floats that reductions
 // accumulate in float32 (WidenToFloat32 / NarrowFromFloat32).
@@ -85,8 +103,10 @@ inline bool IsHalfFloat(DataType t) {
 }
 
 // Whether `v` is the numeric value of a DataType / ReduceOp.
-bool IsValidDataType(int v);
-bool IsValidReduceOp(int v);
+inline bool IsValidDataType(int v);  // defined below, after kNumDataTypes
+inline bool IsValidReduceOp(int v) {
+  return v >= static_cast<int>(ReduceOp::kSum) && v <= static_cast<int>(ReduceOp::kAvg);
+}
 
 // "int8", "uint8", ..., "float16", "bfloat16", "float32", "float64";
 // "invalid" for a value that is not a DataType. Static strings.
@@ -179,6 +199,9 @@ const KernelTable* Avx512Kernels();
 const KernelTable* SelectKernels(const char* requested);
 
 }  // namespace reduce_internal
+
+inline bool IsValidDataType(int v) { return v >= 0 && v < reduce_internal::kNumDataTypes; }
+
 }  // namespace hcomm
 
 #endif  // HCOMM_ALGORITHMS_REDUCE_H_
