@@ -37,8 +37,8 @@ size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 // order; kAvg reduces as kSum. float16 and bfloat16 accumulate in float32
 // and are rounded once (divided by n first, for kAvg, as the float32 path
 // divides before it rounds); other types are divided by the caller.
-void ReduceParts(char* dst, absl::FunctionRef<const char*(int)> part, int n, size_t count,
-                 DataType t, ReduceOp op) {
+template <typename Part>  // const char* part(int j)
+void ReduceParts(char* dst, Part part, int n, size_t count, DataType t, ReduceOp op) {
   const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   if (!IsHalfFloat(t)) {
     Reduce2(dst, part(0), part(1), count, t, rop);
@@ -301,7 +301,7 @@ absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
   }
 }
 
-char* ShmCollective::Area(int rank, int buf, size_t bytes) const {
+inline char* ShmCollective::Area(int rank, int buf, size_t bytes) const {
   return bytes <= kInlineBytes ? reinterpret_cast<char*>(lines_[rank].inline_data[buf])
                                : Slot(rank, buf);
 }
@@ -314,8 +314,8 @@ void ShmCollective::CopyOut(void* dst, const void* src, size_t n, size_t moved) 
   }
 }
 
-absl::Status ShmCollective::Round(size_t bytes, absl::FunctionRef<void(char*)> write,
-                                  absl::FunctionRef<void(int)> read, uint64_t seq,
+template <typename Write, typename Read>
+absl::Status ShmCollective::Round(size_t bytes, Write write, Read read, uint64_t seq,
                                   uint64_t fingerprint, ShmWaiter& waiter) {
   const uint64_t gen = ++gen_;
   const int b = static_cast<int>(gen & 1);

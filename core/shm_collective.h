@@ -43,7 +43,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -171,8 +170,10 @@ class ShmCollective {
   // One round of the exchange pattern: `write(area)` fills this rank's
   // area (of `bytes` bytes, the most any rank writes in this round), every
   // rank waits for all, then `read(buf)` takes from the areas of parity buf.
-  absl::Status Round(size_t bytes, absl::FunctionRef<void(char*)> write,
-                     absl::FunctionRef<void(int)> read, uint64_t seq, uint64_t fingerprint,
+  // (Defined, and only used, in shm_collective.cc: `write` and `read` are
+  // inlined, a collective of a few bytes costing little more than its calls.)
+  template <typename Write, typename Read>  // void write(char* area), void read(int buf)
+  absl::Status Round(size_t bytes, Write write, Read read, uint64_t seq, uint64_t fingerprint,
                      ShmWaiter& waiter);
   // memcpy, or around the caches when the call moves more than they hold;
   // `moved` is the bytes one rank reads and writes in the whole call.
