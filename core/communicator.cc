@@ -451,28 +451,34 @@ absl::Status Communicator::CheckRoot(const char* what, int root) const {
 }
 
 uint64_t Communicator::TakeTicket() {
-  absl::MutexLock l(&seq_mu_);
-  return next_ticket_++;
+  return next_ticket_.fetch_add(1, std::memory_order_relaxed);
 }
 
 absl::Status Communicator::RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
                                          int root, size_t count, Body body,
                                          const ShmArgs* shm) {
-  uint64_t ticket;
-  {
-    absl::MutexLock l(&seq_mu_);
-    ticket = next_ticket_++;
-    WaitTurnLocked(ticket);
-  }
+  const uint64_t ticket = TakeTicket();
+  WaitTurn(ticket);
   return RunServing(ticket, op, bytes, t, rop, root, count, body, shm);
 }
 
-void Communicator::WaitTurnLocked(uint64_t ticket) {
-  if (now_serving_ == ticket) return;
-  auto my_turn = [this, ticket]() ABSL_SHARED_LOCKS_REQUIRED(seq_mu_) {
-    return now_serving_ == ticket;
-  };
-  seq_mu_.Await(absl::Condition(&my_turn));
+void Communicator::WaitTurn(uint64_t ticket) {
+  // Acquire: what the collective before us did happens before ours.
+  if (now_serving_.load(std::memory_order_acquire) == ticket) return;
+  absl::MutexLock l(&turn_mu_);
+  // Dekker with FinishTurn (both sides seq_cst): either it sees us
+  // counted and signals, or we see its turn ended.
+  turn_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  while (now_serving_.load(std::memory_order_seq_cst) != ticket) turn_cv_.Wait(&turn_mu_);
+  turn_waiters_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Communicator::FinishTurn() {
+  now_serving_.fetch_add(1, std::memory_order_seq_cst);
+  if (turn_waiters_.load(std::memory_order_seq_cst) > 0) {
+    absl::MutexLock l(&turn_mu_);
+    turn_cv_.SignalAll();
+  }
 }
 
 absl::StatusOr<int32_t> Communicator::SetupAgreeMin(int32_t v, int round) {
@@ -526,10 +532,7 @@ const Choice& Communicator::ChooseCached(CollectiveOp op, size_t bytes, Algorith
 absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
                                      ReduceOp rop, int root, size_t count, Body body,
                                      const ShmArgs* shm) {
-  {
-    absl::MutexLock l(&seq_mu_);
-    WaitTurnLocked(ticket);
-  }
+  WaitTurn(ticket);
   return RunServing(ticket, op, bytes, t, rop, root, count, body, shm);
 }
 
@@ -538,8 +541,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
                                       const ShmArgs* shm) {
   absl::Status usable = fabric_->Usable();
   if (!usable.ok()) {
-    absl::MutexLock l(&seq_mu_);
-    ++now_serving_;
+    FinishTurn();
     return Annotate(usable, CollectiveOpName(op));
   }
   const Choice& choice = ChooseCached(op, bytes, forced_algo_.load());
@@ -576,8 +578,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
     }
   }
   fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);
-  absl::MutexLock l(&seq_mu_);
-  ++now_serving_;
+  FinishTurn();
   return s;
 }
 

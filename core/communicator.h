@@ -147,8 +147,10 @@ class Communicator {
   absl::Status SetUpShmCollective();
   // min over the members of `v`, with the setup tags (no sequence number).
   absl::StatusOr<int32_t> SetupAgreeMin(int32_t v, int round);
-  // Waits until collective `ticket` is served (seq_mu_ held).
-  void WaitTurnLocked(uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(seq_mu_);
+  // Waits until it is collective `ticket`'s turn; FinishTurn ends the turn
+  // and serves the next ticket.
+  void WaitTurn(uint64_t ticket);
+  void FinishTurn();
   // Runs collective `ticket`, whose turn it is, and serves the next.
   absl::Status RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
                           ReduceOp rop, int root, size_t count, Body body,
@@ -197,10 +199,15 @@ class Communicator {
                              // HCOMM_FINGERPRINTS=0 for measurement)
 
   // Collectives run one at a time in call order: a call takes a ticket and
-  // waits for its turn.
-  absl::Mutex seq_mu_;
-  uint64_t next_ticket_ ABSL_GUARDED_BY(seq_mu_) = 0;
-  uint64_t now_serving_ ABSL_GUARDED_BY(seq_mu_) = 0;
+  // waits for its turn. A turn that comes at once costs two atomic
+  // operations; only a thread that has to wait takes turn_mu_ and sleeps
+  // on turn_cv_ (counted in turn_waiters_, so that FinishTurn wakes only
+  // where someone sleeps).
+  std::atomic<uint64_t> next_ticket_{0};
+  std::atomic<uint64_t> now_serving_{0};
+  std::atomic<int> turn_waiters_{0};
+  absl::Mutex turn_mu_;
+  absl::CondVar turn_cv_;
   Scratch scratch_[4];  // used only by the collective being served
   // The shared-memory segment for allreduce (null: messages only); dropped
   // after a failure in it, whose counters are then out of step.
