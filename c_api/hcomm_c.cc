@@ -7,6 +7,8 @@
 #include <new>
 #include <string>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "c_api/internal.h"
 #include "core/status.h"
@@ -32,10 +34,14 @@ hcomm_status_t Fail(hcomm_status_t code, const std::string& message) {
   return code;
 }
 
-// The one place where a Status becomes a C status code.
-hcomm_status_t ToC(const absl::Status& s) {
-  if (s.ok()) return HCOMM_SUCCESS;
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t FailWith(const absl::Status& s) {
   return Fail(static_cast<hcomm_status_t>(hcomm::CodeOf(s)), std::string(s.message()));
+}
+
+// The one place where a Status becomes a C status code.
+inline hcomm_status_t ToC(const absl::Status& s) {
+  if (ABSL_PREDICT_TRUE(s.ok())) return HCOMM_SUCCESS;
+  return FailWith(s);
 }
 
 hcomm_status_t BadArg(const std::string& message) {
@@ -126,41 +132,62 @@ hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Commun
   return HCOMM_SUCCESS;
 }
 
-hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
-  if (comm == nullptr || !comm->impl) return BadArg(absl::StrCat(fn, ": comm is NULL"));
+// The checks of the calls below inline into each call at a few
+// instructions; a failed one builds its message out of line.
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t NullComm(const char* fn) {
+  return BadArg(absl::StrCat(fn, ": comm is NULL"));
+}
+
+inline hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
+  if (ABSL_PREDICT_FALSE(comm == nullptr || !comm->impl)) return NullComm(fn);
   return HCOMM_SUCCESS;
 }
 
 constexpr int kNoOp = INT32_MIN;  // CheckTypes: the call takes no reduce op
 
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t BadTypes(const char* fn,
+                                                                   hcomm_comm_t comm,
+                                                                   int dtype, int op_value) {
+  if (DtypeSize(dtype) == 0) {
+    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": dtype ", dtype,
+                               " is not an hcomm_dtype_t"));
+  }
+  return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": op ", op_value,
+                             " is not an hcomm_reduce_op_t"));
+}
+
 // Checks a collective's dtype (and op, unless op_value is kNoOp) and returns
 // the element size in *esize.
-hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, const hcomm_dtype_t& dtype,
-                          int op_value, size_t* esize) {
+inline hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, const hcomm_dtype_t& dtype,
+                                 int op_value, size_t* esize) {
   *esize = DtypeSize(RawValue(dtype));
-  if (*esize == 0) {
-    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": dtype ",
-                               RawValue(dtype), " is not an hcomm_dtype_t"));
-  }
-  if (op_value != kNoOp && !hcomm::IsValidReduceOp(op_value)) {
-    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": op ", op_value,
-                               " is not an hcomm_reduce_op_t"));
+  if (ABSL_PREDICT_FALSE(*esize == 0 ||
+                         (op_value != kNoOp && !hcomm::IsValidReduceOp(op_value)))) {
+    return BadTypes(fn, comm, RawValue(dtype), op_value);
   }
   return HCOMM_SUCCESS;
 }
 
-// A buffer of `count` elements (times `mult`) must exist when count > 0.
-hcomm_status_t CheckBuf(const char* fn, hcomm_comm_t comm, const void* buf, const char* name,
-                        size_t count, size_t esize, size_t mult = 1) {
-  size_t total = 0;
-  if (__builtin_mul_overflow(count, esize * mult, &total) ||
-      total > static_cast<size_t>(PTRDIFF_MAX)) {
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t BadBuf(const char* fn,
+                                                                 hcomm_comm_t comm,
+                                                                 const char* name, size_t count,
+                                                                 bool too_large) {
+  if (too_large) {
     return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": count ", count,
                                " is too large"));
   }
-  if (buf == nullptr && count > 0) {
-    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": ", name,
-                               " is NULL with count ", count));
+  return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": ", name,
+                             " is NULL with count ", count));
+}
+
+// A buffer of `count` elements (times `mult`) must exist when count > 0.
+inline hcomm_status_t CheckBuf(const char* fn, hcomm_comm_t comm, const void* buf,
+                               const char* name, size_t count, size_t esize, size_t mult = 1) {
+  size_t total = 0;
+  const bool too_large = __builtin_mul_overflow(count, esize * mult, &total) ||
+                         total > static_cast<size_t>(PTRDIFF_MAX);
+  if (ABSL_PREDICT_FALSE(too_large || (buf == nullptr && count > 0))) {
+    return BadBuf(fn, comm, name, count, too_large);
   }
   return HCOMM_SUCCESS;
 }
