@@ -91,10 +91,11 @@ size_t DtypeSize(int d) {
   return 0;
 }
 
-// Checks shared by every point-to-point entry point. On success *bytes is
-// the message size in bytes.
-hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, const hcomm_dtype_t& dtype,
-                        int peer, int tag, hcomm_comm_t comm, bool is_recv, size_t* bytes) {
+// CheckP2p's checks in order, each with its message: called once one of
+// them failed.
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
+    const char* fn, const void* buf, size_t count, const hcomm_dtype_t& dtype, int peer, int tag,
+    hcomm_comm_t comm, bool is_recv, size_t* bytes) {
   if (comm == nullptr || !comm->impl) return BadArg(absl::StrCat(fn, ": comm is NULL"));
   const int rank = comm->impl->rank();
   const int size = comm->impl->size();
@@ -124,6 +125,26 @@ hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count, const hco
   }
   *bytes = count * esize;
   return HCOMM_SUCCESS;
+}
+
+// Checks shared by every point-to-point entry point. On success *bytes is
+// the message size in bytes. Inline, with every check in one test; a
+// failure goes to P2pError for its message.
+inline hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count,
+                               const hcomm_dtype_t& dtype, int peer, int tag, hcomm_comm_t comm,
+                               bool is_recv, size_t* bytes) {
+  if (ABSL_PREDICT_TRUE(comm != nullptr && comm->impl)) {
+    const size_t esize = DtypeSize(RawValue(dtype));
+    const int size = comm->impl->size();
+    const bool peer_ok = (is_recv && peer == HCOMM_ANY_SOURCE) || (peer >= 0 && peer < size);
+    const bool tag_ok = tag >= 0 || (is_recv && tag == HCOMM_ANY_TAG);
+    if (ABSL_PREDICT_TRUE(esize != 0 && count <= static_cast<size_t>(PTRDIFF_MAX) / esize &&
+                          (buf != nullptr || count == 0) && peer_ok && tag_ok)) {
+      *bytes = count * esize;
+      return HCOMM_SUCCESS;
+    }
+  }
+  return P2pError(fn, buf, count, dtype, peer, tag, comm, is_recv, bytes);
 }
 
 hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Communicator& comm,
