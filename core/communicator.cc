@@ -322,14 +322,16 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t b
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
                                 int tag) {
-  Fabric::HangReporter report = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  const Fabric::HangReporter report(hang);
   return fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
                        &report);
 }
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  Fabric::HangReporter report = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  const Fabric::HangReporter report(hang);
   return fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
 }
 

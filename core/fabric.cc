@@ -137,6 +137,7 @@ Fabric::Fabric(const Options& opts)
       spin_set_ = true;
     }
   }
+  direct_spin_ns_ = absl::ToInt64Nanoseconds(spin_);  // until Bootstrap knows the CPUs
 }
 
 Fabric::~Fabric() { Destroy().IgnoreError(); }
@@ -315,6 +316,8 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     // 256 KiB-4 MiB: 1.0-1.5 ms with 50 us of looking, 0.85-1.0 ms with 2 ms.
     spin_ = kSharedCpuSpin;
   }
+  direct_spin_ns_ = absl::ToInt64Nanoseconds(
+      oversubscribed_ ? std::min(spin_, kSharedCpuDirectSpin) : spin_);
 
   // Shared memory first: create our segment, publish it, attach to every
   // local peer's, and unlink ours once all have attached to it.
@@ -1236,7 +1239,7 @@ absl::Status Fabric::TimeoutStatus(const Request& r, absl::Duration waited) {
 
 absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
                                     std::string* report) {
-  if (reporter != nullptr && *reporter) {
+  if (reporter != nullptr) {
     absl::Status s = Wait(r, end - ReportReserve(end - r->started));
     if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
     *report = (*reporter)(end);
@@ -1349,8 +1352,7 @@ bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   // system call on a socket.) Where ranks share CPUs, each look that finds
   // nothing yields (the peer may need this CPU to send), and the full path
   // takes over after kSharedCpuDirectSpin.
-  const absl::Duration budget = oversubscribed_ ? std::min(spin_, kSharedCpuDirectSpin) : spin_;
-  const int64_t end_ns = MonoNs() + absl::ToInt64Nanoseconds(budget);
+  const int64_t end_ns = MonoNs() + direct_spin_ns_;
   for (int i = 1;; ++i) {
     const int got = t->TakeWhole(peer, bytes, take);
     if (got == 1) {

@@ -39,6 +39,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -174,7 +175,7 @@ class Fabric : public FrameSink {
   // still pending with the last part of its timeout left (see
   // ReportReserve); the operation keeps its whole timeout, and a timeout's
   // message ends with the report.
-  using HangReporter = std::function<std::string(absl::Time deadline)>;
+  using HangReporter = absl::FunctionRef<std::string(absl::Time deadline)>;
   absl::Status Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size, int peer,
                     int tag, absl::Duration timeout, const HangReporter* reporter = nullptr);
   absl::Status Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer, int tag,
@@ -378,6 +379,9 @@ class Fabric : public FrameSink {
   // (4 ranks on 2 CPUs over TCP, allreduce, 10 interleaved rounds against
   // the full path alone: 8 B 59.5 -> 51.9 us, 4 KiB 66.2 -> 59.4 us.)
   static constexpr absl::Duration kSharedCpuDirectSpin = absl::Microseconds(50);
+  // A direct receive's look, in nanoseconds (fixed in Bootstrap): spin_,
+  // or kSharedCpuDirectSpin where that is shorter and ranks share CPUs.
+  int64_t direct_spin_ns_ = 0;
   // Fixed after Bootstrap: more ranks on this host than CPUs we may run on
   // (a waiter then yields its CPU instead of spinning on it), and whether
   // the only transport spins in Poll by itself (shm), so Wait need not.
