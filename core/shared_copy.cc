@@ -97,13 +97,9 @@ void CopyWith(CopyChooser::Method m, void* dst, const void* src, size_t n) {
 
 }  // namespace
 
-void SharedCopier::Copy(void* dst, const void* src, size_t n) {
+void SharedCopier::CopyTimedOrForced(void* dst, const void* src, size_t n) {
   if (forced_ >= 0) {
     CopyWith(static_cast<CopyChooser::Method>(forced_), dst, src, n);
-    return;
-  }
-  if (n < kTimedBytes) {
-    memcpy(dst, src, n);
     return;
   }
   const CopyChooser::Method m = chooser_.Next();

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace hcomm {
 
@@ -75,12 +76,20 @@ class SharedCopier {
   // cost more than the choice saves.
   static constexpr size_t kTimedBytes = 32 * 1024;
 
-  void Copy(void* dst, const void* src, size_t n);
+  void Copy(void* dst, const void* src, size_t n) {
+    if (forced_ < 0 && n < kTimedBytes) {
+      memcpy(dst, src, n);  // inline: a ring's small records come here
+      return;
+    }
+    CopyTimedOrForced(dst, src, n);
+  }
   // From now on, every copy (of any size) uses `m`, untimed: for tests
   // that must take each path, and for measurements of either.
   void Force(CopyChooser::Method m) { forced_ = m; }
 
  private:
+  void CopyTimedOrForced(void* dst, const void* src, size_t n);
+
   CopyChooser chooser_;
   int forced_ = -1;  // a Method, or -1: choose
 };
