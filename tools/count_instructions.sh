@@ -17,10 +17,12 @@
 # (default shm); N: iterations (default 20000). Needs valgrind
 # (apt-get install valgrind).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 [ $# -ge 1 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
-command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
-  { echo "count_instructions: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+if ! command -v valgrind >/dev/null || ! command -v callgrind_annotate >/dev/null; then
+  echo "count_instructions: needs valgrind (apt-get install valgrind)" >&2
+  exit 2
+fi
 SUB="$1"
 FN="${FN:-hcomm_$SUB}"
 TR="${TR:-shm}"
