@@ -283,33 +283,28 @@ struct MaxFloat {
 
 // ---- kernels ---------------------------------------------------------------------
 
-// n < 64 bytes in fixed-size pieces, which the compiler inlines: a memcpy
-// of variable size is a library call (a tail of 2 floats took ~80
-// instructions with three of them, ~60 with these).
+// Bytes [i, i + K) of a tail when bit K of its length n is set: a copy of
+// fixed size, which the compiler inlines.
+template <size_t K>
+inline void CopyPiece(char* d, const char* s, size_t n, size_t& i) {
+  if (n & K) {
+    __builtin_memcpy(d + i, s + i, K);
+    i += K;
+  }
+}
+
+// n < 64 bytes in fixed-size pieces: a memcpy of variable size is a library
+// call (a tail of 2 floats took ~80 instructions with three of them, ~60
+// with these).
 inline void CopyTail(char* d, const char* s, size_t n) {
   static_assert(kVecBytes <= 64, "a tail is shorter than 64 bytes");
   size_t i = 0;
-  if (n & 32) {
-    __builtin_memcpy(d + i, s + i, 32);
-    i += 32;
-  }
-  if (n & 16) {
-    __builtin_memcpy(d + i, s + i, 16);
-    i += 16;
-  }
-  if (n & 8) {
-    __builtin_memcpy(d + i, s + i, 8);
-    i += 8;
-  }
-  if (n & 4) {
-    __builtin_memcpy(d + i, s + i, 4);
-    i += 4;
-  }
-  if (n & 2) {
-    __builtin_memcpy(d + i, s + i, 2);
-    i += 2;
-  }
-  if (n & 1) d[i] = s[i];
+  CopyPiece<32>(d, s, n, i);
+  CopyPiece<16>(d, s, n, i);
+  CopyPiece<8>(d, s, n, i);
+  CopyPiece<4>(d, s, n, i);
+  CopyPiece<2>(d, s, n, i);
+  CopyPiece<1>(d, s, n, i);
 }
 
 // The last count < kLanes elements: one Step on zero-padded copies, so tails

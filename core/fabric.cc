@@ -137,7 +137,6 @@ Fabric::Fabric(const Options& opts)
       spin_set_ = true;
     }
   }
-  direct_spin_ns_ = absl::ToInt64Nanoseconds(spin_);  // until Bootstrap knows the CPUs
 }
 
 Fabric::~Fabric() { Destroy().IgnoreError(); }

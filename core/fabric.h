@@ -379,8 +379,9 @@ class Fabric : public FrameSink {
   // (4 ranks on 2 CPUs over TCP, allreduce, 10 interleaved rounds against
   // the full path alone: 8 B 59.5 -> 51.9 us, 4 KiB 66.2 -> 59.4 us.)
   static constexpr absl::Duration kSharedCpuDirectSpin = absl::Microseconds(50);
-  // A direct receive's look, in nanoseconds (fixed in Bootstrap): spin_,
-  // or kSharedCpuDirectSpin where that is shorter and ranks share CPUs.
+  // A direct receive's look, in nanoseconds (set in Bootstrap, before any
+  // route exists for RecvDirect to use): spin_, or kSharedCpuDirectSpin
+  // where that is shorter and ranks share CPUs.
   int64_t direct_spin_ns_ = 0;
   // Fixed after Bootstrap: more ranks on this host than CPUs we may run on
   // (a waiter then yields its CPU instead of spinning on it), and whether
