@@ -18,20 +18,32 @@ absl::Status AllReduceDirect(Peers& p, const void* send, void* recv, size_t coun
                              ReduceOp op) {
   const int n = p.size(), r = p.rank();
   const size_t bytes = count * DataTypeSize(t);
-  // Everyone's vector lands in slot i of the scratch; every rank then
-  // reduces in rank order, so all get the same bits.
+  // The others' vectors land in their slots of the scratch; this rank's
+  // leaves from, and is reduced from, where the caller put it. Every rank
+  // then reduces in rank order, so all get the same bits. Reducing in place
+  // overwrites the input with the sum of vectors 0 and 1 first, so a rank
+  // past those keeps a copy of its own.
   char* all = p.Scratch(0, std::max<size_t>(bytes * n, 1));
-  if (bytes > 0) memcpy(all + r * bytes, send, bytes);
+  char* out = static_cast<char*>(recv);
+  const char* mine = static_cast<const char*>(send);
+  if (bytes == 0 || (send == recv && r >= 2)) {
+    if (bytes > 0) memcpy(all + r * bytes, send, bytes);
+    mine = all + r * bytes;
+  }
   InFlight f(p);
   for (int i = 1; i < n; ++i) {
     int src = Mod(r - i, n);
     HCOMM_RETURN_IF_ERROR(f.Recv(all + src * bytes, bytes, src));
   }
-  for (int i = 1; i < n; ++i) HCOMM_RETURN_IF_ERROR(f.Send(all + r * bytes, bytes, Mod(r + i, n)));
+  for (int i = 1; i < n; ++i) HCOMM_RETURN_IF_ERROR(f.Send(mine, bytes, Mod(r + i, n)));
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  char* out = static_cast<char*>(recv);
-  if (bytes > 0) memcpy(out, all, bytes);
-  for (int i = 1; i < n; ++i) ReduceInto(out, all + i * bytes, count, t, op);
+  auto vector = [&](int i) -> const char* { return i == r ? mine : all + i * bytes; };
+  if (n == 1) {
+    if (bytes > 0 && out != mine) memcpy(out, mine, bytes);
+  } else {
+    Reduce2(out, vector(0), vector(1), count, t, op);
+    for (int i = 2; i < n; ++i) ReduceInto(out, vector(i), count, t, op);
+  }
   if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
   return absl::OkStatus();
 }
@@ -41,8 +53,16 @@ absl::Status ReduceScatterDirect(Peers& p, const void* send, void* recv, size_t 
   const int n = p.size(), r = p.rank();
   const size_t bytes = recvcount * DataTypeSize(t);
   const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  // The others' parts of block r land in their slots of the scratch; this
+  // rank's own part is read where it is, unless the output overlaps it
+  // without being it (Reduce2 allows only the same pointer).
   char* parts = p.Scratch(0, std::max<size_t>(bytes * n, 1));
-  if (bytes > 0) memcpy(parts + r * bytes, in + r * bytes, bytes);
+  const char* mine = in + r * bytes;
+  if (bytes == 0 || (mine != out && mine < out + bytes && out < mine + bytes)) {
+    if (bytes > 0) memcpy(parts + r * bytes, mine, bytes);
+    mine = parts + r * bytes;
+  }
   InFlight f(p);
   for (int i = 1; i < n; ++i) {
     int src = Mod(r - i, n);
@@ -53,9 +73,13 @@ absl::Status ReduceScatterDirect(Peers& p, const void* send, void* recv, size_t 
     HCOMM_RETURN_IF_ERROR(f.Send(in + dst * bytes, bytes, dst));
   }
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  char* out = static_cast<char*>(recv);
-  if (bytes > 0) memcpy(out, parts, bytes);
-  for (int i = 1; i < n; ++i) ReduceInto(out, parts + i * bytes, recvcount, t, op);
+  auto part = [&](int i) -> const char* { return i == r ? mine : parts + i * bytes; };
+  if (n == 1) {
+    if (bytes > 0 && out != mine) memcpy(out, mine, bytes);
+  } else {
+    Reduce2(out, part(0), part(1), recvcount, t, op);
+    for (int i = 2; i < n; ++i) ReduceInto(out, part(i), recvcount, t, op);
+  }
   if (op == ReduceOp::kAvg) DivideBy(out, recvcount, t, n);
   return absl::OkStatus();
 }
