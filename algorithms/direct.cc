@@ -12,6 +12,18 @@ namespace {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+// out = v(0) op v(1) op ... op v(n-1), in rank order, so that every rank
+// gets the same bits. Only v(0) or v(1) may be `out` itself.
+template <typename Vector>
+void ReduceInRankOrder(char* out, int n, Vector v, size_t count, DataType t, ReduceOp op) {
+  if (n == 1) {
+    if (count > 0 && out != v(0)) memcpy(out, v(0), count * DataTypeSize(t));
+    return;
+  }
+  Reduce2(out, v(0), v(1), count, t, op);
+  for (int i = 2; i < n; ++i) ReduceInto(out, v(i), count, t, op);
+}
+
 }  // namespace
 
 absl::Status AllReduceDirect(Peers& p, const void* send, void* recv, size_t count, DataType t,
@@ -37,13 +49,9 @@ absl::Status AllReduceDirect(Peers& p, const void* send, void* recv, size_t coun
   }
   for (int i = 1; i < n; ++i) HCOMM_RETURN_IF_ERROR(f.Send(mine, bytes, Mod(r + i, n)));
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  auto vector = [&](int i) -> const char* { return i == r ? mine : all + i * bytes; };
-  if (n == 1) {
-    if (bytes > 0 && out != mine) memcpy(out, mine, bytes);
-  } else {
-    Reduce2(out, vector(0), vector(1), count, t, op);
-    for (int i = 2; i < n; ++i) ReduceInto(out, vector(i), count, t, op);
-  }
+  ReduceInRankOrder(
+      out, n, [&](int i) -> const char* { return i == r ? mine : all + i * bytes; }, count, t,
+      op);
   if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
   return absl::OkStatus();
 }
@@ -73,13 +81,9 @@ absl::Status ReduceScatterDirect(Peers& p, const void* send, void* recv, size_t 
     HCOMM_RETURN_IF_ERROR(f.Send(in + dst * bytes, bytes, dst));
   }
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  auto part = [&](int i) -> const char* { return i == r ? mine : parts + i * bytes; };
-  if (n == 1) {
-    if (bytes > 0 && out != mine) memcpy(out, mine, bytes);
-  } else {
-    Reduce2(out, part(0), part(1), recvcount, t, op);
-    for (int i = 2; i < n; ++i) ReduceInto(out, part(i), recvcount, t, op);
-  }
+  ReduceInRankOrder(
+      out, n, [&](int i) -> const char* { return i == r ? mine : parts + i * bytes; },
+      recvcount, t, op);
   if (op == ReduceOp::kAvg) DivideBy(out, recvcount, t, n);
   return absl::OkStatus();
 }
