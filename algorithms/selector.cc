@@ -35,6 +35,16 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // TCP up to 256 KiB against credit (Fabric::kCreditedEagerBytes).
   LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
                                    : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
+  // The float32 sum kernel (//algorithms:reduce_bench, c = a + b) makes
+  // 31-33 GB/s of output at 256 KiB, 20-22 at 4 MiB and 6-8 at 64 MiB; a
+  // vector received over TCP is reduced while still in the cache. Two
+  // ranks fit 20 GB/s up to 1 MiB, 10 from 8 MiB and a rate between the
+  // two in between (interleaved medians, 14 runs each: direct exchange
+  // against halving-doubling 199 against 229 us at 1 MiB, 431 against 402
+  // at 2 MiB; 6 runs: halving-doubling against the ring 1.31 against 1.56
+  // ms at 4 MiB). Shared memory's choices were measured with one rate and
+  // keep it.
+  if (transport != "shm") m.reduce_cached_gbps = 20.0;
   m.cpus_shared = cpus_shared;
   if (cpus_shared) m.eager_bytes = transport == "shm" ? 64 * 1024 : 256 * 1024;
   return m;
@@ -62,6 +72,18 @@ std::string Choice::Explain() const {
   return out;
 }
 
+double ReduceUs(double total, double piece, const LinkModel& link) {
+  double gbps = link.reduce_gbps;
+  if (piece <= link.reduce_cached_bytes) {
+    gbps = link.reduce_cached_gbps;
+  } else if (piece < link.reduce_uncached_bytes) {
+    const double f = std::log(piece / link.reduce_cached_bytes) /
+                     std::log(link.reduce_uncached_bytes / link.reduce_cached_bytes);
+    gbps = link.reduce_cached_gbps * std::pow(link.reduce_gbps / link.reduce_cached_gbps, f);
+  }
+  return total * 1e-3 / gbps;
+}
+
 namespace {
 
 struct TreeAllReduceCosts {
@@ -75,18 +97,19 @@ double MessageUs(double bytes, const LinkModel& link) {
 
 TreeAllReduceCosts TreeAllReduceCost(size_t bytes, int nranks, const LinkModel& link) {
   const double S = static_cast<double>(bytes);
-  const double b = 1e-3 / link.gbps, g = 1e-3 / link.reduce_gbps;
+  const double b = 1e-3 / link.gbps;
   int pow2 = 1;
   while (pow2 * 2 <= nranks) pow2 *= 2;
   const double lg = std::log2(static_cast<double>(pow2));
   // Ranks beyond a power of two: one whole vector in, and the result out.
-  const double fold = pow2 == nranks ? 0 : 2 * (MessageUs(S, link) + S * b) + S * g;
+  const double fold =
+      pow2 == nranks ? 0 : 2 * (MessageUs(S, link) + S * b) + ReduceUs(S, S, link);
   const double part = (pow2 - 1.0) / pow2;
   // Halving sends S/2, S/4, ... and doubling the same back.
   double halving_messages = 0;
   for (int k = 2; k <= pow2; k *= 2) halving_messages += 2 * MessageUs(S / k, link);
-  return {fold + lg * (MessageUs(S, link) + S * b) + lg * S * g,
-          fold + halving_messages + 2 * part * S * b + part * S * g};
+  return {fold + lg * (MessageUs(S, link) + S * b) + ReduceUs(lg * S, S, link),
+          fold + halving_messages + 2 * part * S * b + ReduceUs(part * S, S / 2, link)};
 }
 
 }  // namespace
@@ -112,8 +135,7 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
   Choice c;
   const double n = nranks, S = static_cast<double>(bytes);
   const double a = link.alpha_us;
-  const double b = 1e-3 / link.gbps;          // us per byte
-  const double g = 1e-3 / link.reduce_gbps;   // us per byte reduced
+  const double b = 1e-3 / link.gbps;  // us per byte
   const double lg = nranks > 1 ? std::ceil(std::log2(n)) : 0;
   const bool pow2 = (nranks & (nranks - 1)) == 0;
   // Posting to n-1 peers at once costs a fraction of a full message each,
@@ -144,11 +166,11 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
         const double chunk = std::min(S / n, 512.0 * 1024);
         const double chunks = std::max(1.0, std::ceil(S / n / (512 * 1024)));
         ring = 2 * (n - 1) * (chunks * a + rdv(chunk) + slices) + 2 * (n - 1) / n * S * b +
-               (n - 1) / n * S * g;
+               ReduceUs((n - 1) / n * S, chunk, link);
         const TreeAllReduceCosts t = TreeAllReduceCost(bytes, nranks, link);
         tree = TreeAllReduceHalves(bytes, nranks, link) ? t.halving : t.doubling;
       }
-      direct = fan + fanned * rdv(S) + (n - 1) * S * b + (n - 1) * S * g;
+      direct = fan + fanned * rdv(S) + (n - 1) * S * b + ReduceUs((n - 1) * S, S, link);
       break;
     case CollectiveOp::kBroadcast: {
       const double chunk = std::min(S, 512.0 * 1024);
@@ -160,9 +182,9 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
     }
     case CollectiveOp::kReduce:
       ring = 2 * (n - 1) * (MessageUs(S / n, link) + slices) + 2 * (n - 1) / n * S * b +
-             (n - 1) / n * S * g;
-      tree = lg * (MessageUs(S, link) + S * b + S * g);
-      direct = fan + fanned * rdv(S) + (n - 1) * S * b + (n - 1) * S * g;
+             ReduceUs((n - 1) / n * S, std::min(S / n, 512.0 * 1024), link);
+      tree = lg * (MessageUs(S, link) + S * b) + ReduceUs(lg * S, S, link);
+      direct = fan + fanned * rdv(S) + (n - 1) * S * b + ReduceUs((n - 1) * S, S, link);
       break;
     case CollectiveOp::kAllGather:
       ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + slices);
@@ -170,8 +192,10 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
       direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b * 1.1;
       break;
     case CollectiveOp::kReduceScatter:
-      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + S / n * g + slices);
-      direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * (b * 1.1 + g);
+      ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + slices) +
+             ReduceUs((n - 1) / n * S, std::min(S / n, 512.0 * 1024), link);
+      direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b * 1.1 +
+               ReduceUs((n - 1) / n * S, S / n, link);
       break;
     case CollectiveOp::kAllToAll:
       direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b;
@@ -197,8 +221,7 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
   // On a tie, or within 1% (below what the model can tell), the tree goes
   // first: on two ranks the ring and halving-doubling cost the same in the
   // model, and halving-doubling measured faster (TCP, 1 MiB: 337 against
-  // 410 us; against the direct exchange, which the model puts 0.02% below
-  // it there, 469-489 against 495-498 us).
+  // 410 us).
   double best = -1;
   for (Algorithm alg : {Algorithm::kTree, Algorithm::kRing, Algorithm::kDirect}) {
     double cost = c.cost_us[static_cast<int>(alg)];

@@ -28,7 +28,12 @@ const char* CollectiveOpName(CollectiveOp op);
 struct LinkModel {
   double alpha_us;     // cost of one message
   double gbps;         // bandwidth of one link, GB/s
-  double reduce_gbps;  // reduction kernel throughput, GB/s of output
+  // Reduction kernel throughput, GB/s of output, for vectors of
+  // `reduce_uncached_bytes` and more; up to `reduce_cached_bytes` operands
+  // and result stay in the caches and the kernel runs at
+  // `reduce_cached_gbps`, and in between at a rate interpolated on a log
+  // scale of the size.
+  double reduce_gbps;
   // A message above `eager_bytes` goes by rendezvous (core/fabric.h): it
   // costs `rendezvous_us` more (the request-to-send's round trip, and on
   // loopback TCP a frame of more than one segment).
@@ -38,7 +43,14 @@ struct LinkModel {
   // once no longer overlap (every one costs its sender CPU time that no
   // other rank can use meanwhile).
   bool cpus_shared = false;
+  double reduce_cached_gbps = 10.0;
+  double reduce_cached_bytes = 1 << 20;
+  double reduce_uncached_bytes = 8 << 20;
 };
+// The model's time to reduce `total` bytes of output in pieces of `piece`
+// bytes (one kernel call each), in microseconds.
+double ReduceUs(double total, double piece, const LinkModel& link);
+
 // Parameters for "tcp" or "shm" (anything else: tcp's).
 LinkModel LinkModelFor(const std::string& transport, bool cpus_shared = false);
 
