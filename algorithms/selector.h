@@ -43,6 +43,7 @@ struct LinkModel {
   // once no longer overlap (every one costs its sender CPU time that no
   // other rank can use meanwhile).
   bool cpus_shared = false;
+  // The reduction's rate by size: see reduce_gbps.
   double reduce_cached_gbps = 10.0;
   double reduce_cached_bytes = 1 << 20;
   double reduce_uncached_bytes = 8 << 20;
