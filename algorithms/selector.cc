@@ -86,6 +86,9 @@ double ReduceUs(double total, double piece, const LinkModel& link) {
 
 namespace {
 
+// The ring's chunk (ring.cc): each is one message and one reduction.
+constexpr double kRingChunkBytes = 512 * 1024;
+
 struct TreeAllReduceCosts {
   double doubling, halving;
 };
@@ -156,15 +159,15 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
   // (4 ranks on 2 CPUs over TCP: halving-doubling beat the ring at 256 KiB-
   // 1 MiB, 735 against 919 us and 2572 against 3244 us, with fewer steps).
   const double slices = link.cpus_shared ? (n - 1) * a : 0;
+  // The ring's pieces of each rank's share S/n.
+  const double chunk = std::min(S / n, kRingChunkBytes);
   double ring = -1, tree = -1, direct = -1;
   switch (op) {
     case CollectiveOp::kAllReduce:
       {
-        // The ring moves each rank's share in chunks of 512 KiB (ring.cc),
-        // every chunk a message; the chunks of a step are in flight together,
-        // so their rendezvous round trips overlap.
-        const double chunk = std::min(S / n, 512.0 * 1024);
-        const double chunks = std::max(1.0, std::ceil(S / n / (512 * 1024)));
+        // Every chunk of a step is a message; the chunks of a step are in
+        // flight together, so their rendezvous round trips overlap.
+        const double chunks = std::max(1.0, std::ceil(S / n / kRingChunkBytes));
         ring = 2 * (n - 1) * (chunks * a + rdv(chunk) + slices) + 2 * (n - 1) / n * S * b +
                ReduceUs((n - 1) / n * S, chunk, link);
         const TreeAllReduceCosts t = TreeAllReduceCost(bytes, nranks, link);
@@ -173,16 +176,16 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
       direct = fan + fanned * rdv(S) + (n - 1) * S * b + ReduceUs((n - 1) * S, S, link);
       break;
     case CollectiveOp::kBroadcast: {
-      const double chunk = std::min(S, 512.0 * 1024);
-      double pieces = std::max(1.0, std::ceil(S / chunk));
-      ring = (n - 2 + pieces) * (MessageUs(chunk, link) + chunk * b + slices);
+      const double piece = std::min(S, kRingChunkBytes);
+      double pieces = std::max(1.0, std::ceil(S / piece));
+      ring = (n - 2 + pieces) * (MessageUs(piece, link) + piece * b + slices);
       tree = lg * (MessageUs(S, link) + S * b);
       direct = fan + fanned * rdv(S) + (n - 1) * S * b;
       break;
     }
     case CollectiveOp::kReduce:
       ring = 2 * (n - 1) * (MessageUs(S / n, link) + slices) + 2 * (n - 1) / n * S * b +
-             ReduceUs((n - 1) / n * S, std::min(S / n, 512.0 * 1024), link);
+             ReduceUs((n - 1) / n * S, chunk, link);
       tree = lg * (MessageUs(S, link) + S * b) + ReduceUs(lg * S, S, link);
       direct = fan + fanned * rdv(S) + (n - 1) * S * b + ReduceUs((n - 1) * S, S, link);
       break;
@@ -193,7 +196,7 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
       break;
     case CollectiveOp::kReduceScatter:
       ring = (n - 1) * (MessageUs(S / n, link) + S / n * b + slices) +
-             ReduceUs((n - 1) / n * S, std::min(S / n, 512.0 * 1024), link);
+             ReduceUs((n - 1) / n * S, chunk, link);
       direct = fan + fanned * rdv(S / n) + (n - 1) / n * S * b * 1.1 +
                ReduceUs((n - 1) / n * S, S / n, link);
       break;
