@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Measures hcomm beside Open MPI and Gloo on this machine, interleaved:
-# every round runs each peer and then hcomm on the same scenario, so that a
-# machine whose speed drifts (shared VMs do) treats both alike. Prints, per
-# scenario and size, the median over rounds of each side's time and
-# bandwidth and hcomm's speed-up.
+# every round runs each peer and then hcomm on the same scenario and size,
+# so that a machine whose speed drifts (shared VMs do) treats both alike.
+# Prints, per scenario and size, the median over rounds of each side's time
+# and bandwidth, hcomm's speed-up (the ratio of the medians) and the median
+# of the rounds' own ratios ("paired").
+#
+# PAIRED=1 (the default) runs one size per run, so that the two runs of a
+# pair start a second or two apart: this VM's CPUs change speed for a few
+# seconds at a time (4x for a 1 MiB TCP message, alike for every library),
+# and a whole sweep of sizes per run lets one side's sizes meet a slow spell
+# that the other's missed. PAIRED=0 sweeps all sizes in one run per side:
+# faster, and noisier.
 #
 #   bash tools/compare_peers.sh                  # 3 rounds, all scenarios
 #   ROUNDS=5 SIZES=8,4K,256K,4M,16M,64M bash tools/compare_peers.sh
 #   ONLY=p2p_shm,allreduce2_shm bash tools/compare_peers.sh
+#   PAIRED=0 bash tools/compare_peers.sh         # one size sweep per run
 #
 # Scenarios (peers: Open MPI, and MPICH for the shm 2-rank ones): p2p_shm p2p_tcp allreduce2_shm allreduce2_tcp allreduce4_shm
 # allreduce4_tcp gloo2 gloo4 (Gloo's ring allreduce over loopback TCP against
@@ -25,6 +34,7 @@ PEERS="${PEERS:-$(cd .. && pwd)/shared/peers}"
 PB="$PEERS/build"
 [ -d "$PB" ] || PB="${TMPDIR:-/tmp}/hcomm-peers/build"
 ROUNDS="${ROUNDS:-3}"
+PAIRED="${PAIRED:-1}"
 SIZES="${SIZES:-8,4K,256K,1M,4M,16M,64M}"
 ONLY="${ONLY:-p2p_shm,p2p_tcp,allreduce2_shm,allreduce2_tcp,allreduce4_shm,allreduce4_tcp,gloo2,gloo4}"
 RUNS=5
@@ -47,12 +57,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob
 MR=(mpirun.openmpi --allow-run-as-root)
 SM=(--mca btl vader,self)
 TCP=(--mca btl tcp,self --mca btl_tcp_if_include lo)
-PEER_ARGS=(-s "$SIZES" -r "$RUNS" -t "$T")
-# hcomm_bench takes a range: sweep powers of two from the first size to the
-# last and keep the sizes asked for; up to 20000 iterations per timed run
-# (the bench caps a run at about 5e7 bytes), like the peers' 25 ms runs.
-LO=$(echo "$SIZES" | cut -d, -f1)
-HI=$(echo "$SIZES" | tr ',' '\n' | tail -1)
+# Set by run_round for the sizes of one run: the peers' arguments, and
+# hcomm_bench's range (it sweeps powers of two from LO to HI; the sizes
+# asked for are kept), up to 20000 iterations per timed run (the bench caps
+# a run at about 5e7 bytes), like the peers' 25 ms runs.
+PEER_ARGS=()
+LO=
+HI=
+ROUND=0
 
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
@@ -96,7 +108,8 @@ peer() {
   before_run
   timeout -k 5 300 "$@" >"$OUT/one" 2>/dev/null
   after_run "$sc" "$name"
-  awk -v s="$sc" -v n="$name" '/^RESULT/ {print s, n, $5, $6, $10}' "$OUT/one" >>"$OUT/results"
+  awk -v s="$sc" -v n="$name" -v r="$ROUND" '/^RESULT/ {print s, n, $5, $6, $10, r}' "$OUT/one" \
+    >>"$OUT/results"
 }
 # hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape
 hcomm() {
@@ -116,11 +129,15 @@ hcomm() {
 import json, sys
 for line in sys.stdin:
     o = json.loads(line)
-    print(sys.argv[1], "hcomm", o["bytes"], o["time_us"], o["busbw_gbs"])' "$sc" >>"$OUT/results"
+    print(sys.argv[1], "hcomm", o["bytes"], o["time_us"], o["busbw_gbs"], sys.argv[2])' \
+    "$sc" "$ROUND" >>"$OUT/results"
 }
 
-for round in $(seq "$ROUNDS"); do
-  echo "round $round of $ROUNDS" >&2
+# run_round SIZES: every scenario asked for, over SIZES (comma-separated).
+run_round() {
+  PEER_ARGS=(-s "$1" -r "$RUNS" -t "$T")
+  LO=$(echo "$1" | cut -d, -f1)
+  HI=$(echo "$1" | tr ',' '\n' | tail -1)
   RUN_OPTS=(--bind-to core)
   if want p2p_shm; then
     peer p2p_shm ompi "${MR[@]}" -np 2 "${SM[@]}" "$PB/mpi_bench_ompi" -m pingpong "${PEER_ARGS[@]}" -c x
@@ -159,11 +176,21 @@ for round in $(seq "$ROUNDS"); do
     peer gloo4 gloo "$PB/gloo_bench" -n 4 -p 0 "${PEER_ARGS[@]}" -a ring -c x
     hcomm gloo4 4 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
   fi
+}
+
+for round in $(seq "$ROUNDS"); do
+  echo "round $round of $ROUNDS" >&2
+  ROUND=$round
+  if [ "$PAIRED" = 1 ]; then
+    for size in ${SIZES//,/ }; do run_round "$size"; done
+  else
+    run_round "$SIZES"
+  fi
 done
 
-python3 - "$OUT/results" "$SIZES" "$ROUNDS" "$OUT/conditions" <<'EOF'
+python3 - "$OUT/results" "$SIZES" "$ROUNDS" "$OUT/conditions" "$PAIRED" <<'EOF'
 import collections, statistics, sys
-path, sizes, rounds, cond_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+path, sizes, rounds, cond_path, paired = sys.argv[1:6]
 def parse(s):
     s = s.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
@@ -171,28 +198,39 @@ def parse(s):
 want = [parse(s) for s in sizes.split(",")]
 data = collections.defaultdict(list)
 for line in open(path):
-    sc, who, b, t, bw = line.split()
-    data[(sc, who, int(b))].append((float(t), float(bw)))
+    sc, who, b, t, bw, rnd = line.split()
+    data[(sc, who, int(b))].append((float(t), float(bw), int(rnd)))
 scenarios = []
 for sc, _, _ in data:
     if sc not in scenarios:
         scenarios.append(sc)
-print(f"# medians over {rounds} interleaved rounds; time in us (p2p: one way), "
+print(f"# medians over {rounds} interleaved rounds, "
+      + ("each size a run of its own" if paired == "1" else "all sizes in one run per side")
+      + "; time in us (p2p: one way), "
       "bw = busbw in GB/s (p2p: bytes / one-way time); best = the fastest peer at that size; "
+      "speed-up = the peer's median time / hcomm's; paired = the median over rounds of that "
+      "round's peer time / hcomm time; "
       "min = the best round of each (this VM's two CPUs are placed anew every few seconds, "
       "which moves small-message latency by 2x for every library); "
-      "conditions: per run in round order, CPU 0-1 hand-over ns (core_probe) / steal %")
+      "conditions: per run in round order, CPU 0-1 hand-over ns (core_probe) / steal % "
+      "(over 8 runs: how many found the CPUs far apart, hand-over over 150 ns)")
 conditions = collections.defaultdict(list)
 for line in open(cond_path):
     sc, who, ns, steal = line.split()
-    conditions[(sc, who)].append(f"{float(ns):.0f}/{float(steal):.1f}")
+    conditions[(sc, who)].append((float(ns), float(steal)))
+def describe(runs):
+    if len(runs) <= 8:
+        return " ".join(f"{ns:.0f}/{steal:.1f}" for ns, steal in runs)
+    far = sum(1 for ns, _ in runs if ns > 150)
+    return (f"{far} of {len(runs)} runs far, steal up to "
+            f"{max(steal for _, steal in runs):.1f}%")
 for sc in scenarios:
     peers = sorted({who for (s, who, _) in data if s == sc and who != "hcomm"})
     print(f"\n== {sc} (peers: {', '.join(peers)})")
     for who in peers + ["hcomm"]:
-        print(f"   conditions {who:>6}: {' '.join(conditions.get((sc, who), []))}")
+        print(f"   conditions {who:>6}: {describe(conditions.get((sc, who), []))}")
     print(f"{'size':>10} {'best':>6} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
-          f"{'hcomm bw':>9} {'speed-up':>9}   {'min: peer':>10} {'hcomm':>9}")
+          f"{'hcomm bw':>9} {'speed-up':>9} {'paired':>8}   {'min: peer':>10} {'hcomm':>9}")
     for b in want:
         h = data.get((sc, "hcomm", b))
         best = None
@@ -202,12 +240,15 @@ for sc in scenarios:
                 continue
             t = statistics.median(x[0] for x in p)
             if best is None or t < best[1]:
-                best = (who, t, statistics.median(x[1] for x in p), min(x[0] for x in p))
+                best = (who, t, statistics.median(x[1] for x in p), min(x[0] for x in p),
+                        {x[2]: x[0] for x in p})
         if not h or best is None:
             continue
         ht, hb = statistics.median(x[0] for x in h), statistics.median(x[1] for x in h)
         label = f"{b >> 20}M" if b >= 1 << 20 else (f"{b >> 10}K" if b >= 1 << 10 else str(b))
         hmin = min(x[0] for x in h)
+        ratios = [best[4][r] / t for t, _, r in h if r in best[4] and t > 0]
+        pr = f"{statistics.median(ratios):7.2f}x" if ratios else f"{'-':>8}"
         print(f"{label:>10} {best[0]:>6} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
-              f"{best[1] / ht:8.2f}x   {best[3]:10.3f} {hmin:9.3f}")
+              f"{best[1] / ht:8.2f}x {pr}   {best[3]:10.3f} {hmin:9.3f}")
 EOF
