@@ -22,7 +22,8 @@ check() {
   [ $rc -eq 0 ] || { fail "-n $procs -k $kib: exit $rc"; return; }
   local bind="one per CPU"
   [ "$procs" -le "$ncpus" ] || bind="unbound (more processes than CPUs)"
-  local want="tcp_floor: $procs processes, $kib KiB float32 sum, halving-doubling over loopback TCP, $bind"
+  local want="tcp_floor: $procs processes, $kib KiB float32 sum,"
+  want+=" halving-doubling over loopback TCP, $bind"
   [ "$(sed -n 1p <<<"$out")" = "$want" ] || fail "-n $procs: first line '$(sed -n 1p <<<"$out")'"
   local line
   line=$(sed -n 2p <<<"$out")
