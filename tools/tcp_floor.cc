@@ -34,7 +34,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +45,7 @@
 #include <vector>
 
 #include "algorithms/reduce.h"
+#include "core/spin.h"
 
 namespace {
 
@@ -59,12 +59,6 @@ struct Shared {
   std::atomic<int> failed;
   double ns[kMaxProcs][kMaxRuns];
 };
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 void Barrier(Shared* s, int procs, int k) {
   s->arrived.fetch_add(1, std::memory_order_acq_rel);
@@ -232,11 +226,11 @@ int Child(Shared* s, const std::vector<sockaddr_in>& addrs, const std::vector<in
   }
   for (int run = 0; run < runs; ++run) {
     Barrier(s, procs, run + 1);
-    const int64_t start = NowNs();
+    const int64_t start = hcomm::MonoNs();
     for (int i = 0; i < iters; ++i) {
       if (!AllReduce(v.data(), tmp.data(), count, me, procs, fd_of_mask_bit)) return 1;
     }
-    s->ns[me][run] = static_cast<double>(NowNs() - start) / iters;
+    s->ns[me][run] = static_cast<double>(hcomm::MonoNs() - start) / iters;
   }
   return 0;
 }
@@ -313,7 +307,7 @@ int main(int argc, char** argv) {
   bool ok = static_cast<int>(kids.size()) == procs;
   // A failed process leaves its partners waiting at the barrier (or on
   // sockets that close as it exits): stop them all. So does the deadline.
-  const int64_t deadline = NowNs() + int64_t{kTimeLimitS} * 1'000'000'000;
+  const int64_t deadline = hcomm::MonoNs() + int64_t{kTimeLimitS} * 1'000'000'000;
   auto stop_all = [&] {
     ok = false;
     for (pid_t k : kids) kill(k, SIGKILL);
@@ -324,7 +318,7 @@ int main(int argc, char** argv) {
     const pid_t k = waitpid(-1, &status, WNOHANG);
     if (k < 0) break;
     if (k == 0) {
-      if (ok && NowNs() > deadline) {
+      if (ok && hcomm::MonoNs() > deadline) {
         std::fprintf(stderr, "tcp_floor: gave up after %d s\n", kTimeLimitS);
         stop_all();
       }
