@@ -306,12 +306,35 @@ inline char* ShmCollective::Area(int rank, int buf, size_t bytes) const {
                                : Slot(rank, buf);
 }
 
+bool ShmCollective::Streams(size_t moved) const {
+  return static_cast<size_t>(n_) * moved >= kStreamTotalBytes;
+}
+
 void ShmCollective::CopyOut(void* dst, const void* src, size_t n, size_t moved) const {
-  if (static_cast<size_t>(n_) * moved >= kStreamTotalBytes) {
+  if (Streams(moved)) {
     StreamCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
   } else {
     memcpy(dst, src, n);
   }
+}
+
+void ShmCollective::CopyOwn(void* dst, const void* src, size_t n, size_t moved) const {
+  const char* d = static_cast<const char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (d == s) return;
+  if (d + n <= s || s + n <= d) {
+    CopyOut(dst, src, n, moved);
+  } else {
+    memmove(dst, src, n);
+  }
+}
+
+char* ShmCollective::Stage(size_t bytes) {
+  if (stage_bytes_ < bytes) {
+    stage_.reset(new char[bytes]);
+    stage_bytes_ = bytes;
+  }
+  return stage_.get();
 }
 
 template <typename Write, typename Read>
@@ -457,8 +480,8 @@ absl::Status ShmCollective::GatherTo(const void* in, void* out, size_t bytes, in
             char* to = dst + j * bytes + off;
             if (j != rank_) {
               CopyOut(to, Area(j, b, len), len, moved);
-            } else if (to != mine + off) {
-              memmove(to, mine + off, len);
+            } else {
+              CopyOwn(to, mine + off, len, moved);
             }
           }
         },
@@ -483,6 +506,10 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
   // is written only where block 0's piece has gone to the slot already.
   const size_t grain = std::max<size_t>(1, kLine / esize);
   const size_t piece = std::max(grain, kSegmentBytes / esize / n_ / grain * grain);
+  // Past the caches, each piece is reduced into a private buffer that stays
+  // in this CPU's cache and streamed out from there: stores straight into
+  // the output would read every line of it from memory first.
+  const bool stream = Streams((static_cast<size_t>(n_) + 1) * count * esize);
   for (size_t off = 0; off < count; off += piece) {
     const size_t len = std::min(piece, count - off);
     const size_t region = len * esize;
@@ -499,7 +526,13 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
             return j == rank_ ? src + (rank_ * count + off) * esize
                               : Area(j, b, n_ * region) + rank_ * region;
           };
-          ReduceParts(dst + off * esize, part, n_, len, t, op);
+          if (!stream) {
+            ReduceParts(dst + off * esize, part, n_, len, t, op);
+            return;
+          }
+          char* stage = Stage(region);
+          ReduceParts(stage, part, n_, len, t, op);
+          StreamCopy(dst + off * esize, stage, region);
         },
         seq, fingerprint, waiter));
   }
@@ -525,7 +558,7 @@ absl::Status ShmCollective::AllToAll(const void* in, void* out, size_t bytes, ui
         [&](int b) {
           // In place, this round's pieces are all in the slot before any is
           // overwritten, and later rounds' are not touched.
-          if (in != out) memmove(dst + rank_ * bytes + off, src + rank_ * bytes + off, len);
+          CopyOwn(dst + rank_ * bytes + off, src + rank_ * bytes + off, len, moved);
           for (int j = 0; j < n_; ++j) {
             if (j == rank_) continue;
             CopyOut(dst + j * bytes + off, Area(j, b, n_ * len) + rank_ * len, len, moved);
@@ -554,8 +587,8 @@ absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int
         [&](int b) {
           if (rank_ != root) {
             CopyOut(dst + off, Area(root, b, n_ * len) + rank_ * len, len, 2 * bytes);
-          } else if (in != out && dst + off != src + rank_ * bytes + off) {
-            memmove(dst + off, src + rank_ * bytes + off, len);
+          } else if (in != out) {
+            CopyOwn(dst + off, src + rank_ * bytes + off, len, 2 * bytes);
           }
         },
         seq, fingerprint, waiter));

@@ -178,6 +178,14 @@ class ShmCollective {
   // memcpy, or around the caches when the call moves more than they hold;
   // `moved` is the bytes one rank reads and writes in the whole call.
   void CopyOut(void* dst, const void* src, size_t n, size_t moved) const;
+  // Whether a call that moves `moved` bytes per rank writes its outputs
+  // around the caches.
+  bool Streams(size_t moved) const;
+  // A rank's own block from its input to its output: CopyOut where the two
+  // do not overlap, memmove where they do.
+  void CopyOwn(void* dst, const void* src, size_t n, size_t moved) const;
+  // This rank's private buffer of at least `bytes` bytes.
+  char* Stage(size_t bytes);
 
   const std::string name_;
   const int rank_;
@@ -190,6 +198,8 @@ class ShmCollective {
   uint64_t gen_ = 0;  // generations this rank has started
   int64_t nap_ns_ = 1'000'000;  // see SetNap
   SharedCopier copier_;  // this rank's copies into its slot
+  std::unique_ptr<char[]> stage_;  // see Stage
+  size_t stage_bytes_ = 0;
   bool unlinked_ = false;
 };
 

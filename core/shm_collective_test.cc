@@ -397,6 +397,77 @@ TEST(ShmCollectiveTest, LargeReductionsWithEitherCopyMethod) {
   }
 }
 
+// Calls that move more than the caches hold (n times the bytes a rank
+// reads and writes past 32 MiB): outputs are streamed around the caches,
+// a rank's own block too, and reduce-scatter reduces each piece in private
+// memory first. Block sizes end in a part of a cache line.
+TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
+  constexpr size_t kPast = 40u << 20;
+  for (int n : {2, 3}) {
+    for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
+      OnRanks(n, [n, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+        sc.ForceCopyMethod(m);
+        uint64_t seq = 0;
+        for (bool in_place : {false, true}) {
+          const std::string at = absl::StrCat(" n=", n, " method=", m, " in_place=", in_place);
+          // Allgather: a rank reads its block and writes n of them.
+          const size_t gbytes = kPast / (n * (n + 1)) + 4099;
+          std::vector<unsigned char> mine(gbytes), all(n * gbytes, 0xee);
+          for (size_t i = 0; i < gbytes; ++i) mine[i] = Pattern(r, 0, i);
+          const void* in = mine.data();
+          if (in_place) {
+            memcpy(all.data() + r * gbytes, mine.data(), gbytes);
+            in = all.data();
+          }
+          sc.Enter(seq, 71);
+          absl::Status s = sc.AllGather(in, all.data(), gbytes, seq++, 71, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (int j = 0; j < n; ++j) {
+            std::string e = FirstWrong(absl::StrCat("allgather block ", j, at).c_str(),
+                                       all.data() + j * gbytes, gbytes,
+                                       [&](size_t i) { return Pattern(j, 0, i); });
+            if (!e.empty()) return e;
+          }
+          // Alltoall: n blocks in, n out.
+          const size_t abytes = kPast / (2 * n * n) + 4099;
+          std::vector<unsigned char> send(n * abytes), recv(n * abytes, 0xee);
+          for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / abytes, k % abytes);
+          unsigned char* out = in_place ? send.data() : recv.data();
+          sc.Enter(seq, 72);
+          s = sc.AllToAll(send.data(), out, abytes, seq++, 72, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (int j = 0; j < n; ++j) {
+            std::string e = FirstWrong(absl::StrCat("alltoall block ", j, at).c_str(),
+                                       out + j * abytes, abytes,
+                                       [&](size_t i) { return Pattern(j, r, i); });
+            if (!e.empty()) return e;
+          }
+          // Reduce-scatter: n blocks in, one out; block j of rank q's
+          // input holds (i % 1001) + q + j.
+          const size_t count = kPast / (n * (n + 1)) / sizeof(float) + 3;
+          std::vector<float> blocks(n * count), block(count, -1.0f);
+          for (size_t k = 0; k < blocks.size(); ++k) {
+            blocks[k] = static_cast<float>((k % count) % 1001 + r + k / count);
+          }
+          float* dst = in_place ? blocks.data() : block.data();
+          sc.Enter(seq, 73);
+          s = sc.ReduceScatter(blocks.data(), dst, count, DataType::kFloat32, ReduceOp::kSum,
+                               seq++, 73, w);
+          if (!s.ok()) return s.ToString() + at;
+          for (size_t i = 0; i < count; ++i) {
+            const float want = static_cast<float>((i % 1001 + r) * n + n * (n - 1) / 2);
+            if (dst[i] != want) {
+              return absl::StrCat("reduce_scatter", at, " [", i, "] = ", dst[i], ", want ",
+                                  want);
+            }
+          }
+        }
+        return "";
+      });
+    }
+  }
+}
+
 // 16-bit floats accumulate in float32 and round once: 1024 + 0.5 + 0.5 is
 // 1025 in float16 (each partial sum rounded would stay 1024), 1024 + 4 + 4
 // is 1032 in bfloat16; kAvg divides before rounding.
