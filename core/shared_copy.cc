@@ -99,10 +99,12 @@ void CopyWith(CopyChooser::Method m, void* dst, const void* src, size_t n) {
 
 void SharedCopier::CopyTimedOrForced(void* dst, const void* src, size_t n) {
   if (forced_ >= 0) {
-    CopyWith(static_cast<CopyChooser::Method>(forced_), dst, src, n);
+    last_ = static_cast<CopyChooser::Method>(forced_);
+    CopyWith(last_, dst, src, n);
     return;
   }
   const CopyChooser::Method m = chooser_.Next();
+  last_ = m;
   const int64_t start = MonoNs();
   CopyWith(m, dst, src, n);
   chooser_.Record(m, static_cast<double>(MonoNs() - start) / static_cast<double>(n));

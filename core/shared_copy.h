@@ -86,12 +86,17 @@ class SharedCopier {
   // From now on, every copy (of any size) uses `m`, untimed: for tests
   // that must take each path, and for measurements of either.
   void Force(CopyChooser::Method m) { forced_ = m; }
+  // The method of the latest timed copy (kTimedBytes or more), or of any
+  // forced one: stores into other lines that the reader holds fare as
+  // that copy did.
+  CopyChooser::Method LastMethod() const { return last_; }
 
  private:
   void CopyTimedOrForced(void* dst, const void* src, size_t n);
 
   CopyChooser chooser_;
   int forced_ = -1;  // a Method, or -1: choose
+  CopyChooser::Method last_ = CopyChooser::kMemcpy;
 };
 
 }  // namespace hcomm

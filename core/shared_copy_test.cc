@@ -55,6 +55,21 @@ TEST(SharedCopierTest, CopiesSmallAndLargeBuffersWhicheverMethodItPicks) {
   }
 }
 
+// LastMethod is the method of the latest timed copy, or of any forced one.
+TEST(SharedCopierTest, LastMethodFollowsTimedAndForcedCopies) {
+  SharedCopier copier;
+  std::vector<char> src(SharedCopier::kTimedBytes, 'a'), dst(src.size());
+  EXPECT_EQ(CopyChooser::kMemcpy, copier.LastMethod());
+  copier.Copy(dst.data(), src.data(), src.size());  // memcpy until both are timed
+  EXPECT_EQ(CopyChooser::kMemcpy, copier.LastMethod());
+  copier.Force(CopyChooser::kStream);
+  copier.Copy(dst.data(), src.data(), 100);
+  EXPECT_EQ(CopyChooser::kStream, copier.LastMethod());
+  copier.Force(CopyChooser::kMemcpy);
+  copier.Copy(dst.data(), src.data(), src.size());
+  EXPECT_EQ(CopyChooser::kMemcpy, copier.LastMethod());
+}
+
 TEST(CopyChooserTest, StartsWithMemcpyAndKeepsItWhileItIsFaster) {
   CopyChooser c;
   EXPECT_EQ(CopyChooser::kMemcpy, c.Next());

@@ -30,6 +30,9 @@ constexpr size_t kInlineBytes = 20;
 // inputs and outputs together pass this (a server's last-level cache):
 // more than the caches would keep anyway.
 constexpr size_t kStreamTotalBytes = 32 << 20;
+// Pieces reduced in private memory before they are streamed out: well
+// within a CPU's own cache.
+constexpr size_t kStageBytes = 64 << 10;
 
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -404,9 +407,21 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       Arrive(gen, fingerprint);
       HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
       if (s1 > s0) {
-        const size_t o = s0 * esize;
-        auto part = [&](int j) { return j == rank_ ? mine + o : Slot(j, b) + o; };
-        ReduceParts(Result(b) + o, part, n_, s1 - s0, t, op);
+        // Stores into the result, whose lines the others read two rounds
+        // ago, fare as the copy into the slot did: where it streamed, the
+        // slice is reduced in pieces that stay in this CPU's cache and
+        // streamed out. (Not where ranks share CPUs: each of them reads
+        // the whole result, which should then stay in the cache.)
+        const bool staged = copier_.LastMethod() == CopyChooser::kStream && !waiter.ShareCpu();
+        const size_t step =
+            staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
+        char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
+        for (size_t i = s0; i < s1; i += step) {
+          const size_t k = std::min(step, s1 - i), o = i * esize;
+          auto part = [&](int j) { return j == rank_ ? mine + o : Slot(j, b) + o; };
+          ReduceParts(staged ? stage : Result(b) + o, part, n_, k, t, op);
+          if (staged) StreamCopy(Result(b) + o, stage, k * esize);
+        }
       }
       Publish(1, gen);
       // A rank without the result goes on: it arrives at the next round
