@@ -406,6 +406,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       copier_.Copy(Slot(rank_, b) + s1 * esize, mine + s1 * esize, (len - s1) * esize);
       Arrive(gen, fingerprint);
       HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
+      bool own_out = false;  // this rank's slice of the result is out already
       if (s1 > s0) {
         // Stores into the result, whose lines the others read two rounds
         // ago, fare as the copy into the slot did: where it streamed, the
@@ -416,11 +417,16 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
         const size_t step =
             staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
         char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
+        // Staged, a rank that gets the result copies each piece of its
+        // slice out from there too, not later from the result in memory.
+        own_out = staged && gets;
         for (size_t i = s0; i < s1; i += step) {
           const size_t k = std::min(step, s1 - i), o = i * esize;
           auto part = [&](int j) { return j == rank_ ? mine + o : Slot(j, b) + o; };
           ReduceParts(staged ? stage : Result(b) + o, part, n_, k, t, op);
-          if (staged) StreamCopy(Result(b) + o, stage, k * esize);
+          if (!staged) continue;
+          StreamCopy(Result(b) + o, stage, k * esize);
+          if (own_out) CopyOut(dst + off * esize + o, stage, k * esize, 2 * bytes);
         }
       }
       Publish(1, gen);
@@ -438,7 +444,9 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       // others finish theirs, then the rest. (2 ranks, 1-16 MiB: 8-12%
       // faster in two sets of interleaved runs. Where ranks share CPUs the
       // order changes no CPU's work, and the medians were no better.)
-      CopyOut(round_out + s0 * esize, Result(b) + s0 * esize, (s1 - s0) * esize, 2 * bytes);
+      if (!own_out) {
+        CopyOut(round_out + s0 * esize, Result(b) + s0 * esize, (s1 - s0) * esize, 2 * bytes);
+      }
       HCOMM_RETURN_IF_ERROR(WaitAll(1, gen, seq, fingerprint, waiter));
       CopyOut(round_out, Result(b), s0 * esize, 2 * bytes);
       CopyOut(round_out + s1 * esize, Result(b) + s1 * esize, (len - s1) * esize, 2 * bytes);
