@@ -333,11 +333,8 @@ void ShmCollective::CopyOwn(void* dst, const void* src, size_t n, size_t moved) 
 }
 
 char* ShmCollective::Stage(size_t bytes) {
-  if (stage_bytes_ < bytes) {
-    stage_.reset(new char[bytes]);
-    stage_bytes_ = bytes;
-  }
-  return stage_.get();
+  if (stage_.size() < bytes) stage_.resize(bytes);
+  return stage_.data();
 }
 
 template <typename Write, typename Read>

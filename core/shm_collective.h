@@ -198,8 +198,7 @@ class ShmCollective {
   uint64_t gen_ = 0;  // generations this rank has started
   int64_t nap_ns_ = 1'000'000;  // see SetNap
   SharedCopier copier_;  // this rank's copies into its slot
-  std::unique_ptr<char[]> stage_;  // see Stage
-  size_t stage_bytes_ = 0;
+  std::vector<char> stage_;  // see Stage
   bool unlinked_ = false;
 };
 

@@ -177,6 +177,48 @@ std::string FirstWrong(const char* what, const unsigned char* got, size_t len,
 // remainder (for alltoall and scatter, rounds of 1 MiB / n per block).
 const size_t kBlockBytes[] = {1, 20, 21, 1000, 300001, (1u << 20) + 3};
 
+// Rank r's allgather of `bytes` (its block holds Pattern(r, 0, i)), in or
+// out of place, under sequence number seq++ and fingerprint fp, checked on
+// every block: "" or what went wrong (suffixed with `at`).
+std::string CheckAllGather(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t bytes,
+                           bool in_place, uint64_t& seq, uint64_t fp, const std::string& at) {
+  std::vector<unsigned char> mine(bytes), all(n * bytes, 0xee);
+  for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i);
+  const void* in = mine.data();
+  if (in_place) {
+    memcpy(all.data() + r * bytes, mine.data(), bytes);
+    in = all.data();
+  }
+  sc.Enter(seq, fp);
+  absl::Status s = sc.AllGather(in, all.data(), bytes, seq++, fp, w);
+  if (!s.ok()) return s.ToString() + at;
+  for (int j = 0; j < n; ++j) {
+    std::string e = FirstWrong(absl::StrCat("allgather block ", j, at).c_str(),
+                               all.data() + j * bytes, bytes,
+                               [&](size_t i) { return Pattern(j, 0, i); });
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
+// The same for alltoall of `bytes` per block: block j of rank r's input
+// goes to block r of rank j's output.
+std::string CheckAllToAll(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t bytes,
+                          bool in_place, uint64_t& seq, uint64_t fp, const std::string& at) {
+  std::vector<unsigned char> send(n * bytes), recv(n * bytes, 0xee);
+  for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / bytes, k % bytes);
+  unsigned char* out = in_place ? send.data() : recv.data();
+  sc.Enter(seq, fp);
+  absl::Status s = sc.AllToAll(send.data(), out, bytes, seq++, fp, w);
+  if (!s.ok()) return s.ToString() + at;
+  for (int j = 0; j < n; ++j) {
+    std::string e = FirstWrong(absl::StrCat("alltoall block ", j, at).c_str(), out + j * bytes,
+                               bytes, [&](size_t i) { return Pattern(j, r, i); });
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
 TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
   for (int n : {2, 3, 5}) {
     for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
@@ -254,36 +296,9 @@ TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
         for (bool in_place : {false, true}) {
           const std::string at =
               absl::StrCat(" bytes=", bytes, " in_place=", in_place, " method=", m);
-          std::vector<unsigned char> mine(bytes), all(n * bytes, 0xee);
-          for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i);
-          const void* in = mine.data();
-          if (in_place) {
-            memcpy(all.data() + r * bytes, mine.data(), bytes);
-            in = all.data();
-          }
-          sc.Enter(seq, 21);
-          absl::Status s = sc.AllGather(in, all.data(), bytes, seq++, 21, w);
-          if (!s.ok()) return s.ToString() + at;
-          for (int j = 0; j < n; ++j) {
-            std::string e = FirstWrong(absl::StrCat("allgather block ", j, at).c_str(),
-                                       all.data() + j * bytes, bytes,
-                                       [&](size_t i) { return Pattern(j, 0, i); });
-            if (!e.empty()) return e;
-          }
-          // Alltoall: block j of rank r's input goes to block r of rank j's
-          // output.
-          std::vector<unsigned char> send(n * bytes), recv(n * bytes, 0xee);
-          for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / bytes, k % bytes);
-          unsigned char* out = in_place ? send.data() : recv.data();
-          sc.Enter(seq, 22);
-          s = sc.AllToAll(send.data(), out, bytes, seq++, 22, w);
-          if (!s.ok()) return s.ToString() + at;
-          for (int j = 0; j < n; ++j) {
-            std::string e = FirstWrong(absl::StrCat("alltoall block ", j, at).c_str(),
-                                       out + j * bytes, bytes,
-                                       [&](size_t i) { return Pattern(j, r, i); });
-            if (!e.empty()) return e;
-          }
+          std::string e = CheckAllGather(r, n, sc, w, bytes, in_place, seq, 21, at);
+          if (e.empty()) e = CheckAllToAll(r, n, sc, w, bytes, in_place, seq, 22, at);
+          if (!e.empty()) return e;
         }
       }
       return "";
@@ -410,38 +425,14 @@ TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
         uint64_t seq = 0;
         for (bool in_place : {false, true}) {
           const std::string at = absl::StrCat(" n=", n, " method=", m, " in_place=", in_place);
-          // Allgather: a rank reads its block and writes n of them.
-          const size_t gbytes = kPast / (n * (n + 1)) + 4099;
-          std::vector<unsigned char> mine(gbytes), all(n * gbytes, 0xee);
-          for (size_t i = 0; i < gbytes; ++i) mine[i] = Pattern(r, 0, i);
-          const void* in = mine.data();
-          if (in_place) {
-            memcpy(all.data() + r * gbytes, mine.data(), gbytes);
-            in = all.data();
+          // Allgather: a rank reads its block and writes n of them;
+          // alltoall: n blocks in, n out.
+          std::string e =
+              CheckAllGather(r, n, sc, w, kPast / (n * (n + 1)) + 4099, in_place, seq, 71, at);
+          if (e.empty()) {
+            e = CheckAllToAll(r, n, sc, w, kPast / (2 * n * n) + 4099, in_place, seq, 72, at);
           }
-          sc.Enter(seq, 71);
-          absl::Status s = sc.AllGather(in, all.data(), gbytes, seq++, 71, w);
-          if (!s.ok()) return s.ToString() + at;
-          for (int j = 0; j < n; ++j) {
-            std::string e = FirstWrong(absl::StrCat("allgather block ", j, at).c_str(),
-                                       all.data() + j * gbytes, gbytes,
-                                       [&](size_t i) { return Pattern(j, 0, i); });
-            if (!e.empty()) return e;
-          }
-          // Alltoall: n blocks in, n out.
-          const size_t abytes = kPast / (2 * n * n) + 4099;
-          std::vector<unsigned char> send(n * abytes), recv(n * abytes, 0xee);
-          for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / abytes, k % abytes);
-          unsigned char* out = in_place ? send.data() : recv.data();
-          sc.Enter(seq, 72);
-          s = sc.AllToAll(send.data(), out, abytes, seq++, 72, w);
-          if (!s.ok()) return s.ToString() + at;
-          for (int j = 0; j < n; ++j) {
-            std::string e = FirstWrong(absl::StrCat("alltoall block ", j, at).c_str(),
-                                       out + j * abytes, abytes,
-                                       [&](size_t i) { return Pattern(j, r, i); });
-            if (!e.empty()) return e;
-          }
+          if (!e.empty()) return e;
           // Reduce-scatter: n blocks in, one out; block j of rank q's
           // input holds (i % 1001) + q + j.
           const size_t count = kPast / (n * (n + 1)) / sizeof(float) + 3;
@@ -451,8 +442,8 @@ TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
           }
           float* dst = in_place ? blocks.data() : block.data();
           sc.Enter(seq, 73);
-          s = sc.ReduceScatter(blocks.data(), dst, count, DataType::kFloat32, ReduceOp::kSum,
-                               seq++, 73, w);
+          absl::Status s = sc.ReduceScatter(blocks.data(), dst, count, DataType::kFloat32,
+                                            ReduceOp::kSum, seq++, 73, w);
           if (!s.ok()) return s.ToString() + at;
           for (size_t i = 0; i < count; ++i) {
             const float want = static_cast<float>((i % 1001 + r) * n + n * (n - 1) / 2);
