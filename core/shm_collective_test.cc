@@ -459,6 +459,65 @@ TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
   }
 }
 
+// Rounds of 16 KiB to half a slot take a new place in their buffers each
+// time (ShmCollective::Offset), places of one size cycling and places of
+// different sizes overlapping those of earlier calls. Calls of the sizes
+// in turn, each call's data its own (so that what an earlier call left
+// in some place cannot pass for it), for more calls than the smallest
+// size has places: every rank must read each round where it was written,
+// and only once every rank is done with what was there before.
+TEST(ShmCollectiveTest, RoundsMovingThroughTheSlotsKeepEachCallsData) {
+  const size_t kSizes[] = {16 << 10, (100 << 10) + 12, 300000, 512 << 10};
+  for (int n : {2, 3}) {
+    OnRanks(n, [n, &kSizes](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      uint64_t seq = 0;
+      for (int c = 0; c < 140; ++c) {
+        const size_t bytes = kSizes[c % 4], count = bytes / sizeof(float);
+        const std::string at = absl::StrCat(" n=", n, " call=", c, " bytes=", bytes);
+        // Allgather: rank q's block holds (i % 97) + q + c.
+        std::vector<float> mine(count), all(n * count, -1.0f);
+        for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(i % 97 + r + c);
+        sc.Enter(seq, 81);
+        absl::Status s = sc.AllGather(mine.data(), all.data(), bytes, seq++, 81, w);
+        if (!s.ok()) return s.ToString() + at;
+        for (size_t k = 0; k < all.size(); ++k) {
+          const float want = static_cast<float>(k % count % 97 + k / count + c);
+          if (all[k] != want) {
+            return absl::StrCat("allgather", at, " [", k, "] = ", all[k], ", want ", want);
+          }
+        }
+        // Allreduce of the same blocks, in place.
+        sc.Enter(seq, 82);
+        s = sc.AllReduce(mine.data(), mine.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                         seq++, 82, w);
+        if (!s.ok()) return s.ToString() + at;
+        for (size_t i = 0; i < count; ++i) {
+          const float want = static_cast<float>((i % 97 + c) * n + n * (n - 1) / 2);
+          if (mine[i] != want) {
+            return absl::StrCat("allreduce", at, " [", i, "] = ", mine[i], ", want ", want);
+          }
+        }
+        // Alltoall: block j of rank q's input holds (i % 89) + 3q + j + c.
+        const size_t block = count / n;
+        std::vector<float> send(n * block), recv(n * block, -1.0f);
+        for (size_t k = 0; k < send.size(); ++k) {
+          send[k] = static_cast<float>(k % block % 89 + 3 * r + k / block + c);
+        }
+        sc.Enter(seq, 83);
+        s = sc.AllToAll(send.data(), recv.data(), block * sizeof(float), seq++, 83, w);
+        if (!s.ok()) return s.ToString() + at;
+        for (size_t k = 0; k < recv.size(); ++k) {
+          const float want = static_cast<float>(k % block % 89 + 3 * (k / block) + r + c);
+          if (recv[k] != want) {
+            return absl::StrCat("alltoall", at, " [", k, "] = ", recv[k], ", want ", want);
+          }
+        }
+      }
+      return "";
+    });
+  }
+}
+
 // 16-bit floats accumulate in float32 and round once: 1024 + 0.5 + 0.5 is
 // 1025 in float16 (each partial sum rounded would stay 1024), 1024 + 4 + 4
 // is 1032 in bfloat16; kAvg divides before rounding.
