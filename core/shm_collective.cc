@@ -33,7 +33,7 @@ constexpr size_t kStreamTotalBytes = 32 << 20;
 // Pieces reduced in private memory before they are streamed out: well
 // within a CPU's own cache.
 constexpr size_t kStageBytes = 64 << 10;
-// Rounds of this many bytes and more, up to half a slot, move through
+// Rounds of this many bytes and more, up to a quarter slot, move through
 // their buffers (Offset). A store into a line that another CPU's cache
 // still holds waits for that cache to drop it, and a round kept in one
 // place finds every line of it in the readers' caches, read there two
@@ -41,11 +41,12 @@ constexpr size_t kStageBytes = 64 << 10;
 // of the rank's slots (2 MiB) have passed through those caches, which have
 // let its lines go by then. 2 ranks, CPUs behind one cache: allgather,
 // alltoall, reduce_scatter, broadcast, allreduce and reduce of 64-256 KiB
-// took half the time or less (allreduce 64 KiB 11-13 us -> 4-5), 512 KiB
-// about a fifth less; behind two caches, level or faster. 4 ranks on 2
-// CPUs: 64 KiB a fifth faster, 256 KiB-1 MiB level. Below 16 KiB, where
-// the lines would come from memory instead of the other cache, slower
-// (alltoall of 8 KiB: 0.8-1.0 us against 0.45-0.7).
+// took half the time or less (allreduce 64 KiB 11-13 us -> 4-7); behind
+// two caches, level or faster. 4 ranks on 2 CPUs: 64 KiB a fifth faster,
+// 256 KiB-1 MiB level. Below 16 KiB, where the lines would come from
+// memory instead of the other cache, slower (alltoall of 8 KiB: 0.8-1.0 us
+// against 0.45-0.7); the large allreduce's 512 KiB rounds moved between
+// two places were level behind one cache and 10-20% slower behind two.
 constexpr size_t kRotateMinBytes = 16 << 10;
 
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -324,7 +325,7 @@ inline char* ShmCollective::Area(int rank, int buf, size_t bytes) const {
 }
 
 size_t ShmCollective::Offset(size_t bytes) const {
-  if (bytes < kRotateMinBytes || bytes > kSegmentBytes / 2) return 0;
+  if (bytes < kRotateMinBytes || bytes > kSegmentBytes / 4) return 0;
   // Every rank's gen_ is the same in a round, and a buffer is written every
   // other round: its places in turn, each a whole number of pages.
   const size_t place = RoundUp(bytes, 4096);

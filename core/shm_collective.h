@@ -168,8 +168,8 @@ class ShmCollective {
   // counter's line when it fits, else its slot at Offset(bytes).
   char* Area(int rank, int buf, size_t bytes) const;
   // Where in each slot and result buffer the current round's `bytes` bytes
-  // go: 0, or for rounds of kRotateMinBytes to half a slot, the next of the
-  // places of that size in the buffer, round after round.
+  // go: 0, or for rounds of kRotateMinBytes to a quarter slot, the next of
+  // the places of that size in the buffer, round after round.
   size_t Offset(size_t bytes) const;
   // One round of the exchange pattern: `write(area)` fills this rank's
   // area (of `bytes` bytes, the most any rank writes in this round), every

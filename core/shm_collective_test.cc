@@ -459,20 +459,21 @@ TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
   }
 }
 
-// Rounds of 16 KiB to half a slot take a new place in their buffers each
-// time (ShmCollective::Offset), places of one size cycling and places of
-// different sizes overlapping those of earlier calls. Calls of the sizes
-// in turn, each call's data its own (so that what an earlier call left
-// in some place cannot pass for it), for more calls than the smallest
-// size has places: every rank must read each round where it was written,
-// and only once every rank is done with what was there before.
+// Rounds of 16 KiB to a quarter slot take a new place in their buffers
+// each time (ShmCollective::Offset), places of one size cycling and places
+// of different sizes overlapping those of earlier calls (and the fixed
+// place of 512 KiB rounds). Calls of the sizes in turn, each call's data
+// its own (so that what an earlier call left in some place cannot pass
+// for it), for more rounds than the smallest size has places: every rank
+// must read each round where it was written, and only once every rank is
+// done with what was there before.
 TEST(ShmCollectiveTest, RoundsMovingThroughTheSlotsKeepEachCallsData) {
-  const size_t kSizes[] = {16 << 10, (100 << 10) + 12, 300000, 512 << 10};
+  const size_t kSizes[] = {16 << 10, (100 << 10) + 12, 200000, 256 << 10, 512 << 10};
   for (int n : {2, 3}) {
     OnRanks(n, [n, &kSizes](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
       uint64_t seq = 0;
       for (int c = 0; c < 140; ++c) {
-        const size_t bytes = kSizes[c % 4], count = bytes / sizeof(float);
+        const size_t bytes = kSizes[c % 5], count = bytes / sizeof(float);
         const std::string at = absl::StrCat(" n=", n, " call=", c, " bytes=", bytes);
         // Allgather: rank q's block holds (i % 97) + q + c.
         std::vector<float> mine(count), all(n * count, -1.0f);
