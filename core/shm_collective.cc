@@ -41,11 +41,11 @@ constexpr size_t kStageBytes = 64 << 10;
 // of the rank's slots (2 MiB) have passed through those caches, which have
 // let its lines go by then. 2 ranks, CPUs behind one cache: allgather,
 // alltoall, reduce_scatter, broadcast, allreduce and reduce of 64-256 KiB
-// took half the time or less (allreduce 64 KiB 11-13 us -> 4-7); behind
+// took 0.4-0.65 of the time (allreduce 64 KiB 11-15 us -> 4-7); behind
 // two caches, level or faster. 4 ranks on 2 CPUs: 64 KiB a fifth faster,
-// 256 KiB-1 MiB level. Below 16 KiB, where the lines would come from
-// memory instead of the other cache, slower (alltoall of 8 KiB: 0.8-1.0 us
-// against 0.45-0.7); the large allreduce's 512 KiB rounds moved between
+// 256 KiB-1 MiB level. Below 16 KiB moving was slower (alltoall of 8 KiB:
+// 0.8-1.0 us against 0.45-0.7; a moved round's lines are in no cache
+// near the writer); the large allreduce's 512 KiB rounds moved between
 // two places were level behind one cache and 10-20% slower behind two.
 constexpr size_t kRotateMinBytes = 16 << 10;
 
