@@ -177,13 +177,14 @@ std::string FirstWrong(const char* what, const unsigned char* got, size_t len,
 // remainder (for alltoall and scatter, rounds of 1 MiB / n per block).
 const size_t kBlockBytes[] = {1, 20, 21, 1000, 300001, (1u << 20) + 3};
 
-// Rank r's allgather of `bytes` (its block holds Pattern(r, 0, i)), in or
-// out of place, under sequence number seq++ and fingerprint fp, checked on
-// every block: "" or what went wrong (suffixed with `at`).
+// Rank r's allgather of `bytes` (its block holds Pattern(r, 0, i) + salt),
+// in or out of place, under sequence number seq++ and fingerprint fp,
+// checked on every block: "" or what went wrong (suffixed with `at`).
 std::string CheckAllGather(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t bytes,
-                           bool in_place, uint64_t& seq, uint64_t fp, const std::string& at) {
+                           bool in_place, uint64_t& seq, uint64_t fp, const std::string& at,
+                           unsigned char salt = 0) {
   std::vector<unsigned char> mine(bytes), all(n * bytes, 0xee);
-  for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i);
+  for (size_t i = 0; i < bytes; ++i) mine[i] = Pattern(r, 0, i) + salt;
   const void* in = mine.data();
   if (in_place) {
     memcpy(all.data() + r * bytes, mine.data(), bytes);
@@ -195,7 +196,7 @@ std::string CheckAllGather(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t
   for (int j = 0; j < n; ++j) {
     std::string e = FirstWrong(absl::StrCat("allgather block ", j, at).c_str(),
                                all.data() + j * bytes, bytes,
-                               [&](size_t i) { return Pattern(j, 0, i); });
+                               [&](size_t i) -> unsigned char { return Pattern(j, 0, i) + salt; });
     if (!e.empty()) return e;
   }
   return "";
@@ -204,16 +205,18 @@ std::string CheckAllGather(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t
 // The same for alltoall of `bytes` per block: block j of rank r's input
 // goes to block r of rank j's output.
 std::string CheckAllToAll(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t bytes,
-                          bool in_place, uint64_t& seq, uint64_t fp, const std::string& at) {
+                          bool in_place, uint64_t& seq, uint64_t fp, const std::string& at,
+                          unsigned char salt = 0) {
   std::vector<unsigned char> send(n * bytes), recv(n * bytes, 0xee);
-  for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / bytes, k % bytes);
+  for (size_t k = 0; k < send.size(); ++k) send[k] = Pattern(r, k / bytes, k % bytes) + salt;
   unsigned char* out = in_place ? send.data() : recv.data();
   sc.Enter(seq, fp);
   absl::Status s = sc.AllToAll(send.data(), out, bytes, seq++, fp, w);
   if (!s.ok()) return s.ToString() + at;
   for (int j = 0; j < n; ++j) {
     std::string e = FirstWrong(absl::StrCat("alltoall block ", j, at).c_str(), out + j * bytes,
-                               bytes, [&](size_t i) { return Pattern(j, r, i); });
+                               bytes,
+                               [&](size_t i) -> unsigned char { return Pattern(j, r, i) + salt; });
     if (!e.empty()) return e;
   }
   return "";
@@ -475,42 +478,23 @@ TEST(ShmCollectiveTest, RoundsMovingThroughTheSlotsKeepEachCallsData) {
       for (int c = 0; c < 140; ++c) {
         const size_t bytes = kSizes[c % 5], count = bytes / sizeof(float);
         const std::string at = absl::StrCat(" n=", n, " call=", c, " bytes=", bytes);
-        // Allgather: rank q's block holds (i % 97) + q + c.
-        std::vector<float> mine(count), all(n * count, -1.0f);
-        for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(i % 97 + r + c);
-        sc.Enter(seq, 81);
-        absl::Status s = sc.AllGather(mine.data(), all.data(), bytes, seq++, 81, w);
-        if (!s.ok()) return s.ToString() + at;
-        for (size_t k = 0; k < all.size(); ++k) {
-          const float want = static_cast<float>(k % count % 97 + k / count + c);
-          if (all[k] != want) {
-            return absl::StrCat("allgather", at, " [", k, "] = ", all[k], ", want ", want);
-          }
+        const auto salt = static_cast<unsigned char>(c);
+        std::string e = CheckAllGather(r, n, sc, w, bytes, false, seq, 81, at, salt);
+        if (e.empty()) {
+          e = CheckAllToAll(r, n, sc, w, count / n * sizeof(float), false, seq, 83, at, salt);
         }
-        // Allreduce of the same blocks, in place.
+        if (!e.empty()) return e;
+        // Allreduce, in place: rank q's vector holds (i % 97) + q + c.
+        std::vector<float> v(count);
+        for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i % 97 + r + c);
         sc.Enter(seq, 82);
-        s = sc.AllReduce(mine.data(), mine.data(), count, DataType::kFloat32, ReduceOp::kSum,
-                         seq++, 82, w);
+        absl::Status s = sc.AllReduce(v.data(), v.data(), count, DataType::kFloat32,
+                                      ReduceOp::kSum, seq++, 82, w);
         if (!s.ok()) return s.ToString() + at;
         for (size_t i = 0; i < count; ++i) {
           const float want = static_cast<float>((i % 97 + c) * n + n * (n - 1) / 2);
-          if (mine[i] != want) {
-            return absl::StrCat("allreduce", at, " [", i, "] = ", mine[i], ", want ", want);
-          }
-        }
-        // Alltoall: block j of rank q's input holds (i % 89) + 3q + j + c.
-        const size_t block = count / n;
-        std::vector<float> send(n * block), recv(n * block, -1.0f);
-        for (size_t k = 0; k < send.size(); ++k) {
-          send[k] = static_cast<float>(k % block % 89 + 3 * r + k / block + c);
-        }
-        sc.Enter(seq, 83);
-        s = sc.AllToAll(send.data(), recv.data(), block * sizeof(float), seq++, 83, w);
-        if (!s.ok()) return s.ToString() + at;
-        for (size_t k = 0; k < recv.size(); ++k) {
-          const float want = static_cast<float>(k % block % 89 + 3 * (k / block) + r + c);
-          if (recv[k] != want) {
-            return absl::StrCat("alltoall", at, " [", k, "] = ", recv[k], ", want ", want);
+          if (v[i] != want) {
+            return absl::StrCat("allreduce", at, " [", i, "] = ", v[i], ", want ", want);
           }
         }
       }
