@@ -19,6 +19,9 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 // in cache until it is reduced.
 constexpr int kWindow = 4;
 
+// Data chunks in flight each way in the two-rank allreduce (AllReducePair).
+constexpr size_t kPairWindow = 2;
+
 // One reduce-scatter step: sends block `send_block` (read from `send_src`)
 // to the right while receiving block `recv_block` from the left, and as
 // each chunk arrives writes work = local op incoming for it, reading the
@@ -71,6 +74,59 @@ absl::Status CopyStep(Peers& p, char* work, size_t count, size_t esize, int send
   return f.WaitAll();
 }
 
+// Two ranks: each reduces one half of the vector and returns it chunk by
+// chunk, so a reduced chunk leaves while it is still in the cache and the
+// halves' exchange overlaps the reduction. What each rank sends to the
+// other, in order: data chunks 0..K-1 of the other's half, then for each
+// chunk c its reduced chunk c and data chunk c+K; each rank posts its
+// receives in the order the other sends.
+absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, size_t esize,
+                           DataType t, ReduceOp op) {
+  const int r = p.rank(), peer = 1 - r;
+  const size_t m_off = BlockOffset(count, 2, r) * esize, m_len = BlockCount(count, 2, r) * esize;
+  const size_t t_off = BlockOffset(count, 2, peer) * esize;
+  const size_t t_len = BlockCount(count, 2, peer) * esize;
+  const size_t chunk = std::max(esize, kChunkBytes / esize * esize);
+  const size_t cm = (m_len + chunk - 1) / chunk, ct = (t_len + chunk - 1) / chunk;
+  const size_t k = kPairWindow;
+  char* win = p.Scratch(1, std::max<size_t>(std::min(cm, k) * chunk, 1));
+  InFlight f(p);
+  std::vector<Request*> data(cm);
+  auto len = [chunk](size_t c, size_t total) { return std::min(chunk, total - c * chunk); };
+  for (size_t c = 0; c < k && c < cm; ++c) {
+    HCOMM_ASSIGN_OR_RETURN(data[c], f.RecvRequest(win + (c % k) * chunk, len(c, m_len), peer));
+  }
+  for (size_t c = 0; c < k && c < ct; ++c) {
+    HCOMM_RETURN_IF_ERROR(f.Send(in + t_off + c * chunk, len(c, t_len), peer));
+  }
+  for (size_t c = 0; c < std::max(cm, ct); ++c) {
+    if (c < cm) {
+      HCOMM_RETURN_IF_ERROR(f.Wait(data[c]));
+      const size_t n = len(c, m_len) / esize;
+      char* dst = work + m_off + c * chunk;
+      const char* mine = in + m_off + c * chunk;
+      const char* theirs = win + (c % k) * chunk;
+      // Lower rank first, as every algorithm combines.
+      if (r == 0) {
+        Reduce2(dst, mine, theirs, n, t, op);
+      } else {
+        Reduce2(dst, theirs, mine, n, t, op);
+      }
+      if (op == ReduceOp::kAvg) DivideBy(dst, n, t, 2);
+      HCOMM_RETURN_IF_ERROR(f.Send(dst, n * esize, peer));
+    }
+    if (c < ct) HCOMM_RETURN_IF_ERROR(f.Recv(work + t_off + c * chunk, len(c, t_len), peer));
+    if (c + k < cm) {
+      HCOMM_ASSIGN_OR_RETURN(data[c + k], f.RecvRequest(win + ((c + k) % k) * chunk,
+                                                        len(c + k, m_len), peer));
+    }
+    if (c + k < ct) {
+      HCOMM_RETURN_IF_ERROR(f.Send(in + t_off + (c + k) * chunk, len(c + k, t_len), peer));
+    }
+  }
+  return f.WaitAll();
+}
+
 }  // namespace
 
 absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
@@ -80,6 +136,7 @@ absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count,
   char* work = static_cast<char*>(recv);
   const char* in = static_cast<const char*>(send);
   if (n == 1 && send != recv && count > 0) memcpy(work, send, count * esize);
+  if (n == 2) return AllReducePair(p, in, work, count, esize, t, op);
   if (n > 1) {
     // Reduce-scatter: after n-1 steps rank r holds block r+1 fully reduced.
     // The input is never copied: step 0 sends block r straight from it, and
