@@ -1,6 +1,7 @@
 // Every collective x algorithm x dtype x op over 1..8 ranks (threads of this
 // process over TCP), in place and out of place, every root, counts
-// {0, 1, 7, 1023} and 1M+3 for float32; results checked against a reference.
+// {0, 1, 7, 1023} and 1M+3 for float32 (and 2.5 MiB of every type where two
+// ranks take the ring); results checked against a reference.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -141,6 +142,11 @@ void RunMatrix(Communicator& c, Algorithm algo) {
       if (t == DataType::kFloat32 && op == ReduceOp::kSum) counts.push_back(kLargeCount);
       // The tree halves and doubles from 32 KiB on: every type and op there.
       if (algo == Algorithm::kTree) counts.push_back(20000);
+      // Two ranks on the ring return each 512 KiB chunk as they reduce it
+      // (and divide it there for kAvg): every type over several chunks.
+      if (algo == Algorithm::kRing && n == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+        counts.push_back((size_t{5} << 19) / DataTypeSize(t) + 3);
+      }
       for (size_t count : counts) {
         for (bool in_place : {false, true}) {
           std::vector<char> in = Fill(r, count, t, op), out(in.size());
