@@ -90,36 +90,38 @@ absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, s
   const size_t cm = (m_len + chunk - 1) / chunk, ct = (t_len + chunk - 1) / chunk;
   const size_t k = kPairWindow;
   char* win = p.Scratch(1, std::max<size_t>(std::min(cm, k) * chunk, 1));
-  InFlight f(p);
-  std::vector<Request*> data(cm);
+  // Data chunk c of this rank's half lands in window buffer c % k, posted
+  // once chunk c - k is reduced; window[c % k] is its receive.
+  auto buf = [&](size_t c) { return win + (c % k) * chunk; };
   auto len = [chunk](size_t c, size_t total) { return std::min(chunk, total - c * chunk); };
-  for (size_t c = 0; c < k && c < cm; ++c) {
-    HCOMM_ASSIGN_OR_RETURN(data[c], f.RecvRequest(win + (c % k) * chunk, len(c, m_len), peer));
-  }
+  InFlight f(p);
+  Request* window[kPairWindow] = {};
+  auto post = [&](size_t c) -> absl::Status {
+    HCOMM_ASSIGN_OR_RETURN(window[c % k], f.RecvRequest(buf(c), len(c, m_len), peer));
+    return absl::OkStatus();
+  };
+  for (size_t c = 0; c < k && c < cm; ++c) HCOMM_RETURN_IF_ERROR(post(c));
   for (size_t c = 0; c < k && c < ct; ++c) {
     HCOMM_RETURN_IF_ERROR(f.Send(in + t_off + c * chunk, len(c, t_len), peer));
   }
   for (size_t c = 0; c < std::max(cm, ct); ++c) {
     if (c < cm) {
-      HCOMM_RETURN_IF_ERROR(f.Wait(data[c]));
+      HCOMM_RETURN_IF_ERROR(f.Wait(window[c % k]));
       const size_t n = len(c, m_len) / esize;
       char* dst = work + m_off + c * chunk;
       const char* mine = in + m_off + c * chunk;
-      const char* theirs = win + (c % k) * chunk;
-      // Lower rank first, as every algorithm combines.
+      // Lower rank first, as halving-doubling combines: an element's bits
+      // do not depend on which rank reduced it.
       if (r == 0) {
-        Reduce2(dst, mine, theirs, n, t, op);
+        Reduce2(dst, mine, buf(c), n, t, op);
       } else {
-        Reduce2(dst, theirs, mine, n, t, op);
+        Reduce2(dst, buf(c), mine, n, t, op);
       }
       if (op == ReduceOp::kAvg) DivideBy(dst, n, t, 2);
       HCOMM_RETURN_IF_ERROR(f.Send(dst, n * esize, peer));
     }
     if (c < ct) HCOMM_RETURN_IF_ERROR(f.Recv(work + t_off + c * chunk, len(c, t_len), peer));
-    if (c + k < cm) {
-      HCOMM_ASSIGN_OR_RETURN(data[c + k], f.RecvRequest(win + ((c + k) % k) * chunk,
-                                                        len(c + k, m_len), peer));
-    }
+    if (c + k < cm) HCOMM_RETURN_IF_ERROR(post(c + k));
     if (c + k < ct) {
       HCOMM_RETURN_IF_ERROR(f.Send(in + t_off + (c + k) * chunk, len(c + k, t_len), peer));
     }
