@@ -26,9 +26,11 @@ constexpr size_t kPairWindow = 2;
 // to the right while receiving block `recv_block` from the left, and as
 // each chunk arrives writes work = local op incoming for it, reading the
 // local operand from `local` (work itself, or the caller's untouched input).
+// On the last step of an average (`last`), each chunk is divided by the
+// rank count as soon as it is reduced, while it is still in the cache.
 absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char* work,
                         size_t count, size_t esize, DataType t, ReduceOp op, int send_block,
-                        int recv_block, int parts) {
+                        int recv_block, int parts, bool last) {
   const int n = p.size(), right = Mod(p.rank() + 1, n), left = Mod(p.rank() - 1, n);
   const size_t s_off = BlockOffset(count, parts, send_block) * esize;
   const size_t s_len = BlockCount(count, parts, send_block) * esize;
@@ -56,6 +58,7 @@ absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char*
     HCOMM_RETURN_IF_ERROR(f.Wait(window[i % kWindow]));
     const size_t o = i * chunk, len = std::min(chunk, r_len - o);
     Reduce2(work + r_off + o, local + r_off + o, in + (i % kWindow) * chunk, len / esize, t, op);
+    if (last && op == ReduceOp::kAvg) DivideBy(work + r_off + o, len / esize, t, n);
     if (i + kWindow < chunks) HCOMM_RETURN_IF_ERROR(post(i + kWindow));
   }
   return f.WaitAll();
@@ -144,17 +147,17 @@ absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count,
     // The input is never copied: step 0 sends block r straight from it, and
     // every block received is combined with the input's own copy (no rank
     // receives a block twice), so each block of `work` is written once
-    // here, or by the allgather (block r).
+    // here, or by the allgather (block r). An average is divided by the rank
+    // that completes each block, before the allgather hands it on.
     for (int s = 0; s < n - 1; ++s) {
       HCOMM_RETURN_IF_ERROR(ReduceStep(p, s == 0 ? in : work, in, work, count, esize, t, op,
-                                       Mod(r - s, n), Mod(r - s - 1, n), n));
+                                       Mod(r - s, n), Mod(r - s - 1, n), n, s == n - 2));
     }
     // Allgather the reduced blocks.
     for (int s = 0; s < n - 1; ++s) {
       HCOMM_RETURN_IF_ERROR(CopyStep(p, work, count, esize, Mod(r + 1 - s, n), Mod(r - s, n), n));
     }
   }
-  if (op == ReduceOp::kAvg) DivideBy(work, count, t, n);
   return absl::OkStatus();
 }
 
@@ -170,10 +173,9 @@ absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t re
     // Step s: send block r-s-1, receive and reduce block r-s-2; the last
     // step leaves block r complete here.
     HCOMM_RETURN_IF_ERROR(ReduceStep(p, work, work, work, total, esize, t, op,
-                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n));
+                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n, s == n - 2));
   }
   if (recvcount > 0) memmove(recv, work + r * recvcount * esize, recvcount * esize);
-  if (op == ReduceOp::kAvg) DivideBy(recv, recvcount, t, n);
   return absl::OkStatus();
 }
 
@@ -226,15 +228,15 @@ absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root) {
 
 absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
                         ReduceOp op, int root) {
-  // Reduce-scatter around the ring, then every rank hands its block to the
-  // root.
+  // Reduce-scatter around the ring (an average divided there, by the rank
+  // that completes each block), then every rank hands its block to the root.
   const int n = p.size(), r = p.rank();
   const size_t esize = DataTypeSize(t);
   char* work = p.Scratch(0, std::max<size_t>(count * esize, 1));
   if (count > 0) memcpy(work, send, count * esize);
   for (int s = 0; s < n - 1; ++s) {
     HCOMM_RETURN_IF_ERROR(ReduceStep(p, work, work, work, count, esize, t, op,
-                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n));
+                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n, s == n - 2));
   }
   InFlight f(p);
   if (r == root) {
@@ -248,9 +250,7 @@ absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, Da
         HCOMM_RETURN_IF_ERROR(f.Recv(dst, len, b));
       }
     }
-    HCOMM_RETURN_IF_ERROR(f.WaitAll());
-    if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
-    return absl::OkStatus();
+    return f.WaitAll();
   }
   HCOMM_RETURN_IF_ERROR(f.Send(work + BlockOffset(count, n, r) * esize,
                                BlockCount(count, n, r) * esize, root));
