@@ -660,9 +660,10 @@ TEST_P(ReduceIsaTest, DivideByMatchesReference) {
   std::mt19937_64 rng(7);
   for (DataType t : kAllTypes) {
     const TypeOps ops = OpsFor(t);
-    // Powers of two take the multiply by the reciprocal; 1 << 20 sends many
-    // results into the subnormals.
-    for (int n : {1, 2, 3, 4, 7, 1000, 1024, 1 << 20}) {
+    // Powers of two take the multiply by the reciprocal (integers: a shift);
+    // 1 << 20 sends many float results into the subnormals; from 2^24 on
+    // 8-bit integers no longer divide in float.
+    for (int n : {1, 2, 3, 4, 7, 1000, 1024, 1 << 20, (1 << 24) + 1, 0x7fffffff}) {
       for (size_t count : kCounts) {
         for (size_t off : {size_t{0}, ops.size, size_t{3}}) {
           SCOPED_TRACE(::testing::Message()
@@ -723,6 +724,28 @@ TEST_P(ReduceIsaTest, DivideByIntegersTruncateTowardZero) {
   std::vector<uint64_t> u64 = Repeat<uint64_t>(~uint64_t{0}, kN);
   backend_.DivideBy(u64.data(), kN, DataType::kUint64, 3);
   EXPECT_EQ(u64, Repeat<uint64_t>(~uint64_t{0} / 3, kN));
+}
+
+// 8-bit integers divide in float (32-bit in double): every value, every
+// divisor up to 300 and a few beyond, against C's division.
+TEST_P(ReduceIsaTest, DivideByEightBitIntegersEveryValue) {
+  std::vector<int> divisors;
+  for (int n = 1; n <= 300; ++n) divisors.push_back(n);
+  for (int n : {1 << 12, (1 << 24) - 1, 1 << 24, 0x7fffffff}) divisors.push_back(n);
+  for (int n : divisors) {
+    std::vector<int8_t> i8(256), want_i8(256);
+    std::vector<uint8_t> u8(256), want_u8(256);
+    for (int v = 0; v < 256; ++v) {
+      i8[v] = static_cast<int8_t>(v - 128);
+      want_i8[v] = static_cast<int8_t>((v - 128) / n);
+      u8[v] = static_cast<uint8_t>(v);
+      want_u8[v] = static_cast<uint8_t>(v / n);
+    }
+    backend_.DivideBy(i8.data(), i8.size(), DataType::kInt8, n);
+    backend_.DivideBy(u8.data(), u8.size(), DataType::kUint8, n);
+    ASSERT_EQ(i8, want_i8) << "int8 / " << n;
+    ASSERT_EQ(u8, want_u8) << "uint8 / " << n;
+  }
 }
 
 TEST_P(ReduceIsaTest, DivideByFloats) {
