@@ -66,6 +66,12 @@ void ReduceParts(char* dst, Part part, int n, size_t count, DataType t, ReduceOp
     if (op == ReduceOp::kAvg) DivideBy(dst, count, t, n);
     return;
   }
+  if (n == 2 && op != ReduceOp::kAvg) {
+    // The pair kernel widens, combines in float32 and rounds once too, in
+    // one pass instead of four over the chunk.
+    Reduce2(dst, part(0), part(1), count, t, op);
+    return;
+  }
   constexpr size_t kChunk = 2048;
   float acc[kChunk], next[kChunk];
   for (size_t i = 0; i < count; i += kChunk) {
