@@ -5,24 +5,13 @@
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/reduce_parts.h"
 #include "core/status.h"
 
 namespace hcomm {
 namespace {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
-
-// out = v(0) op v(1) op ... op v(n-1), in rank order, so that every rank
-// gets the same bits. Only v(0) or v(1) may be `out` itself.
-template <typename Vector>
-void ReduceInRankOrder(char* out, int n, Vector v, size_t count, DataType t, ReduceOp op) {
-  if (n == 1) {
-    if (count > 0 && out != v(0)) memcpy(out, v(0), count * DataTypeSize(t));
-    return;
-  }
-  Reduce2(out, v(0), v(1), count, t, op);
-  for (int i = 2; i < n; ++i) ReduceInto(out, v(i), count, t, op);
-}
 
 }  // namespace
 
@@ -49,10 +38,11 @@ absl::Status AllReduceDirect(Peers& p, const void* send, void* recv, size_t coun
   }
   for (int i = 1; i < n; ++i) HCOMM_RETURN_IF_ERROR(f.Send(mine, bytes, Mod(r + i, n)));
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  ReduceInRankOrder(
-      out, n, [&](int i) -> const char* { return i == r ? mine : all + i * bytes; }, count, t,
-      op);
-  if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
+  // Every rank reduces every contribution, in rank order: all get the same
+  // bits, and float16/bfloat16 are rounded once, from their own vectors.
+  ReduceParts(
+      out, [&](int i) -> const char* { return i == r ? mine : all + i * bytes; }, n, count, t,
+      op, n);
   return absl::OkStatus();
 }
 
@@ -81,10 +71,9 @@ absl::Status ReduceScatterDirect(Peers& p, const void* send, void* recv, size_t 
     HCOMM_RETURN_IF_ERROR(f.Send(in + dst * bytes, bytes, dst));
   }
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  ReduceInRankOrder(
-      out, n, [&](int i) -> const char* { return i == r ? mine : parts + i * bytes; },
-      recvcount, t, op);
-  if (op == ReduceOp::kAvg) DivideBy(out, recvcount, t, n);
+  ReduceParts(
+      out, [&](int i) -> const char* { return i == r ? mine : parts + i * bytes; }, n,
+      recvcount, t, op, n);
   return absl::OkStatus();
 }
 
@@ -131,10 +120,8 @@ absl::Status ReduceDirect(Peers& p, const void* send, void* recv, size_t count, 
     if (i != r) HCOMM_RETURN_IF_ERROR(f.Recv(all + i * bytes, bytes, i));
   }
   HCOMM_RETURN_IF_ERROR(f.WaitAll());
-  char* out = static_cast<char*>(recv);
-  if (bytes > 0) memcpy(out, all, bytes);
-  for (int i = 1; i < n; ++i) ReduceInto(out, all + i * bytes, count, t, op);
-  if (op == ReduceOp::kAvg) DivideBy(out, count, t, n);
+  ReduceParts(
+      recv, [&](int i) -> const char* { return all + i * bytes; }, n, count, t, op, n);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/reduce_parts.h"
 #include "core/status.h"
 
 namespace hcomm {
@@ -26,8 +27,10 @@ constexpr size_t kPairWindow = 2;
 // to the right while receiving block `recv_block` from the left, and as
 // each chunk arrives writes work = local op incoming for it, reading the
 // local operand from `local` (work itself, or the caller's untouched input).
-// On the last step of an average (`last`), each chunk is divided by the
-// rank count as soon as it is reduced, while it is still in the cache.
+// The last step (`last`) completes each element: an average is divided by
+// the rank count as soon as a chunk is reduced, while it is still in the
+// cache, and with two ranks (the only step) float16/bfloat16 travel as
+// they are and are combined in float32 here (ReduceParts).
 absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char* work,
                         size_t count, size_t esize, DataType t, ReduceOp op, int send_block,
                         int recv_block, int parts, bool last) {
@@ -57,8 +60,12 @@ absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char*
   for (size_t i = 0; i < chunks; ++i) {
     HCOMM_RETURN_IF_ERROR(f.Wait(window[i % kWindow]));
     const size_t o = i * chunk, len = std::min(chunk, r_len - o);
-    Reduce2(work + r_off + o, local + r_off + o, in + (i % kWindow) * chunk, len / esize, t, op);
-    if (last && op == ReduceOp::kAvg) DivideBy(work + r_off + o, len / esize, t, n);
+    const char* incoming = in + (i % kWindow) * chunk;
+    if (last) {
+      ReduceParts2(work + r_off + o, local + r_off + o, incoming, len / esize, t, op, n);
+    } else {
+      Reduce2(work + r_off + o, local + r_off + o, incoming, len / esize, t, op);
+    }
     if (i + kWindow < chunks) HCOMM_RETURN_IF_ERROR(post(i + kWindow));
   }
   return f.WaitAll();
@@ -115,12 +122,7 @@ absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, s
       const char* mine = in + m_off + c * chunk;
       // Lower rank first, as halving-doubling combines: an element's bits
       // do not depend on which rank reduced it.
-      if (r == 0) {
-        Reduce2(dst, mine, buf(c), n, t, op);
-      } else {
-        Reduce2(dst, buf(c), mine, n, t, op);
-      }
-      if (op == ReduceOp::kAvg) DivideBy(dst, n, t, 2);
+      ReduceParts2(dst, r == 0 ? mine : buf(c), r == 0 ? buf(c) : mine, n, t, op, 2);
       HCOMM_RETURN_IF_ERROR(f.Send(dst, n * esize, peer));
     }
     if (c < ct) HCOMM_RETURN_IF_ERROR(f.Recv(work + t_off + c * chunk, len(c, t_len), peer));

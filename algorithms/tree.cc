@@ -4,12 +4,27 @@
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/reduce_parts.h"
 #include "core/status.h"
 
 namespace hcomm {
 namespace {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// dst = a op b, in that order. `complete` > 0 where this combine
+// completes every element it writes, of that many ranks' contributions: an
+// average is divided here, and with two ranks, where a and b are the
+// contributions themselves, float16/bfloat16 combine in float32
+// (ReduceParts2).
+void LastCombine(char* dst, const char* a, const char* b, size_t count, DataType t, ReduceOp op,
+                 int complete) {
+  if (complete > 0) {
+    ReduceParts2(dst, a, b, count, t, op, complete);
+  } else {
+    Reduce2(dst, a, b, count, t, op);
+  }
+}
 
 int FloorPow2(int n) {
   int p = 1;
@@ -103,14 +118,11 @@ absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, 
     const int vpartner = vr ^ mask;
     InFlight f(p);
     HCOMM_RETURN_IF_ERROR(f.Exchange(work, in, bytes, fold.Real(vpartner)));
-    // Combine in rank order so both partners compute the same bits.
-    if (vpartner < vr) {
-      Reduce2(work, in, work, count, t, op);
-    } else {
-      ReduceInto(work, in, count, t, op);
-    }
+    // Combine in rank order so both partners compute the same bits; the
+    // last round completes every element (LastCombine).
+    LastCombine(work, vpartner < vr ? in : work, vpartner < vr ? work : in, count, t, op,
+                (mask << 1) >= fold.pow2 ? n : 0);
   }
-  if (op == ReduceOp::kAvg) DivideBy(work, count, t, n);
   return FoldOut(p, fold, work, bytes);
 }
 
@@ -151,18 +163,14 @@ absl::Status AllReduceHalvingDoubling(Peers& p, const void* send, void* recv, si
     // Lower rank first, so that a block's bits do not depend on who holds it.
     char* kept = work + klo * esize;
     const char* own = mine + klo * esize;
-    if (vpartner < vr) {
-      Reduce2(kept, in, own, khi - klo, t, op);
-    } else {
-      Reduce2(kept, own, in, khi - klo, t, op);
-    }
+    LastCombine(kept, vpartner < vr ? in : own, vpartner < vr ? own : in, khi - klo, t, op,
+                mask == 1 ? n : 0);
     mine = work;
     rounds[nrounds++] = {lo, mid, hi, fold.Real(vpartner), keep_low};
     lo = klo;
     hi = khi;
   }
   if (mine != work) memcpy(work, mine, bytes);  // no rounds: one rank
-  if (op == ReduceOp::kAvg) DivideBy(work + lo * esize, hi - lo, t, n);
   // Allgather: undo the rounds in reverse, each partner sending the half it
   // finished and receiving the other straight into place.
   for (int i = nrounds - 1; i >= 0; --i) {
@@ -219,14 +227,13 @@ absl::Status ReduceBinomial(Peers& p, const void* send, void* recv, size_t count
       if (vsrc < n) {
         HCOMM_RETURN_IF_ERROR(f.Recv(in, bytes, Mod(vsrc + root, n)));
         HCOMM_RETURN_IF_ERROR(f.WaitAll());
-        ReduceInto(acc, in, count, t, op);
+        LastCombine(acc, acc, in, count, t, op, vr == 0 && (mask << 1) >= n ? n : 0);
       }
     } else {
       HCOMM_RETURN_IF_ERROR(f.Send(acc, bytes, Mod((vr & ~mask) + root, n)));
       return f.WaitAll();
     }
   }
-  if (op == ReduceOp::kAvg) DivideBy(acc, count, t, n);
   return absl::OkStatus();
 }
 

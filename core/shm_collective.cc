@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "algorithms/reduce_parts.h"
 #include "core/shared_copy.h"
 #include "core/spin.h"
 #include "core/status.h"
@@ -50,41 +51,6 @@ constexpr size_t kStageBytes = 64 << 10;
 constexpr size_t kRotateMinBytes = 16 << 10;
 
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-// dst (count elements of t) = op over part(0), ..., part(n - 1), in that
-// order; kAvg sums and divides by n here, while dst is still in the cache
-// (a pass over the whole output afterwards read and wrote it again from
-// memory: 2 ranks, average of 16-64 MiB took 1.6-1.8x the sum's time).
-// float16 and bfloat16 accumulate in float32 and are rounded once, divided
-// first, as the float32 path divides before it rounds.
-template <typename Part>  // const char* part(int j)
-void ReduceParts(char* dst, Part part, int n, size_t count, DataType t, ReduceOp op) {
-  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  if (!IsHalfFloat(t)) {
-    Reduce2(dst, part(0), part(1), count, t, rop);
-    for (int j = 2; j < n; ++j) ReduceInto(dst, part(j), count, t, rop);
-    if (op == ReduceOp::kAvg) DivideBy(dst, count, t, n);
-    return;
-  }
-  if (n == 2 && op != ReduceOp::kAvg) {
-    // The pair kernel widens, combines in float32 and rounds once too, in
-    // one pass instead of four over the chunk.
-    Reduce2(dst, part(0), part(1), count, t, op);
-    return;
-  }
-  constexpr size_t kChunk = 2048;
-  float acc[kChunk], next[kChunk];
-  for (size_t i = 0; i < count; i += kChunk) {
-    const size_t len = std::min(kChunk, count - i);
-    WidenToFloat32(acc, part(0) + 2 * i, len, t);
-    for (int j = 1; j < n; ++j) {
-      WidenToFloat32(next, part(j) + 2 * i, len, t);
-      ReduceInto(acc, next, len, DataType::kFloat32, rop);
-    }
-    if (op == ReduceOp::kAvg) DivideBy(acc, len, DataType::kFloat32, n);
-    NarrowFromFloat32(dst + 2 * i, acc, len, t);
-  }
-}
 
 }  // namespace
 
@@ -414,7 +380,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
         [&](int b) {
           if (!gets) return;
           ReduceParts(dst, [&](int j) -> const char* { return Area(j, b, bytes); }, n_, count, t,
-                      op);
+                      op, n_);
         },
         seq, fingerprint, waiter));
   } else {
@@ -455,7 +421,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
         for (size_t i = s0; i < s1; i += step) {
           const size_t k = std::min(step, s1 - i), o = i * esize;
           auto part = [&](int j) { return j == rank_ ? mine + o : slot(j) + o; };
-          ReduceParts(staged ? stage : result + o, part, n_, k, t, op);
+          ReduceParts(staged ? stage : result + o, part, n_, k, t, op, n_);
           if (!staged) continue;
           StreamCopy(result + o, stage, k * esize);
           if (own_out) CopyOut(dst + off * esize + o, stage, k * esize, 2 * bytes);
@@ -581,11 +547,11 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
                               : Area(j, b, n_ * region) + rank_ * region;
           };
           if (!stream) {
-            ReduceParts(dst + off * esize, part, n_, len, t, op);
+            ReduceParts(dst + off * esize, part, n_, len, t, op, n_);
             return;
           }
           char* stage = Stage(region);
-          ReduceParts(stage, part, n_, len, t, op);
+          ReduceParts(stage, part, n_, len, t, op, n_);
           StreamCopy(dst + off * esize, stage, region);
         },
         seq, fingerprint, waiter));
