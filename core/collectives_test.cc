@@ -499,6 +499,42 @@ TEST(HalfPrecisionTest, AccumulatesInFloat32) {
   });
 }
 
+// Two ranks, and the direct algorithms at any count, reduce the 16-bit
+// vectors as they travel, without float32 copies; the result must still be
+// the float32 one, rounded once: 60000 is a float16, the sum of two is not
+// (it rounds to infinity), their average is again.
+TEST(HalfPrecisionTest, AverageRoundsOnceOnEveryAlgorithm) {
+  for (int n : {2, 3}) {
+    testing::RunRanks(n, [n](int rank, const Options& o) {
+      auto c = Communicator::Init(o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      const uint16_t big = FloatToHalf(60000.0f);
+      for (const char* algo : {"ring", "tree", "direct"}) {
+        ASSERT_TRUE((*c)->SetOption("algo", algo).ok());
+        SCOPED_TRACE(::testing::Message() << n << " ranks, " << algo);
+        std::vector<uint16_t> v(5, big);
+        ASSERT_TRUE((*c)->AllReduce(v.data(), v.data(), v.size(), DataType::kFloat16,
+                                    ReduceOp::kAvg)
+                        .ok());
+        for (uint16_t x : v) EXPECT_EQ(HalfToFloat(x), 60000.0f) << "allreduce";
+        std::vector<uint16_t> in(2 * n, big);
+        std::vector<uint16_t> out(2, 0);
+        ASSERT_TRUE((*c)->ReduceScatter(in.data(), out.data(), 2, DataType::kFloat16,
+                                        ReduceOp::kAvg)
+                        .ok());
+        for (uint16_t x : out) EXPECT_EQ(HalfToFloat(x), 60000.0f) << "reduce_scatter";
+        uint16_t r = 0;
+        ASSERT_TRUE((*c)->Reduce(&big, rank == 1 ? &r : nullptr, 1, DataType::kFloat16,
+                                 ReduceOp::kAvg, 1)
+                        .ok());
+        if (rank == 1) {
+          EXPECT_EQ(HalfToFloat(r), 60000.0f) << "reduce";
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace hcomm
 

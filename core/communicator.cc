@@ -612,41 +612,49 @@ absl::Status Communicator::RunInSegment(CollectiveOp op, const ShmArgs& a, size_
   return Internal(absl::StrCat("no shared-memory form of ", CollectiveOpName(op)));
 }
 
-// float16/bfloat16 reductions accumulate in float32 across ranks: the data
-// travels and is reduced as float32 and is rounded once, at the end.
-std::function<absl::Status(Peers&, Algorithm)> Communicator::Widened(
+// float16/bfloat16 reductions accumulate in float32 and are rounded once.
+// Where one combine of every rank's own value completes each element
+// (ReduceParts: the direct algorithms, and every algorithm between two
+// ranks) the 16-bit vectors travel as they are, half the bytes. Elsewhere
+// partial results travel, and they must not be rounded: the vectors are
+// widened to float32 first and rounded once at the end.
+std::function<absl::Status(Peers&, Algorithm)> Communicator::HalfFloat(
     const void* send, void* recv, size_t in_count, size_t out_count, DataType t, bool has_output,
-    const std::function<absl::Status(Peers&, Algorithm, const void*, void*)>& body) {
+    const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body) {
   return [=](Peers& p, Algorithm a) -> absl::Status {
+    if (a == Algorithm::kDirect || size_ <= 2) return body(p, a, send, recv, t);
     float* wide_in = reinterpret_cast<float*>(ScratchSlot(2, std::max<size_t>(in_count, 1) * 4));
     float* wide_out = reinterpret_cast<float*>(ScratchSlot(3, std::max<size_t>(out_count, 1) * 4));
     if (wide_in == nullptr || wide_out == nullptr) {
       return OutOfMem("cannot allocate the float32 staging buffers");
     }
     WidenToFloat32(wide_in, send, in_count, t);
-    HCOMM_RETURN_IF_ERROR(body(p, a, wide_in, wide_out));
+    HCOMM_RETURN_IF_ERROR(body(p, a, wide_in, wide_out, DataType::kFloat32));
     if (has_output) NarrowFromFloat32(recv, wide_out, out_count, t);
     return absl::OkStatus();
   };
 }
 
+absl::Status Communicator::RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv,
+                                        size_t count, DataType t, ReduceOp op) const {
+  switch (a) {
+    case Algorithm::kTree:
+      return AllReduceTree(p, send, recv, count, t, op,
+                           TreeAllReduceHalves(count * DataTypeSize(t), size_, link_));
+    case Algorithm::kDirect: return AllReduceDirect(p, send, recv, count, t, op);
+    default: return AllReduceRing(p, send, recv, count, t, op);
+  }
+}
+
 std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
     const void* send, void* recv, size_t count, DataType t, ReduceOp op) {
   if (IsHalfFloat(t)) {
-    return Widened(send, recv, count, count, t, true,
-                   [=](Peers& p, Algorithm a, const void* in, void* out) {
-                     return AllReduceBody(in, out, count, DataType::kFloat32, op)(p, a);
-                   });
+    return HalfFloat(send, recv, count, count, t, true,
+                     [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
+                       return RunAllReduce(p, a, in, out, count, dt, op);
+                     });
   }
-  return [=](Peers& p, Algorithm a) {
-    switch (a) {
-      case Algorithm::kTree:
-        return AllReduceTree(p, send, recv, count, t, op,
-                             TreeAllReduceHalves(count * DataTypeSize(t), size_, link_));
-      case Algorithm::kDirect: return AllReduceDirect(p, send, recv, count, t, op);
-      default: return AllReduceRing(p, send, recv, count, t, op);
-    }
-  };
+  return [=](Peers& p, Algorithm a) { return RunAllReduce(p, a, send, recv, count, t, op); };
 }
 
 absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType t,
@@ -657,20 +665,9 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
                          AllReduceBody(send, recv, count, t, op), &shm);
   }
   // Not through a std::function: a small allreduce allocates nothing.
-  return RunCollective(CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
-                       [&](Peers& p, Algorithm a) {
-                         switch (a) {
-                           case Algorithm::kTree:
-                             return AllReduceTree(
-                                 p, send, recv, count, t, op,
-                                 TreeAllReduceHalves(count * DataTypeSize(t), size_, link_));
-                           case Algorithm::kDirect:
-                             return AllReduceDirect(p, send, recv, count, t, op);
-                           default:
-                             return AllReduceRing(p, send, recv, count, t, op);
-                         }
-                       },
-                       &shm);
+  return RunCollective(
+      CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op, -1, count,
+      [&](Peers& p, Algorithm a) { return RunAllReduce(p, a, send, recv, count, t, op); }, &shm);
 }
 
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {
@@ -693,34 +690,20 @@ absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, Da
   HCOMM_RETURN_IF_ERROR(CheckRoot("reduce", root));
   size_t bytes = count * DataTypeSize(t);
   const ShmArgs shm{send, recv};
+  auto run = [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
+    switch (a) {
+      case Algorithm::kTree: return ReduceBinomial(p, in, out, count, dt, op, root);
+      case Algorithm::kDirect: return ReduceDirect(p, in, out, count, dt, op, root);
+      default: return ReduceRing(p, in, out, count, dt, op, root);
+    }
+  };
   if (IsHalfFloat(t)) {
-    return RunCollective(
-        CollectiveOp::kReduce, bytes, t, op, root, count,
-        Widened(send, recv, count, count, t, rank_ == root,
-                [=](Peers& p, Algorithm a, const void* in, void* out) -> absl::Status {
-                  switch (a) {
-                    case Algorithm::kTree:
-                      return ReduceBinomial(p, in, out, count, DataType::kFloat32, op, root);
-                    case Algorithm::kDirect:
-                      return ReduceDirect(p, in, out, count, DataType::kFloat32, op, root);
-                    default:
-                      return ReduceRing(p, in, out, count, DataType::kFloat32, op, root);
-                  }
-                }),
-        &shm);
+    return RunCollective(CollectiveOp::kReduce, bytes, t, op, root, count,
+                         HalfFloat(send, recv, count, count, t, rank_ == root, run), &shm);
   }
-  return RunCollective(CollectiveOp::kReduce, bytes, t, op, root, count,
-                       [&](Peers& p, Algorithm a) {
-                         switch (a) {
-                           case Algorithm::kTree:
-                             return ReduceBinomial(p, send, recv, count, t, op, root);
-                           case Algorithm::kDirect:
-                             return ReduceDirect(p, send, recv, count, t, op, root);
-                           default:
-                             return ReduceRing(p, send, recv, count, t, op, root);
-                         }
-                       },
-                       &shm);
+  return RunCollective(
+      CollectiveOp::kReduce, bytes, t, op, root, count,
+      [&](Peers& p, Algorithm a) { return run(p, a, send, recv, t); }, &shm);
 }
 
 absl::Status Communicator::AllGather(const void* send, void* recv, size_t sendcount,
@@ -743,26 +726,18 @@ absl::Status Communicator::ReduceScatter(const void* send, void* recv, size_t re
                                          DataType t, ReduceOp op) {
   size_t per = recvcount * DataTypeSize(t);
   const ShmArgs shm{send, recv};
+  auto run = [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
+    if (a == Algorithm::kDirect) return ReduceScatterDirect(p, in, out, recvcount, dt, op);
+    return ReduceScatterRing(p, in, out, recvcount, dt, op);
+  };
   if (IsHalfFloat(t)) {
-    return RunCollective(
-        CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
-        Widened(send, recv, recvcount * size_, recvcount, t, true,
-                [=](Peers& p, Algorithm a, const void* in, void* out) {
-                  if (a == Algorithm::kDirect) {
-                    return ReduceScatterDirect(p, in, out, recvcount, DataType::kFloat32, op);
-                  }
-                  return ReduceScatterRing(p, in, out, recvcount, DataType::kFloat32, op);
-                }),
-        &shm);
+    return RunCollective(CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
+                         HalfFloat(send, recv, recvcount * size_, recvcount, t, true, run),
+                         &shm);
   }
-  return RunCollective(CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
-                       [&](Peers& p, Algorithm a) {
-                         if (a == Algorithm::kDirect) {
-                           return ReduceScatterDirect(p, send, recv, recvcount, t, op);
-                         }
-                         return ReduceScatterRing(p, send, recv, recvcount, t, op);
-                       },
-                       &shm);
+  return RunCollective(
+      CollectiveOp::kReduceScatter, per * size_, t, op, -1, recvcount,
+      [&](Peers& p, Algorithm a) { return run(p, a, send, recv, t); }, &shm);
 }
 
 absl::Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataType t) {

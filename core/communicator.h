@@ -158,10 +158,14 @@ class Communicator {
   // The algorithm for a call: the cost model's choice, remembered for the
   // last (op, bytes, forced) asked (only the serving collective calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
-  std::function<absl::Status(Peers&, Algorithm)> Widened(
+  // Runs body(p, a, in, out, dtype) on a float16/bfloat16 reduction: on the
+  // 16-bit vectors themselves, or on float32 copies (see communicator.cc).
+  std::function<absl::Status(Peers&, Algorithm)> HalfFloat(
       const void* send, void* recv, size_t in_count, size_t out_count, DataType t,
       bool has_output,
-      const std::function<absl::Status(Peers&, Algorithm, const void*, void*)>& body);
+      const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body);
+  absl::Status RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv, size_t count,
+                            DataType t, ReduceOp op) const;
   std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
                                                                size_t count, DataType t,
                                                                ReduceOp op);
