@@ -172,6 +172,12 @@ int HalfRow(DataType t) {
 }
 }  // namespace
 
+void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataType t) {
+  const int row = HalfRow(t);
+  if (count == 0 || row < 0) return;
+  reduce_internal::Active()->average2[row](dst, a, b, count);
+}
+
 void WidenToFloat32(float* dst, const void* src, size_t count, DataType t) {
   const int row = HalfRow(t);
   if (count == 0 || row < 0) return;

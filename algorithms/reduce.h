@@ -136,6 +136,12 @@ void WidenToFloat32(float* dst, const void* src, size_t count, DataType t);
 // overlap.
 void NarrowFromFloat32(void* dst, const float* src, size_t count, DataType t);
 
+// dst[i] = (a[i] + b[i]) / 2 for t = kFloat16 or kBFloat16, in one pass:
+// widened, summed and halved in float32 and rounded once (what the average
+// of two ranks' values is); any other t does nothing. Pointer rules as for
+// Reduce2.
+void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataType t);
+
 // The final step of kAvg: dst[i] = dst[i] / n. Integers truncate toward zero
 // as C division does (-7 / 2 == -3); float32/float64 use IEEE division by n
 // converted to that type; float16/bfloat16 divide in float32 and round to
@@ -184,6 +190,7 @@ struct KernelTable {
   // [0] float16, [1] bfloat16.
   WidenKernel widen[2];
   NarrowKernel narrow[2];
+  BinaryKernel average2[2];  // dst = (a + b) / 2 (AverageOfTwo)
 };
 
 // Always available.

@@ -45,10 +45,14 @@ void ReduceParts(void* out, Part part, int n, size_t count, DataType t, ReduceOp
     if (op == ReduceOp::kAvg) DivideBy(dst, count, t, divisor);
     return;
   }
+  // Two parts: the pair kernels widen, combine (and halve) in float32 and
+  // round once too, in one pass instead of four or five over each chunk.
   if (n == 2 && op != ReduceOp::kAvg) {
-    // The pair kernel widens, combines in float32 and rounds once too, in
-    // one pass instead of four over the chunk.
     Reduce2(dst, part(0), part(1), count, t, op);
+    return;
+  }
+  if (n == 2 && divisor == 2) {
+    AverageOfTwo(dst, part(0), part(1), count, t);
     return;
   }
   constexpr size_t kChunk = 2048;

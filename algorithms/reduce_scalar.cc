@@ -171,6 +171,15 @@ struct MaxFloat {
   }
 };
 
+// The average of two: (a + b) / 2, the sum rounded first, as an average
+// over two ranks computes it.
+struct HalfOfSum {
+  template <typename F>
+  static F Apply(F a, F b) {
+    return (a + b) / F(2);
+  }
+};
+
 // ---- kernels --------------------------------------------------------------------
 
 // Plain element type T; arithmetic in C (C = unsigned for integer sum/prod).
@@ -269,6 +278,8 @@ KernelTable MakeScalarTable() {
   t.widen[1] = &WidenNarrow<BFloat16Codec>;
   t.narrow[0] = &NarrowWide<HalfCodec>;
   t.narrow[1] = &NarrowWide<BFloat16Codec>;
+  t.average2[0] = &BinaryNarrow<HalfCodec, HalfOfSum>;
+  t.average2[1] = &BinaryNarrow<BFloat16Codec, HalfOfSum>;
   auto set_row = [&t](DataType d, const BinaryKernel* row) {
     for (int op = 0; op < kNumKernelOps; ++op) {
       t.binary[static_cast<int>(d)][op] = row[op];

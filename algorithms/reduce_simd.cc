@@ -291,6 +291,15 @@ struct MaxFloat {
   }
 };
 
+// (a + b) / 2 as AverageOfTwo computes it in float32: the multiply by 0.5 is
+// the same correctly rounded halving as the scalar path's division.
+struct HalfOfSum {
+  template <typename V>
+  static V Apply(V a, V b) {
+    return (a + b) * 0.5f;
+  }
+};
+
 // ---- kernels ---------------------------------------------------------------------
 
 // Bytes [i, i + K) of a tail when bit K of its length n is set: a copy of
@@ -593,6 +602,8 @@ constexpr KernelTable MakeTable() {
   t.widen[1] = &WidenBFloat16;
   t.narrow[0] = &NarrowHalf;
   t.narrow[1] = &NarrowBFloat16;
+  t.average2[0] = &Binary<Half, HalfOfSum>;
+  t.average2[1] = &Binary<BFloat16, HalfOfSum>;
   return t;
 }
 

@@ -439,6 +439,10 @@ class Backend {
     if (table_ == nullptr) return hcomm::NarrowFromFloat32(d, s, n, t);
     if (n > 0) table_->narrow[t == DataType::kFloat16 ? 0 : 1](d, s, n);
   }
+  void AverageOfTwo(void* d, const void* a, const void* b, size_t n, DataType t) const {
+    if (table_ == nullptr) return hcomm::AverageOfTwo(d, a, b, n, t);
+    if (n > 0) table_->average2[t == DataType::kFloat16 ? 0 : 1](d, a, b, n);
+  }
 
  private:
   const KernelTable* table_ = nullptr;
@@ -724,6 +728,45 @@ TEST_P(ReduceIsaTest, DivideByIntegersTruncateTowardZero) {
   std::vector<uint64_t> u64 = Repeat<uint64_t>(~uint64_t{0}, kN);
   backend_.DivideBy(u64.data(), kN, DataType::kUint64, 3);
   EXPECT_EQ(u64, Repeat<uint64_t>(~uint64_t{0} / 3, kN));
+}
+
+// The average of two 16-bit floats is the float32 one, rounded once: the sum
+// of two large values overflows the 16-bit type but not their average.
+TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
+  std::mt19937_64 rng(11);
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    const bool half = t == DataType::kFloat16;
+    const TypeOps ops = OpsFor(t);
+    auto widen = [half](uint16_t h) { return half ? RefHalfToFloat(h) : RefBF16ToFloat(h); };
+    auto narrow = [half](float f) { return half ? RefFloatToHalf(f) : RefFloatToBF16(f); };
+    const uint16_t largest = half ? 0x7bff : 0x7f7f;
+    for (size_t count : kCounts) {
+      std::vector<unsigned char> a(2 * count), b(2 * count), want(2 * count);
+      for (size_t i = 0; i < count; ++i) {
+        ops.gen(rng, &a[2 * i]);
+        ops.gen(rng, &b[2 * i]);
+        if (i % 5 == 0) {
+          Put<uint16_t>(&a[2 * i], largest);
+          Put<uint16_t>(&b[2 * i], i % 10 == 0 ? largest : uint16_t(largest - 3));
+        }
+        Put<uint16_t>(&want[2 * i], narrow((widen(Get<uint16_t>(&a[2 * i])) +
+                                            widen(Get<uint16_t>(&b[2 * i]))) /
+                                           2.0f));
+      }
+      SCOPED_TRACE(::testing::Message() << DataTypeName(t) << " count " << count);
+      GuardedBuffer d(2 * count, 1), ba(2 * count, 0), bb(2 * count, 3);
+      ba.Fill(a);
+      bb.Fill(b);
+      backend_.AverageOfTwo(d.data(), ba.data(), bb.data(), count, t);
+      ASSERT_TRUE(SameElements(ops, d.data(), want, count));
+      ASSERT_TRUE(d.GuardsIntact());
+      backend_.AverageOfTwo(ba.data(), ba.data(), bb.data(), count, t);  // dst == a
+      ASSERT_TRUE(SameElements(ops, ba.data(), want, count));
+      if (count > 0 && half) {  // bfloat16's largest doubled overflows float32 too
+        EXPECT_EQ(widen(Get<uint16_t>(d.data())), widen(largest));
+      }
+    }
+  }
 }
 
 // 8-bit integers divide in float (32-bit in double): every value, every
