@@ -136,10 +136,10 @@ void WidenToFloat32(float* dst, const void* src, size_t count, DataType t);
 // overlap.
 void NarrowFromFloat32(void* dst, const float* src, size_t count, DataType t);
 
-// dst[i] = (a[i] + b[i]) / 2 for t = kFloat16 or kBFloat16, in one pass:
-// widened, summed and halved in float32 and rounded once (what the average
-// of two ranks' values is); any other t does nothing. Pointer rules as for
-// Reduce2.
+// dst[i] = (a[i] + b[i]) / 2 for the floating-point types, in one pass:
+// the sum rounded, then halved, as Reduce2 and DivideBy by 2 compute it
+// (float16 and bfloat16 in float32 and rounded once, as an average over two
+// ranks is); any other t does nothing. Pointer rules as for Reduce2.
 void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataType t);
 
 // The final step of kAvg: dst[i] = dst[i] / n. Integers truncate toward zero
@@ -190,7 +190,9 @@ struct KernelTable {
   // [0] float16, [1] bfloat16.
   WidenKernel widen[2];
   NarrowKernel narrow[2];
-  BinaryKernel average2[2];  // dst = (a + b) / 2 (AverageOfTwo)
+  // dst = (a + b) / 2 (AverageOfTwo): [0] float16, [1] bfloat16,
+  // [2] float32, [3] float64.
+  BinaryKernel average2[4];
 };
 
 // Always available.

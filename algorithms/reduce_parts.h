@@ -39,20 +39,23 @@ void ReduceParts(void* out, Part part, int n, size_t count, DataType t, ReduceOp
     if (op == ReduceOp::kAvg) DivideBy(dst, count, t, divisor);
     return;
   }
+  const bool floating = t == DataType::kFloat32 || t == DataType::kFloat64;
+  if (n == 2 && op == ReduceOp::kAvg && divisor == 2 && (floating || IsHalfFloat(t))) {
+    // One pass, not a sum and then a division (or, for the 16-bit types,
+    // five passes over float32 chunks).
+    AverageOfTwo(dst, part(0), part(1), count, t);
+    return;
+  }
   if (!IsHalfFloat(t)) {
     Reduce2(dst, part(0), part(1), count, t, rop);
     for (int j = 2; j < n; ++j) ReduceInto(dst, part(j), count, t, rop);
     if (op == ReduceOp::kAvg) DivideBy(dst, count, t, divisor);
     return;
   }
-  // Two parts: the pair kernels widen, combine (and halve) in float32 and
-  // round once too, in one pass instead of four or five over each chunk.
+  // Two parts: the pair kernel widens, combines in float32 and rounds once
+  // too, in one pass instead of four over each chunk.
   if (n == 2 && op != ReduceOp::kAvg) {
     Reduce2(dst, part(0), part(1), count, t, op);
-    return;
-  }
-  if (n == 2 && divisor == 2) {
-    AverageOfTwo(dst, part(0), part(1), count, t);
     return;
   }
   constexpr size_t kChunk = 2048;

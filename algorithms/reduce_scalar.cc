@@ -280,6 +280,8 @@ KernelTable MakeScalarTable() {
   t.narrow[1] = &NarrowWide<BFloat16Codec>;
   t.average2[0] = &BinaryNarrow<HalfCodec, HalfOfSum>;
   t.average2[1] = &BinaryNarrow<BFloat16Codec, HalfOfSum>;
+  t.average2[2] = &Binary<float, float, HalfOfSum>;
+  t.average2[3] = &Binary<double, double, HalfOfSum>;
   auto set_row = [&t](DataType d, const BinaryKernel* row) {
     for (int op = 0; op < kNumKernelOps; ++op) {
       t.binary[static_cast<int>(d)][op] = row[op];

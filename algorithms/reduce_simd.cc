@@ -291,8 +291,9 @@ struct MaxFloat {
   }
 };
 
-// (a + b) / 2 as AverageOfTwo computes it in float32: the multiply by 0.5 is
-// the same correctly rounded halving as the scalar path's division.
+// (a + b) / 2 as AverageOfTwo computes it (16-bit types in float32): the
+// multiply by 0.5 is the same correctly rounded halving as the scalar
+// path's division.
 struct HalfOfSum {
   template <typename V>
   static V Apply(V a, V b) {
@@ -604,6 +605,8 @@ constexpr KernelTable MakeTable() {
   t.narrow[1] = &NarrowBFloat16;
   t.average2[0] = &Binary<Half, HalfOfSum>;
   t.average2[1] = &Binary<BFloat16, HalfOfSum>;
+  t.average2[2] = &Binary<Plain<float>, HalfOfSum>;
+  t.average2[3] = &Binary<Plain<double>, HalfOfSum>;
   return t;
 }
 

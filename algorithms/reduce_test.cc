@@ -441,7 +441,11 @@ class Backend {
   }
   void AverageOfTwo(void* d, const void* a, const void* b, size_t n, DataType t) const {
     if (table_ == nullptr) return hcomm::AverageOfTwo(d, a, b, n, t);
-    if (n > 0) table_->average2[t == DataType::kFloat16 ? 0 : 1](d, a, b, n);
+    const int row = t == DataType::kFloat16    ? 0
+                    : t == DataType::kBFloat16 ? 1
+                    : t == DataType::kFloat32  ? 2
+                                               : 3;
+    if (n > 0) table_->average2[row](d, a, b, n);
   }
 
  private:
@@ -767,6 +771,36 @@ TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
       }
     }
   }
+}
+
+// float32 and float64: the sum rounded, then halved, as Reduce2 and
+// DivideBy compute it.
+template <typename F>
+void CheckAverageOfTwo(const Backend& backend, DataType t, std::mt19937_64& rng) {
+  const TypeOps ops = OpsFor(t);
+  for (size_t count : kCounts) {
+    std::vector<unsigned char> a(count * sizeof(F)), b(count * sizeof(F)), want(a.size());
+    for (size_t i = 0; i < count; ++i) {
+      ops.gen(rng, &a[i * sizeof(F)]);
+      ops.gen(rng, &b[i * sizeof(F)]);
+      Put<F>(&want[i * sizeof(F)], (Get<F>(&a[i * sizeof(F)]) + Get<F>(&b[i * sizeof(F)])) / 2);
+    }
+    SCOPED_TRACE(::testing::Message() << DataTypeName(t) << " count " << count);
+    GuardedBuffer d(a.size(), 1), ba(a.size(), 0), bb(a.size(), 3);
+    ba.Fill(a);
+    bb.Fill(b);
+    backend.AverageOfTwo(d.data(), ba.data(), bb.data(), count, t);
+    ASSERT_TRUE(SameElements(ops, d.data(), want, count));
+    ASSERT_TRUE(d.GuardsIntact());
+    backend.AverageOfTwo(bb.data(), ba.data(), bb.data(), count, t);  // dst == b
+    ASSERT_TRUE(SameElements(ops, bb.data(), want, count));
+  }
+}
+
+TEST_P(ReduceIsaTest, AverageOfTwoFloatsIsTheHalvedSum) {
+  std::mt19937_64 rng(13);
+  CheckAverageOfTwo<float>(backend_, DataType::kFloat32, rng);
+  CheckAverageOfTwo<double>(backend_, DataType::kFloat64, rng);
 }
 
 // 8-bit integers divide in float (32-bit in double): every value, every
