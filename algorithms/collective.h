@@ -98,6 +98,13 @@ inline size_t BlockOffset(size_t count, int parts, int b) {
 // Ring: bandwidth-optimal for large messages (chunked, pipelined).
 absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
                            ReduceOp op);
+// float16/bfloat16 among more than two ranks: the reduce-scatter runs on
+// float32 (`wide_in`: the input widened; `wide_work`: scratch of `count`
+// float32), each rank rounds the block it completes into `recv` (of type
+// t), and the allgather moves the rounded 16-bit blocks: half the bytes of
+// a float32 allgather.
+absl::Status AllReduceRingNarrowGather(Peers& p, const float* wide_in, float* wide_work,
+                                       void* recv, size_t count, DataType t, ReduceOp op);
 absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t recvcount,
                                DataType t, ReduceOp op);
 absl::Status AllGatherRing(Peers& p, const void* send, void* recv, size_t bytes_per_rank);

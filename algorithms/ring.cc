@@ -134,6 +134,32 @@ absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, s
   return f.WaitAll();
 }
 
+// Reduce-scatter: after n-1 steps rank r holds block r+1 fully reduced in
+// `work` (an average divided by the rank that completes each block). The
+// input is never copied: step 0 sends block r straight from it, and every
+// block received is combined with the input's own copy (no rank receives a
+// block twice), so each block of `work` is written once here, or by the
+// allgather (block r).
+absl::Status RingReduceScatter(Peers& p, const char* in, char* work, size_t count, size_t esize,
+                               DataType t, ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  for (int s = 0; s < n - 1; ++s) {
+    HCOMM_RETURN_IF_ERROR(ReduceStep(p, s == 0 ? in : work, in, work, count, esize, t, op,
+                                     Mod(r - s, n), Mod(r - s - 1, n), n, s == n - 2));
+  }
+  return absl::OkStatus();
+}
+
+// Allgather of the blocks RingReduceScatter completed, each rank starting
+// with block r+1.
+absl::Status RingAllGather(Peers& p, char* work, size_t count, size_t esize) {
+  const int n = p.size(), r = p.rank();
+  for (int s = 0; s < n - 1; ++s) {
+    HCOMM_RETURN_IF_ERROR(CopyStep(p, work, count, esize, Mod(r + 1 - s, n), Mod(r - s, n), n));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
@@ -145,22 +171,23 @@ absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count,
   if (n == 1 && send != recv && count > 0) memcpy(work, send, count * esize);
   if (n == 2) return AllReducePair(p, in, work, count, esize, t, op);
   if (n > 1) {
-    // Reduce-scatter: after n-1 steps rank r holds block r+1 fully reduced.
-    // The input is never copied: step 0 sends block r straight from it, and
-    // every block received is combined with the input's own copy (no rank
-    // receives a block twice), so each block of `work` is written once
-    // here, or by the allgather (block r). An average is divided by the rank
-    // that completes each block, before the allgather hands it on.
-    for (int s = 0; s < n - 1; ++s) {
-      HCOMM_RETURN_IF_ERROR(ReduceStep(p, s == 0 ? in : work, in, work, count, esize, t, op,
-                                       Mod(r - s, n), Mod(r - s - 1, n), n, s == n - 2));
-    }
-    // Allgather the reduced blocks.
-    for (int s = 0; s < n - 1; ++s) {
-      HCOMM_RETURN_IF_ERROR(CopyStep(p, work, count, esize, Mod(r + 1 - s, n), Mod(r - s, n), n));
-    }
+    HCOMM_RETURN_IF_ERROR(RingReduceScatter(p, in, work, count, esize, t, op));
+    HCOMM_RETURN_IF_ERROR(RingAllGather(p, work, count, esize));
   }
   return absl::OkStatus();
+}
+
+absl::Status AllReduceRingNarrowGather(Peers& p, const float* wide_in, float* wide_work,
+                                       void* recv, size_t count, DataType t, ReduceOp op) {
+  const int n = p.size(), r = p.rank();
+  const char* in = reinterpret_cast<const char*>(wide_in);
+  char* work = reinterpret_cast<char*>(wide_work);
+  HCOMM_RETURN_IF_ERROR(RingReduceScatter(p, in, work, count, 4, DataType::kFloat32, op));
+  const int done = Mod(r + 1, n);
+  const size_t off = BlockOffset(count, n, done);
+  char* out = static_cast<char*>(recv);
+  NarrowFromFloat32(out + off * 2, wide_work + off, BlockCount(count, n, done), t);
+  return RingAllGather(p, out, count, 2);
 }
 
 absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t recvcount,

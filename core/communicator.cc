@@ -632,16 +632,23 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::HalfFloat(
     const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body) {
   return [=](Peers& p, Algorithm a) -> absl::Status {
     if (a == Algorithm::kDirect || size_ <= 2) return body(p, a, send, recv, t);
-    float* wide_in = reinterpret_cast<float*>(ScratchSlot(2, std::max<size_t>(in_count, 1) * 4));
-    float* wide_out = reinterpret_cast<float*>(ScratchSlot(3, std::max<size_t>(out_count, 1) * 4));
-    if (wide_in == nullptr || wide_out == nullptr) {
-      return OutOfMem("cannot allocate the float32 staging buffers");
-    }
-    WidenToFloat32(wide_in, send, in_count, t);
-    HCOMM_RETURN_IF_ERROR(body(p, a, wide_in, wide_out, DataType::kFloat32));
-    if (has_output) NarrowFromFloat32(recv, wide_out, out_count, t);
+    HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(send, in_count, out_count, t));
+    HCOMM_RETURN_IF_ERROR(body(p, a, w.in, w.out, DataType::kFloat32));
+    if (has_output) NarrowFromFloat32(recv, w.out, out_count, t);
     return absl::OkStatus();
   };
+}
+
+absl::StatusOr<Communicator::WideBuffers> Communicator::Widen(const void* send,
+                                                              size_t in_count,
+                                                              size_t out_count, DataType t) {
+  float* in = reinterpret_cast<float*>(ScratchSlot(2, std::max<size_t>(in_count, 1) * 4));
+  float* out = reinterpret_cast<float*>(ScratchSlot(3, std::max<size_t>(out_count, 1) * 4));
+  if (in == nullptr || out == nullptr) {
+    return OutOfMem("cannot allocate the float32 staging buffers");
+  }
+  WidenToFloat32(in, send, in_count, t);
+  return WideBuffers{in, out};
 }
 
 absl::Status Communicator::RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv,
@@ -658,10 +665,16 @@ absl::Status Communicator::RunAllReduce(Peers& p, Algorithm a, const void* send,
 std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
     const void* send, void* recv, size_t count, DataType t, ReduceOp op) {
   if (IsHalfFloat(t)) {
-    return HalfFloat(send, recv, count, count, t, true,
-                     [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
-                       return RunAllReduce(p, a, in, out, count, dt, op);
-                     });
+    auto body = HalfFloat(send, recv, count, count, t, true,
+                          [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
+                            return RunAllReduce(p, a, in, out, count, dt, op);
+                          });
+    return [=](Peers& p, Algorithm a) -> absl::Status {
+      if (a != Algorithm::kRing || size_ <= 2) return body(p, a);
+      // The ring's allgather moves the rounded 16-bit blocks.
+      HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(send, count, count, t));
+      return AllReduceRingNarrowGather(p, w.in, w.out, recv, count, t, op);
+    };
   }
   return [=](Peers& p, Algorithm a) { return RunAllReduce(p, a, send, recv, count, t, op); };
 }

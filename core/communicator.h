@@ -164,6 +164,14 @@ class Communicator {
       const void* send, void* recv, size_t in_count, size_t out_count, DataType t,
       bool has_output,
       const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body);
+  // `send` (in_count elements of t) widened into float32 scratch, with
+  // scratch for out_count float32 results.
+  struct WideBuffers {
+    float* in;
+    float* out;
+  };
+  absl::StatusOr<WideBuffers> Widen(const void* send, size_t in_count, size_t out_count,
+                                    DataType t);
   absl::Status RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv, size_t count,
                             DataType t, ReduceOp op) const;
   std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
