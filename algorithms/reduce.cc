@@ -178,6 +178,25 @@ void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataTyp
   reduce_internal::Active()->average2[row](dst, a, b, count);
 }
 
+void ReduceHalfParts(void* dst, const void* const* parts, int n, size_t count, DataType t,
+                     ReduceOp op, int divisor) {
+  const int row = HalfRow(t), oi = static_cast<int>(op);
+  if (count == 0 || row < 0 || n < 1 || n > kMaxHalfParts || divisor < 1 ||
+      !IsValidReduceOp(oi)) {
+    return;
+  }
+  // A power of two divides exactly as a multiply by its reciprocal.
+  int mode = 0;
+  float k = 1;
+  if (op == ReduceOp::kAvg && divisor > 1) {
+    const bool pow2 = (divisor & (divisor - 1)) == 0;
+    mode = pow2 ? 1 : 2;
+    k = pow2 ? 1.0f / static_cast<float>(divisor) : static_cast<float>(divisor);
+  }
+  const int kop = op == ReduceOp::kAvg ? static_cast<int>(ReduceOp::kSum) : oi;
+  reduce_internal::Active()->many[row][kop](dst, parts, n, count, mode, k);
+}
+
 void WidenToFloat32(float* dst, const void* src, size_t count, DataType t) {
   const int row = HalfRow(t);
   if (count == 0 || row < 0) return;

@@ -142,6 +142,17 @@ void NarrowFromFloat32(void* dst, const float* src, size_t count, DataType t);
 // ranks is); any other t does nothing. Pointer rules as for Reduce2.
 void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataType t);
 
+// At most this many parts for ReduceHalfParts.
+constexpr int kMaxHalfParts = 8;
+
+// dst[i] = parts[0][i] op parts[1][i] op ... op parts[n-1][i] for t =
+// kFloat16 or kBFloat16, 1 <= n <= kMaxHalfParts, in one pass: every part
+// widened to float32, combined in that order, divided by `divisor` for
+// kAvg (kAvg combines as kSum) and rounded once. dst may be parts[0] or
+// parts[1]; any other t, n out of range or divisor < 1 does nothing.
+void ReduceHalfParts(void* dst, const void* const* parts, int n, size_t count, DataType t,
+                     ReduceOp op, int divisor);
+
 // The final step of kAvg: dst[i] = dst[i] / n. Integers truncate toward zero
 // as C division does (-7 / 2 == -3); float32/float64 use IEEE division by n
 // converted to that type; float16/bfloat16 divide in float32 and round to
@@ -176,6 +187,8 @@ constexpr int kNumKernelOps = 4;  // sum, prod, min, max (avg runs as sum)
 // dst[i] = a[i] op b[i]; dst may equal a or b.
 using BinaryKernel = void (*)(void* dst, const void* a, const void* b,
                               size_t count);
+using ManyKernel = void (*)(void* dst, const void* const* parts, int n, size_t count,
+                           int mode, float k);
 // dst[i] /= n, n >= 1.
 using DivideKernel = void (*)(void* dst, size_t count, int n);
 // dst[i] = float32 of the 16-bit src[i], and back.
@@ -193,6 +206,9 @@ struct KernelTable {
   // dst = (a + b) / 2 (AverageOfTwo): [0] float16, [1] bfloat16,
   // [2] float32, [3] float64.
   BinaryKernel average2[4];
+  // ReduceHalfParts by [0] float16, [1] bfloat16 and op: after combining,
+  // mode 1 multiplies by k, mode 2 divides by k, mode 0 neither.
+  ManyKernel many[2][kNumKernelOps];
 };
 
 // Always available.

@@ -261,6 +261,25 @@ constexpr BinaryKernel NarrowRow[kNumKernelOps] = {
     &BinaryNarrow<Codec, MaxFloat>,
 };
 
+template <typename Codec, typename Op>
+void Many(void* dst, const void* const* parts, int n, size_t count, int mode, float k) {
+  for (size_t i = 0; i < count; ++i) {
+    float acc = Codec::Widen(LoadAt<uint16_t>(parts[0], i));
+    for (int j = 1; j < n; ++j) acc = Op::Apply(acc, Codec::Widen(LoadAt<uint16_t>(parts[j], i)));
+    if (mode == 1) acc = acc * k;
+    if (mode == 2) acc = acc / k;
+    StoreAt<uint16_t>(dst, i, Codec::Narrow(acc));
+  }
+}
+
+template <typename Codec>
+constexpr ManyKernel ManyRow[kNumKernelOps] = {
+    &Many<Codec, Sum>,
+    &Many<Codec, Prod>,
+    &Many<Codec, MinFloat>,
+    &Many<Codec, MaxFloat>,
+};
+
 template <typename Codec>
 void WidenNarrow(float* dst, const void* src, size_t count) {
   for (size_t i = 0; i < count; ++i) dst[i] = Codec::Widen(LoadAt<uint16_t>(src, i));
@@ -282,6 +301,10 @@ KernelTable MakeScalarTable() {
   t.average2[1] = &BinaryNarrow<BFloat16Codec, HalfOfSum>;
   t.average2[2] = &Binary<float, float, HalfOfSum>;
   t.average2[3] = &Binary<double, double, HalfOfSum>;
+  for (int op = 0; op < kNumKernelOps; ++op) {
+    t.many[0][op] = ManyRow<HalfCodec>[op];
+    t.many[1][op] = ManyRow<BFloat16Codec>[op];
+  }
   auto set_row = [&t](DataType d, const BinaryKernel* row) {
     for (int op = 0; op < kNumKernelOps; ++op) {
       t.binary[static_cast<int>(d)][op] = row[op];

@@ -120,6 +120,16 @@ struct OneVector {
   static void ScaleStep(char* d, E factor) {
     Codec::Store(d, Codec::Load(d) * factor);
   }
+  // d = p[0] op ... op p[n-1] at offset `off` of each, then * k (mode 1) or
+  // / k (mode 2); loads all of a chunk before it stores.
+  template <typename Op>
+  static void StepMany(char* d, const char* const* p, size_t off, int n, int mode, float k) {
+    auto acc = Codec::Load(p[0] + off);
+    for (int j = 1; j < n; ++j) acc = Op::Apply(acc, Codec::Load(p[j] + off));
+    if (mode == 1) acc = acc * k;
+    if (mode == 2) acc = acc / k;
+    Codec::Store(d + off, acc);
+  }
 };
 
 template <typename T>
@@ -226,6 +236,25 @@ struct BFloat16 {
     VF e, o;
     Widen(d, &e, &o);
     Narrow(d, e * factor, o * factor);
+  }
+  template <typename Op>
+  static void StepMany(char* d, const char* const* p, size_t off, int n, int mode, float k) {
+    VF e, o, e2, o2;
+    Widen(p[0] + off, &e, &o);
+    for (int j = 1; j < n; ++j) {
+      Widen(p[j] + off, &e2, &o2);
+      e = Op::Apply(e, e2);
+      o = Op::Apply(o, o2);
+    }
+    if (mode == 1) {
+      e = e * k;
+      o = o * k;
+    }
+    if (mode == 2) {
+      e = e / k;
+      o = o / k;
+    }
+    Narrow(d + off, e, o);
   }
 };
 
@@ -367,6 +396,30 @@ void Binary(void* dst, const void* a, const void* b, size_t count) {
     d += kStep;
   }
   if (i < count) BinaryTail<Codec, Op>(d, x, y, count - i);
+}
+
+// ReduceHalfParts: one StepMany per chunk; the tail on zero-padded copies.
+template <typename Codec, typename Op>
+void Many(void* dst, const void* const* parts, int n, size_t count, int mode, float k) {
+  constexpr size_t kStep = Codec::kLanes * Codec::kElemSize;
+  const char* p[kMaxHalfParts];
+  for (int j = 0; j < n; ++j) p[j] = static_cast<const char*>(parts[j]);
+  char* d = static_cast<char*>(dst);
+  size_t i = 0, off = 0;
+  for (; i + Codec::kLanes <= count; i += Codec::kLanes, off += kStep) {
+    Codec::template StepMany<Op>(d, p, off, n, mode, k);
+  }
+  if (i == count) return;
+  alignas(64) char tails[kMaxHalfParts][kVecBytes] = {};
+  alignas(64) char bd[kVecBytes];
+  const char* q[kMaxHalfParts];
+  const size_t bytes = (count - i) * Codec::kElemSize;
+  for (int j = 0; j < n; ++j) {
+    CopyTail(tails[j], p[j] + off, bytes);
+    q[j] = tails[j];
+  }
+  Codec::template StepMany<Op>(bd, q, 0, n, mode, k);
+  CopyTail(d + off, bd, bytes);
 }
 
 template <typename Codec>
@@ -607,6 +660,14 @@ constexpr KernelTable MakeTable() {
   t.average2[1] = &Binary<BFloat16, HalfOfSum>;
   t.average2[2] = &Binary<Plain<float>, HalfOfSum>;
   t.average2[3] = &Binary<Plain<double>, HalfOfSum>;
+  t.many[0][static_cast<int>(ReduceOp::kSum)] = &Many<Half, Sum>;
+  t.many[0][static_cast<int>(ReduceOp::kProd)] = &Many<Half, Prod>;
+  t.many[0][static_cast<int>(ReduceOp::kMin)] = &Many<Half, MinFloat>;
+  t.many[0][static_cast<int>(ReduceOp::kMax)] = &Many<Half, MaxFloat>;
+  t.many[1][static_cast<int>(ReduceOp::kSum)] = &Many<BFloat16, Sum>;
+  t.many[1][static_cast<int>(ReduceOp::kProd)] = &Many<BFloat16, Prod>;
+  t.many[1][static_cast<int>(ReduceOp::kMin)] = &Many<BFloat16, MinFloat>;
+  t.many[1][static_cast<int>(ReduceOp::kMax)] = &Many<BFloat16, MaxFloat>;
   return t;
 }
 
