@@ -141,6 +141,16 @@ const KernelTable* SelectKernels(const char* requested) {
   return ScalarKernels();
 }
 
+void ManyMode(ReduceOp op, int divisor, int* mode, float* k) {
+  *mode = 0;
+  *k = 1;
+  if (op != ReduceOp::kAvg || divisor <= 1) return;
+  // A power of two divides exactly as a multiply by its reciprocal.
+  const bool pow2 = (divisor & (divisor - 1)) == 0;
+  *mode = pow2 ? 1 : 2;
+  *k = pow2 ? 1.0f / static_cast<float>(divisor) : static_cast<float>(divisor);
+}
+
 }  // namespace reduce_internal
 
 void Reduce2(void* dst, const void* a, const void* b, size_t count,
@@ -185,14 +195,9 @@ void ReduceHalfParts(void* dst, const void* const* parts, int n, size_t count, D
       !IsValidReduceOp(oi)) {
     return;
   }
-  // A power of two divides exactly as a multiply by its reciprocal.
-  int mode = 0;
-  float k = 1;
-  if (op == ReduceOp::kAvg && divisor > 1) {
-    const bool pow2 = (divisor & (divisor - 1)) == 0;
-    mode = pow2 ? 1 : 2;
-    k = pow2 ? 1.0f / static_cast<float>(divisor) : static_cast<float>(divisor);
-  }
+  int mode;
+  float k;
+  reduce_internal::ManyMode(op, divisor, &mode, &k);
   const int kop = op == ReduceOp::kAvg ? static_cast<int>(ReduceOp::kSum) : oi;
   reduce_internal::Active()->many[row][kop](dst, parts, n, count, mode, k);
 }

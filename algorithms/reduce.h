@@ -211,6 +211,11 @@ struct KernelTable {
   ManyKernel many[2][kNumKernelOps];
 };
 
+// What ReduceHalfParts asks of a `many` kernel after combining: kAvg by
+// a power of two multiplies by the exact reciprocal (mode 1), by another
+// divisor divides (mode 2); anything else neither (mode 0, k = 1).
+void ManyMode(ReduceOp op, int divisor, int* mode, float* k);
+
 // Always available.
 const KernelTable* ScalarKernels();
 // Null when this build has no such kernels (e.g. not x86-64). Whether the CPU

@@ -443,15 +443,9 @@ class Backend {
                        ReduceOp op, int divisor) const {
     if (table_ == nullptr) return hcomm::ReduceHalfParts(d, parts, n, count, t, op, divisor);
     if (count == 0) return;
-    // The mode and factor that ReduceHalfParts derives (the real levels
-    // are checked through it, table_ == nullptr).
-    int mode = 0;
-    float k = 1;
-    if (op == ReduceOp::kAvg && divisor > 1) {
-      const bool pow2 = (divisor & (divisor - 1)) == 0;
-      mode = pow2 ? 1 : 2;
-      k = pow2 ? 1.0f / static_cast<float>(divisor) : static_cast<float>(divisor);
-    }
+    int mode;
+    float k;
+    reduce_internal::ManyMode(op, divisor, &mode, &k);
     const int kop = op == ReduceOp::kAvg ? 0 : static_cast<int>(op);
     table_->many[t == DataType::kFloat16 ? 0 : 1][kop](d, parts, n, count, mode, k);
   }
@@ -750,6 +744,13 @@ TEST_P(ReduceIsaTest, DivideByIntegersTruncateTowardZero) {
   EXPECT_EQ(u64, Repeat<uint64_t>(~uint64_t{0} / 3, kN));
 }
 
+// The reference conversions of float16 (`half`) or bfloat16.
+struct Ref16 {
+  bool half;
+  float widen(uint16_t h) const { return half ? RefHalfToFloat(h) : RefBF16ToFloat(h); }
+  uint16_t narrow(float f) const { return half ? RefFloatToHalf(f) : RefFloatToBF16(f); }
+};
+
 // The average of two 16-bit floats is the float32 one, rounded once: the sum
 // of two large values overflows the 16-bit type but not their average.
 TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
@@ -757,8 +758,9 @@ TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
   for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
     const bool half = t == DataType::kFloat16;
     const TypeOps ops = OpsFor(t);
-    auto widen = [half](uint16_t h) { return half ? RefHalfToFloat(h) : RefBF16ToFloat(h); };
-    auto narrow = [half](float f) { return half ? RefFloatToHalf(f) : RefFloatToBF16(f); };
+    const Ref16 ref{half};
+    auto widen = [&](uint16_t h) { return ref.widen(h); };
+    auto narrow = [&](float f) { return ref.narrow(f); };
     const uint16_t largest = half ? 0x7bff : 0x7f7f;
     for (size_t count : kCounts) {
       std::vector<unsigned char> a(2 * count), b(2 * count), want(2 * count);
@@ -795,10 +797,10 @@ TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
 TEST_P(ReduceIsaTest, ReduceHalfPartsMatchesReference) {
   std::mt19937_64 rng(17);
   for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
-    const bool half = t == DataType::kFloat16;
     const TypeOps ops = OpsFor(t);
-    auto widen = [half](uint16_t h) { return half ? RefHalfToFloat(h) : RefBF16ToFloat(h); };
-    auto narrow = [half](float f) { return half ? RefFloatToHalf(f) : RefFloatToBF16(f); };
+    const Ref16 ref{t == DataType::kFloat16};
+    auto widen = [&](uint16_t h) { return ref.widen(h); };
+    auto narrow = [&](float f) { return ref.narrow(f); };
     for (int n = 1; n <= kMaxHalfParts; ++n) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
                           ReduceOp::kAvg}) {
