@@ -183,7 +183,7 @@ int HalfRow(DataType t) {
 }  // namespace
 
 void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataType t) {
-  const int row = t == DataType::kFloat32 ? 2 : t == DataType::kFloat64 ? 3 : HalfRow(t);
+  const int row = t == DataType::kFloat32 ? 0 : t == DataType::kFloat64 ? 1 : -1;
   if (count == 0 || row < 0) return;
   reduce_internal::Active()->average2[row](dst, a, b, count);
 }

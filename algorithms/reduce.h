@@ -136,10 +136,10 @@ void WidenToFloat32(float* dst, const void* src, size_t count, DataType t);
 // overlap.
 void NarrowFromFloat32(void* dst, const float* src, size_t count, DataType t);
 
-// dst[i] = (a[i] + b[i]) / 2 for the floating-point types, in one pass:
-// the sum rounded, then halved, as Reduce2 and DivideBy by 2 compute it
-// (float16 and bfloat16 in float32 and rounded once, as an average over two
-// ranks is); any other t does nothing. Pointer rules as for Reduce2.
+// dst[i] = (a[i] + b[i]) / 2 for t = kFloat32 or kFloat64, in one pass: the
+// sum rounded, then halved, as Reduce2 and DivideBy by 2 compute it; any
+// other t does nothing (16-bit floats: ReduceHalfParts). Pointer rules as
+// for Reduce2.
 void AverageOfTwo(void* dst, const void* a, const void* b, size_t count, DataType t);
 
 // At most this many parts for ReduceHalfParts.
@@ -203,9 +203,8 @@ struct KernelTable {
   // [0] float16, [1] bfloat16.
   WidenKernel widen[2];
   NarrowKernel narrow[2];
-  // dst = (a + b) / 2 (AverageOfTwo): [0] float16, [1] bfloat16,
-  // [2] float32, [3] float64.
-  BinaryKernel average2[4];
+  // dst = (a + b) / 2 (AverageOfTwo): [0] float32, [1] float64.
+  BinaryKernel average2[2];
   // ReduceHalfParts by [0] float16, [1] bfloat16 and op: after combining,
   // mode 1 multiplies by k, mode 2 divides by k, mode 0 neither.
   ManyKernel many[2][kNumKernelOps];

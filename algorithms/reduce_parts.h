@@ -40,9 +40,8 @@ void ReduceParts(void* out, Part part, int n, size_t count, DataType t, ReduceOp
     return;
   }
   const bool floating = t == DataType::kFloat32 || t == DataType::kFloat64;
-  if (n == 2 && op == ReduceOp::kAvg && divisor == 2 && (floating || IsHalfFloat(t))) {
-    // One pass, not a sum and then a division (or, for the 16-bit types,
-    // five passes over float32 chunks).
+  if (n == 2 && op == ReduceOp::kAvg && divisor == 2 && floating) {
+    // One pass, not a sum and then a division.
     AverageOfTwo(dst, part(0), part(1), count, t);
     return;
   }

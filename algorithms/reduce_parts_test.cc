@@ -1,5 +1,6 @@
-// ReduceParts on each of its paths: two parts (the pair kernels and
-// AverageOfTwo), up to kMaxHalfParts 16-bit parts (ReduceHalfParts), more
+// ReduceParts on each of its paths: two parts (the pair kernels, and
+// AverageOfTwo for float32/float64), up to kMaxHalfParts 16-bit parts
+// (ReduceHalfParts, 16-bit averages of two included), more
 // than that (float32 chunks), and the plain types, against a reference
 // that combines each element in float32 (double for float64) in part order.
 #include "algorithms/reduce_parts.h"

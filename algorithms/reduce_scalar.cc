@@ -297,10 +297,8 @@ KernelTable MakeScalarTable() {
   t.widen[1] = &WidenNarrow<BFloat16Codec>;
   t.narrow[0] = &NarrowWide<HalfCodec>;
   t.narrow[1] = &NarrowWide<BFloat16Codec>;
-  t.average2[0] = &BinaryNarrow<HalfCodec, HalfOfSum>;
-  t.average2[1] = &BinaryNarrow<BFloat16Codec, HalfOfSum>;
-  t.average2[2] = &Binary<float, float, HalfOfSum>;
-  t.average2[3] = &Binary<double, double, HalfOfSum>;
+  t.average2[0] = &Binary<float, float, HalfOfSum>;
+  t.average2[1] = &Binary<double, double, HalfOfSum>;
   for (int op = 0; op < kNumKernelOps; ++op) {
     t.many[0][op] = ManyRow<HalfCodec>[op];
     t.many[1][op] = ManyRow<BFloat16Codec>[op];

@@ -320,9 +320,8 @@ struct MaxFloat {
   }
 };
 
-// (a + b) / 2 as AverageOfTwo computes it (16-bit types in float32): the
-// multiply by 0.5 is the same correctly rounded halving as the scalar
-// path's division.
+// (a + b) / 2 as AverageOfTwo computes it: the multiply by 0.5 is the same
+// correctly rounded halving as the scalar path's division.
 struct HalfOfSum {
   template <typename V>
   static V Apply(V a, V b) {
@@ -656,10 +655,8 @@ constexpr KernelTable MakeTable() {
   t.widen[1] = &WidenBFloat16;
   t.narrow[0] = &NarrowHalf;
   t.narrow[1] = &NarrowBFloat16;
-  t.average2[0] = &Binary<Half, HalfOfSum>;
-  t.average2[1] = &Binary<BFloat16, HalfOfSum>;
-  t.average2[2] = &Binary<Plain<float>, HalfOfSum>;
-  t.average2[3] = &Binary<Plain<double>, HalfOfSum>;
+  t.average2[0] = &Binary<Plain<float>, HalfOfSum>;
+  t.average2[1] = &Binary<Plain<double>, HalfOfSum>;
   t.many[0][static_cast<int>(ReduceOp::kSum)] = &Many<Half, Sum>;
   t.many[0][static_cast<int>(ReduceOp::kProd)] = &Many<Half, Prod>;
   t.many[0][static_cast<int>(ReduceOp::kMin)] = &Many<Half, MinFloat>;

@@ -451,11 +451,7 @@ class Backend {
   }
   void AverageOfTwo(void* d, const void* a, const void* b, size_t n, DataType t) const {
     if (table_ == nullptr) return hcomm::AverageOfTwo(d, a, b, n, t);
-    const int row = t == DataType::kFloat16    ? 0
-                    : t == DataType::kBFloat16 ? 1
-                    : t == DataType::kFloat32  ? 2
-                                               : 3;
-    if (n > 0) table_->average2[row](d, a, b, n);
+    if (n > 0) table_->average2[t == DataType::kFloat32 ? 0 : 1](d, a, b, n);
   }
 
  private:
@@ -751,9 +747,10 @@ struct Ref16 {
   uint16_t narrow(float f) const { return half ? RefFloatToHalf(f) : RefFloatToBF16(f); }
 };
 
-// The average of two 16-bit floats is the float32 one, rounded once: the sum
-// of two large values overflows the 16-bit type but not their average.
-TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
+// The average of two 16-bit floats (ReduceHalfParts) is the float32 one,
+// rounded once: the sum of two large values overflows the 16-bit type but
+// not their average.
+TEST_P(ReduceIsaTest, SixteenBitAverageOfTwoMatchesReference) {
   std::mt19937_64 rng(11);
   for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
     const bool half = t == DataType::kFloat16;
@@ -779,10 +776,11 @@ TEST_P(ReduceIsaTest, AverageOfTwoMatchesReference) {
       GuardedBuffer d(2 * count, 1), ba(2 * count, 0), bb(2 * count, 3);
       ba.Fill(a);
       bb.Fill(b);
-      backend_.AverageOfTwo(d.data(), ba.data(), bb.data(), count, t);
+      const void* parts[2] = {ba.data(), bb.data()};
+      backend_.ReduceHalfParts(d.data(), parts, 2, count, t, ReduceOp::kAvg, 2);
       ASSERT_TRUE(SameElements(ops, d.data(), want, count));
       ASSERT_TRUE(d.GuardsIntact());
-      backend_.AverageOfTwo(ba.data(), ba.data(), bb.data(), count, t);  // dst == a
+      backend_.ReduceHalfParts(ba.data(), parts, 2, count, t, ReduceOp::kAvg, 2);  // dst == a
       ASSERT_TRUE(SameElements(ops, ba.data(), want, count));
       if (count > 0 && half) {  // bfloat16's largest doubled overflows float32 too
         EXPECT_EQ(widen(Get<uint16_t>(d.data())), widen(largest));
