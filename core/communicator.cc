@@ -554,7 +554,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
   // the ring's 2.4-2.8.)
   const bool reduces = op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
                        op == CollectiveOp::kReduceScatter;
-  const int widen = reduces && IsHalfFloat(t) && size_ > 2 ? 2 : 1;
+  const int widen = reduces && IsHalfFloat(t) && !HalfTravelsAsIs(Algorithm::kRing) ? 2 : 1;
   const Choice& choice = ChooseCached(op, bytes * widen, forced_algo_.load());
   // A collective of a communicator within one host runs in its shared
   // segment, unless an algorithm is forced.
@@ -631,7 +631,7 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::HalfFloat(
     const void* send, void* recv, size_t in_count, size_t out_count, DataType t, bool has_output,
     const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body) {
   return [=](Peers& p, Algorithm a) -> absl::Status {
-    if (a == Algorithm::kDirect || size_ <= 2) return body(p, a, send, recv, t);
+    if (HalfTravelsAsIs(a)) return body(p, a, send, recv, t);
     HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(send, in_count, out_count, t));
     HCOMM_RETURN_IF_ERROR(body(p, a, w.in, w.out, DataType::kFloat32));
     if (has_output) NarrowFromFloat32(recv, w.out, out_count, t);
@@ -670,7 +670,7 @@ std::function<absl::Status(Peers&, Algorithm)> Communicator::AllReduceBody(
                             return RunAllReduce(p, a, in, out, count, dt, op);
                           });
     return [=](Peers& p, Algorithm a) -> absl::Status {
-      if (a != Algorithm::kRing || size_ <= 2) return body(p, a);
+      if (a != Algorithm::kRing || HalfTravelsAsIs(a)) return body(p, a);
       // The ring's allgather moves the rounded 16-bit blocks.
       HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(send, count, count, t));
       return AllReduceRingNarrowGather(p, w.in, w.out, recv, count, t, op);

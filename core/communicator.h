@@ -158,6 +158,10 @@ class Communicator {
   // The algorithm for a call: the cost model's choice, remembered for the
   // last (op, bytes, forced) asked (only the serving collective calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
+  // Whether algorithm `a` completes every element of a float16/bfloat16
+  // reduction in one combine of all ranks' own values, so the 16-bit data
+  // can travel as it is: the direct algorithms, and any between two ranks.
+  bool HalfTravelsAsIs(Algorithm a) const { return a == Algorithm::kDirect || size_ <= 2; }
   // Runs body(p, a, in, out, dtype) on a float16/bfloat16 reduction: on the
   // 16-bit vectors themselves, or on float32 copies (see communicator.cc).
   std::function<absl::Status(Peers&, Algorithm)> HalfFloat(
