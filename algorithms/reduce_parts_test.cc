@@ -31,7 +31,9 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, Re
 
 // Small multiples of 1/8 (no -0, no NaN): sums and products stay exact or
 // round the same way in any correct float32 evaluation of the same order.
-float Value(std::mt19937_64& rng) { return static_cast<float>(static_cast<int>(rng() % 101) - 50) / 8; }
+float Value(std::mt19937_64& rng) {
+  return static_cast<float>(static_cast<int>(rng() % 101) - 50) / 8;
+}
 
 TEST(ReducePartsTest, SixteenBitPartsRoundOnceOnEveryPath) {
   std::mt19937_64 rng(5);
