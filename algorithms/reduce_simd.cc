@@ -105,6 +105,15 @@ inline void StoreVec(char* p, V v) {
 // factor): d = d * factor. A Step loads all
 // of its inputs before it stores, so d == x or d == y is fine.
 
+// What StepMany does after combining (reduce_internal::ManyMode): mode 1
+// multiplies by k, mode 2 divides by k.
+template <typename V>
+inline V Finish(V acc, int mode, float k) {
+  if (mode == 1) return acc * k;
+  if (mode == 2) return acc / k;
+  return acc;
+}
+
 // Codecs whose chunk is one compute vector V (Load/Store from the codec).
 template <typename Codec>
 struct OneVector {
@@ -126,9 +135,7 @@ struct OneVector {
   static void StepMany(char* d, const char* const* p, size_t off, int n, int mode, float k) {
     auto acc = Codec::Load(p[0] + off);
     for (int j = 1; j < n; ++j) acc = Op::Apply(acc, Codec::Load(p[j] + off));
-    if (mode == 1) acc = acc * k;
-    if (mode == 2) acc = acc / k;
-    Codec::Store(d + off, acc);
+    Codec::Store(d + off, Finish(acc, mode, k));
   }
 };
 
@@ -246,15 +253,7 @@ struct BFloat16 {
       e = Op::Apply(e, e2);
       o = Op::Apply(o, o2);
     }
-    if (mode == 1) {
-      e = e * k;
-      o = o * k;
-    }
-    if (mode == 2) {
-      e = e / k;
-      o = o / k;
-    }
-    Narrow(d + off, e, o);
+    Narrow(d + off, Finish(e, mode, k), Finish(o, mode, k));
   }
 };
 
