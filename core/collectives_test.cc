@@ -1,5 +1,5 @@
 // Every collective x algorithm x dtype x op over 1..8 ranks (threads of this
-// process over TCP), in place and out of place, every root, counts
+// process; shared memory, and some rank counts over TCP and a mix), in place and out of place, every root, counts
 // {0, 1, 7, 1023} and 1M+3 for float32 (and 2.5 MiB of every type where two
 // ranks take the ring); results checked against a reference.
 #include <cmath>
