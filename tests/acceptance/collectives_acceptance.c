@@ -1138,6 +1138,29 @@ static void check_invalid_arguments(void) {
   EXPECT_BAD(hcomm_scatter(a, b, 1, HCOMM_INT32, 0, NULL));
   EXPECT_BAD(hcomm_barrier(NULL));
   EXPECT_BAD(hcomm_iallreduce(a, b, 4, HCOMM_INT32, HCOMM_SUM, NULL, &req));
+  /* counts no buffer can hold: count * element size, and for the per-rank
+   * collectives count * size * ranks, past PTRDIFF_MAX or past SIZE_MAX */
+  const size_t huge = SIZE_MAX / 2;
+  EXPECT_BAD(hcomm_allreduce(a, b, huge, HCOMM_INT32, HCOMM_SUM, g_comm));
+  EXPECT_BAD(hcomm_allreduce(a, b, SIZE_MAX, HCOMM_INT8, HCOMM_SUM, g_comm));
+  EXPECT_BAD(hcomm_broadcast(a, huge, HCOMM_FLOAT64, 0, g_comm));
+  EXPECT_BAD(hcomm_reduce(a, b, huge, HCOMM_INT32, HCOMM_SUM, 0, g_comm));
+  EXPECT_BAD(hcomm_iallreduce(a, b, huge, HCOMM_INT32, HCOMM_SUM, g_comm, &req));
+  if (n > 1) {
+    /* one element per rank fits; n ranks' worth of them does not */
+    const size_t per_rank = (size_t)PTRDIFF_MAX / 4 / (size_t)n + 1;
+    EXPECT_BAD(hcomm_allgather(a, b, per_rank, HCOMM_INT32, g_comm));
+    EXPECT_BAD(hcomm_reduce_scatter(a, b, per_rank, HCOMM_INT32, HCOMM_SUM, g_comm));
+    EXPECT_BAD(hcomm_alltoall(a, b, per_rank, HCOMM_INT32, g_comm));
+  }
+  /* (only the root's buffer of a gather or scatter holds n counts: a count
+   * that fails there alone would leave the others waiting for the root) */
+  EXPECT_BAD(hcomm_gather(a, b, huge, HCOMM_INT32, 0, g_comm));
+  EXPECT_BAD(hcomm_scatter(a, b, huge, HCOMM_INT32, 0, g_comm));
+  if (strstr(hcomm_last_error(), "count") == NULL) {
+    fail("a count too large: the last error \"%s\" does not name the count",
+         hcomm_last_error());
+  }
   /* groups and settings */
   hcomm_comm_t sub = NULL;
   EXPECT_BAD(hcomm_comm_split(NULL, 0, 0, &sub));
