@@ -501,21 +501,39 @@ absl::Status Communicator::SetUpShmCollective() {
   }
   const std::string name = absl::StrCat("/hcomm-", fabric_->job_key(), "-c", coll_ctx_);
   std::unique_ptr<ShmCollective> seg;
+  absl::Status failed;  // why this rank could not make or map the segment
   if (ok && rank_ == 0) {
     auto created = ShmCollective::Create(name, rank_, size_);
-    if (created.ok()) seg = std::move(created).value();
+    if (created.ok()) {
+      seg = std::move(created).value();
+    } else {
+      failed = created.status();
+    }
     ok = seg != nullptr;
   }
   HCOMM_ASSIGN_OR_RETURN(int32_t all, SetupAgreeMin(ok, 0));
   if (all != 0 && rank_ != 0) {
     auto opened = ShmCollective::Open(name, rank_, size_);
-    if (opened.ok()) seg = std::move(opened).value();
+    if (opened.ok()) {
+      seg = std::move(opened).value();
+    } else {
+      failed = opened.status();
+    }
     ok = seg != nullptr;
   }
   absl::StatusOr<int32_t> agreed = all != 0 ? SetupAgreeMin(ok, 1) : absl::StatusOr<int32_t>(0);
   if (rank_ == 0 && seg) seg->Unlink();  // everyone has it mapped, or gave up
   HCOMM_RETURN_IF_ERROR(agreed.status());
   if (*agreed != 0) shm_coll_ = std::move(seg);
+  // Not an error (the messages still work), but a slower path the user can
+  // fix, so said whatever HCOMM_DEBUG is.
+  if (!failed.ok()) {
+    const bool full = CodeOf(failed) == ErrorCode::kOutOfMem;
+    fprintf(stderr,
+            "hcomm WARN: rank %d: collectives go by messages instead of a shared segment: %s%s\n",
+            rank_, std::string(failed.message()).c_str(),
+            full ? " (a larger /dev/shm restores it: docker run --shm-size=1g)" : "");
+  }
   return absl::OkStatus();
 }
 

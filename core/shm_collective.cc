@@ -123,6 +123,14 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Create(const std::
     shm_unlink(name.c_str());
     return OutOfMem(absl::StrCat("cannot size ", name, " to ", bytes, " bytes: ", strerror(e)));
   }
+  // Reserve the pages now: on a full /dev/shm (a container's default 64 MB)
+  // the first touch of an unreserved page is SIGBUS, not an error.
+  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    return OutOfMem(absl::StrCat("cannot reserve ", bytes, " bytes in /dev/shm for ", name, ": ",
+                                 strerror(e)));
+  }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {

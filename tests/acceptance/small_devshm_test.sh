@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A small /dev/shm (a container's default is 64 MB) must never crash a rank.
+# tmpfs hands out pages on first touch, so a segment sized with ftruncate
+# alone maps fine and kills the rank with SIGBUS when /dev/shm runs out.
+# Each case runs in a mount namespace of its own with a tmpfs of the given
+# size on /dev/shm (the machine's /dev/shm is not touched):
+#
+#   (a) 10 MiB, 3 ranks: the shared-memory transport's rings fit (about
+#       2 MiB a rank) but the collective segment (8 MiB) does not. The
+#       collective acceptance must pass in full, its collectives going by
+#       messages, and rank 0 must say so on stderr.
+#   (b) 64 MiB (a container's default), 8 ranks: the rings take 56 MiB, the
+#       collective segment (18 MiB) does not fit: allreduce 8 B-4 MiB with
+#       hcomm_bench's data check must find every value right.
+#   (c) 1 MiB, 3 ranks: not even the rings fit. hcomm_comm_init must fail
+#       with HCOMM_ERR_OUT_OF_MEM naming /dev/shm, and the job must end
+#       within a minute.
+#
+# Needs root (a mount namespace and a tmpfs mount); prints "SKIP: ..." and
+# passes where `unshare --mount` cannot mount a tmpfs.
+set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
+
+launcher="$(runfile tools/hcomm_run)" || fail "hcomm_run not in the runfiles"
+prog="$(runfile tests/acceptance/collectives_acceptance)" ||
+  fail "collectives_acceptance not in the runfiles"
+out="$(mktemp "${TEST_TMPDIR:-/tmp}/small_devshm.XXXXXX")"
+trap 'rm -f "$out"' EXIT
+
+# in_small_shm SIZE CMD...: CMD with a tmpfs of SIZE on /dev/shm, privately.
+in_small_shm() {
+  local size="$1"
+  shift
+  unshare --mount --propagation private \
+    bash -c 'mount -t tmpfs -o "size=$0" hcomm-test /dev/shm && exec "$@"' "$size" "$@"
+}
+
+if ! err="$(in_small_shm 1m true 2>&1)"; then
+  echo "SKIP: cannot mount a tmpfs in a mount namespace here ($err)"
+  exit 0
+fi
+
+# (a) room for the rings, not for the collective segment
+start="$(now)"
+in_small_shm 10m timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (a) 10 MiB /dev/shm: exited $rc after $(elapsed "$start") s"
+[[ $rc -eq 0 ]] || fail "(a) collectives_acceptance on a 10 MiB /dev/shm exited $rc"
+for r in 0 1 2; do
+  grep -qxF "[rank $r] ok: all" "$out" || fail "(a) rank $r did not print 'ok: all'"
+done
+if grep -q 'FAIL' "$out"; then fail "(a) a rank reported a failure"; fi
+grep -q '^\[rank 0\] hcomm WARN: rank 0: collectives go by messages instead of a shared segment: cannot reserve [0-9]* bytes in /dev/shm' "$out" ||
+  fail "(a) rank 0 did not say that its collectives go by messages, and why"
+
+# (b) a container's /dev/shm and 8 ranks
+bench="$(runfile tools/hcomm_bench)" || fail "hcomm_bench not in the runfiles"
+start="$(now)"
+in_small_shm 64m timeout -k 5 120 "$launcher" -n 8 --timeout 90 -- \
+  "$bench" allreduce -b 8 -e 4M -f 8 --runs 1 -n 5 -w 1 >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (b) 64 MiB /dev/shm, 8 ranks: exited $rc after $(elapsed "$start") s"
+[[ $rc -eq 0 ]] || fail "(b) hcomm_bench allreduce on 8 ranks and a 64 MiB /dev/shm exited $rc"
+grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "(b) wrong values"
+grep -q '^\[rank 0\] hcomm WARN: .*cannot reserve [0-9]* bytes in /dev/shm.*--shm-size' "$out" ||
+  fail "(b) rank 0 did not say that its collectives go by messages, and how to fix it"
+
+# (c) no room for the rings
+start="$(now)"
+in_small_shm 1m timeout -k 5 60 "$launcher" -n 3 --timeout 30 -- "$prog" >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (c) 1 MiB /dev/shm: exited $rc after $(elapsed "$start") s"
+[[ $rc -ne 0 ]] || fail "(c) collectives_acceptance on a 1 MiB /dev/shm exited 0"
+[[ $rc -ne 124 && $rc -ne 137 ]] || fail "(c) the job did not end within a minute"
+if grep -qi 'SIGBUS\|signal' "$out"; then fail "(c) a rank was killed by a signal"; fi
+grep -q 'HCOMM_ERR_OUT_OF_MEM.*cannot reserve [0-9]* bytes in /dev/shm' "$out" ||
+  fail "(c) no rank said that /dev/shm has no room"
+echo "PASS: a small /dev/shm slows collectives or fails init with a message; no rank crashes"
