@@ -525,13 +525,24 @@ absl::Status Communicator::SetUpShmCollective() {
   if (rank_ == 0 && seg) seg->Unlink();  // everyone has it mapped, or gave up
   HCOMM_RETURN_IF_ERROR(agreed.status());
   if (*agreed != 0) shm_coll_ = std::move(seg);
-  // Not an error (the messages still work), but a slower path the user can
-  // fix, so said whatever HCOMM_DEBUG is.
+  // Not errors (the collectives still work), but slower paths the user can
+  // fix, so said whatever HCOMM_DEBUG is, by the rank (its rank in the job,
+  // and the communicator's size) that made or failed to map the segment.
+  const int world = group_to_world_[rank_];
+  if (shm_coll_ != nullptr && rank_ == 0 && shm_coll_->slot_bytes() < ShmCollective::kSlotBytes) {
+    fprintf(stderr,
+            "hcomm WARN: rank %d, communicator of %d: the collectives' shared segment has slots "
+            "of %s instead of %s: /dev/shm is short of room (a larger /dev/shm restores them: "
+            "docker run --shm-size=1g)\n",
+            world, size_, Bytes(shm_coll_->slot_bytes()).c_str(),
+            Bytes(ShmCollective::kSlotBytes).c_str());
+  }
   if (!failed.ok()) {
     const bool full = CodeOf(failed) == ErrorCode::kOutOfMem;
     fprintf(stderr,
-            "hcomm WARN: rank %d: collectives go by messages instead of a shared segment: %s%s\n",
-            rank_, std::string(failed.message()).c_str(),
+            "hcomm WARN: rank %d, communicator of %d: collectives go by messages instead of a "
+            "shared segment: %s%s\n",
+            world, size_, std::string(failed.message()).c_str(),
             full ? " (a larger /dev/shm restores it: docker run --shm-size=1g)" : "");
   }
   return absl::OkStatus();

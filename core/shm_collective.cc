@@ -57,7 +57,7 @@ size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 struct ShmCollective::Header {
   uint64_t magic;
   uint64_t nranks;
-  uint64_t segment_bytes;
+  uint64_t slot_bytes;
   std::atomic<uint32_t> sleepers;  // ranks asleep on `bell`
   std::atomic<uint32_t> bell;      // futex word: bumped when a counter moves
 };
@@ -89,14 +89,20 @@ static_assert(offsetof(ShmCollective::RankLine, round_fp) + 2 * sizeof(uint64_t)
                   offsetof(ShmCollective::RankLine, reduced),
               "a round's fingerprints share the counter's line");
 
-size_t ShmCollective::SegmentSize(int nranks) {
+size_t ShmCollective::SegmentSize(int nranks, size_t slot_bytes) {
   const size_t n = static_cast<size_t>(nranks);
   return RoundUp(sizeof(Header), kLine) + n * sizeof(RankLine) +
-         (2 * n + 2) * kSegmentBytes;  // two slots per rank, two results
+         (2 * n + 2) * slot_bytes;  // two slots per rank, two results
 }
 
-ShmCollective::ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes)
-    : name_(std::move(name)), rank_(rank), n_(nranks), base_(base), bytes_(bytes) {
+ShmCollective::ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes,
+                             size_t slot_bytes)
+    : name_(std::move(name)),
+      rank_(rank),
+      n_(nranks),
+      base_(base),
+      bytes_(bytes),
+      slot_bytes_(slot_bytes) {
   char* p = static_cast<char*>(base);
   hdr_ = reinterpret_cast<Header*>(p);
   lines_ = reinterpret_cast<RankLine*>(p + RoundUp(sizeof(Header), kLine));
@@ -108,40 +114,48 @@ ShmCollective::~ShmCollective() {
 }
 
 absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Create(const std::string& name,
-                                                                     int rank, int nranks) {
+                                                                     int rank, int nranks,
+                                                                     size_t most_slot_bytes) {
   if (nranks < 1 || rank < 0 || rank >= nranks) {
     return InvalidArgument(absl::StrCat("shm collective: rank ", rank, " of ", nranks));
   }
-  const size_t bytes = SegmentSize(nranks);
+  if (most_slot_bytes < kMinSlotBytes || most_slot_bytes > kSlotBytes ||
+      (most_slot_bytes & (most_slot_bytes - 1)) != 0) {
+    return InvalidArgument(absl::StrCat("shm collective: slots of ", most_slot_bytes, " bytes"));
+  }
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     return Unavailable(absl::StrCat("shm_open(", name, "): ", strerror(errno)));
   }
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
+  auto fail = [&](const std::string& what, int e) {
     close(fd);
     shm_unlink(name.c_str());
-    return OutOfMem(absl::StrCat("cannot size ", name, " to ", bytes, " bytes: ", strerror(e)));
-  }
+    return OutOfMem(absl::StrCat(what, ": ", strerror(e)));
+  };
   // Reserve the pages now: on a full /dev/shm (a container's default 64 MB)
-  // the first touch of an unreserved page is SIGBUS, not an error.
-  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    return OutOfMem(absl::StrCat("cannot reserve ", bytes, " bytes in /dev/shm for ", name, ": ",
-                                 strerror(e)));
+  // the first touch of an unreserved page is SIGBUS, not an error. Where
+  // whole slots do not fit, smaller ones still keep the collectives off
+  // the message path (tmpfs gives back what a failed reservation took).
+  size_t slot = most_slot_bytes;
+  size_t bytes = 0;
+  for (;; slot /= 2) {
+    bytes = SegmentSize(nranks, slot);
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      return fail(absl::StrCat("cannot size ", name, " to ", bytes, " bytes"), errno);
+    }
+    const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (e == 0) break;
+    if (e != ENOSPC || slot == kMinSlotBytes) {
+      return fail(absl::StrCat("cannot reserve ", bytes, " bytes in /dev/shm for ", name), e);
+    }
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) return fail(absl::StrCat("cannot map ", name), errno);
   close(fd);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    shm_unlink(name.c_str());
-    return OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(e)));
-  }
-  std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes));
+  std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes, slot));
   // A fresh mapping is zero: counters and seqlocks start at 0.
   c->hdr_->nranks = static_cast<uint64_t>(nranks);
-  c->hdr_->segment_bytes = kSegmentBytes;
+  c->hdr_->slot_bytes = slot;
   std::atomic_thread_fence(std::memory_order_release);
   reinterpret_cast<std::atomic<uint64_t>*>(&c->hdr_->magic)->store(kMagic,
                                                                  std::memory_order_release);
@@ -153,11 +167,17 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Open(const std::st
   if (nranks < 1 || rank < 0 || rank >= nranks) {
     return InvalidArgument(absl::StrCat("shm collective: rank ", rank, " of ", nranks));
   }
-  const size_t bytes = SegmentSize(nranks);
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return Unavailable(absl::StrCat("shm_open(", name, "): ", strerror(errno)));
+  // The creator chose the slots' size (and wrote it before the magic): a
+  // size it could have chosen, and the file's size for it.
   struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+  size_t bytes = 0, slot = 0;
+  if (fstat(fd, &st) == 0) bytes = static_cast<size_t>(st.st_size);
+  for (size_t s = kSlotBytes; s >= kMinSlotBytes; s /= 2) {
+    if (SegmentSize(nranks, s) == bytes) slot = s;
+  }
+  if (slot == 0) {
     close(fd);
     return Unavailable(absl::StrCat(name, " is not a segment for ", nranks, " ranks"));
   }
@@ -166,11 +186,11 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Open(const std::st
   if (base == MAP_FAILED) {
     return OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(errno)));
   }
-  std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes));
+  std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes, slot));
   const uint64_t magic =
       reinterpret_cast<std::atomic<uint64_t>*>(&c->hdr_->magic)->load(std::memory_order_acquire);
   if (magic != kMagic || c->hdr_->nranks != static_cast<uint64_t>(nranks) ||
-      c->hdr_->segment_bytes != kSegmentBytes) {
+      c->hdr_->slot_bytes != slot) {
     return Unavailable(absl::StrCat(name, " has another layout"));
   }
   return c;
@@ -183,11 +203,11 @@ void ShmCollective::Unlink() {
 }
 
 char* ShmCollective::Slot(int rank, int buf) const {
-  return data_ + (static_cast<size_t>(rank) * 2 + buf) * kSegmentBytes;
+  return data_ + (static_cast<size_t>(rank) * 2 + buf) * slot_bytes_;
 }
 
 char* ShmCollective::Result(int buf) const {
-  return data_ + (static_cast<size_t>(n_) * 2 + buf) * kSegmentBytes;
+  return data_ + (static_cast<size_t>(n_) * 2 + buf) * slot_bytes_;
 }
 
 void ShmCollective::Enter(uint64_t seq, uint64_t fingerprint) {
@@ -308,11 +328,11 @@ inline char* ShmCollective::Area(int rank, int buf, size_t bytes) const {
 }
 
 size_t ShmCollective::Offset(size_t bytes) const {
-  if (bytes < kRotateMinBytes || bytes > kSegmentBytes / 4) return 0;
+  if (bytes < kRotateMinBytes || bytes > slot_bytes_ / 4) return 0;
   // Every rank's gen_ is the same in a round, and a buffer is written every
   // other round: its places in turn, each a whole number of pages.
   const size_t place = RoundUp(bytes, 4096);
-  return (gen_ / 2) % (kSegmentBytes / place) * place;
+  return (gen_ / 2) % (slot_bytes_ / place) * place;
 }
 
 bool ShmCollective::Streams(size_t moved) const {
@@ -392,7 +412,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
         },
         seq, fingerprint, waiter));
   } else {
-    const size_t per_round = kReduceRoundBytes / esize;
+    const size_t per_round = ReduceRoundBytes() / esize;
     // Slices of a round, in whole cache lines.
     const size_t grain = std::max<size_t>(1, kLine / esize);
     for (size_t off = 0; off < count; off += per_round) {
@@ -464,8 +484,8 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
 absl::Status ShmCollective::Broadcast(void* buf, size_t bytes, int root, uint64_t seq,
                                       uint64_t fingerprint, ShmWaiter& waiter) {
   char* p = static_cast<char*>(buf);
-  for (size_t off = 0; off < bytes; off += kSegmentBytes) {
-    const size_t len = std::min(kSegmentBytes, bytes - off);
+  for (size_t off = 0; off < bytes; off += slot_bytes_) {
+    const size_t len = std::min(slot_bytes_, bytes - off);
     HCOMM_RETURN_IF_ERROR(Round(
         len,
         [&](char* area) {
@@ -495,8 +515,8 @@ absl::Status ShmCollective::GatherTo(const void* in, void* out, size_t bytes, in
   char* dst = static_cast<char*>(out);
   const char* mine = gets && in == out ? dst + rank_ * bytes : static_cast<const char*>(in);
   const size_t moved = (static_cast<size_t>(n_) + 1) * bytes;
-  for (size_t off = 0; off < bytes; off += kSegmentBytes) {
-    const size_t len = std::min(kSegmentBytes, bytes - off);
+  for (size_t off = 0; off < bytes; off += slot_bytes_) {
+    const size_t len = std::min(slot_bytes_, bytes - off);
     HCOMM_RETURN_IF_ERROR(Round(
         len,
         [&](char* area) {
@@ -533,7 +553,7 @@ absl::Status ShmCollective::ReduceScatter(const void* in, void* out, size_t coun
   // the slot, in whole cache lines. In place, the output (block 0's place)
   // is written only where block 0's piece has gone to the slot already.
   const size_t grain = std::max<size_t>(1, kLine / esize);
-  const size_t piece = std::max(grain, kSegmentBytes / esize / n_ / grain * grain);
+  const size_t piece = std::max(grain, slot_bytes_ / esize / n_ / grain * grain);
   // Past the caches, each piece is reduced into a private buffer that stays
   // in this CPU's cache and streamed out from there: stores straight into
   // the output would read every line of it from memory first.
@@ -571,7 +591,7 @@ absl::Status ShmCollective::AllToAll(const void* in, void* out, size_t bytes, ui
                                      uint64_t fingerprint, ShmWaiter& waiter) {
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  const size_t piece = std::max(kLine, kSegmentBytes / n_ / kLine * kLine);
+  const size_t piece = std::max(kLine, slot_bytes_ / n_ / kLine * kLine);
   const size_t moved = 2 * static_cast<size_t>(n_) * bytes;
   for (size_t off = 0; off < bytes; off += piece) {
     const size_t len = std::min(piece, bytes - off);
@@ -600,7 +620,7 @@ absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int
                                     uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  const size_t piece = std::max(kLine, kSegmentBytes / n_ / kLine * kLine);
+  const size_t piece = std::max(kLine, slot_bytes_ / n_ / kLine * kLine);
   for (size_t off = 0; off < bytes; off += piece) {
     const size_t len = std::min(piece, bytes - off);
     HCOMM_RETURN_IF_ERROR(Round(

@@ -4,7 +4,7 @@
 // Instead of messages, every rank copies its input into its own slot of the
 // segment and raises a counter; once all have arrived, each takes what it
 // needs straight from the others' slots. Data moves in rounds of at most
-// kSegmentBytes per slot; slots are double-buffered by the parity of a
+// a slot (1 MiB) per rank; slots are double-buffered by the parity of a
 // per-round generation, and a rank arrives at generation g only after it
 // has finished with generation g-1, so the counters alone make the reuse
 // safe.
@@ -68,22 +68,21 @@ class ShmWaiter {
 
 class ShmCollective {
  public:
-  // Bytes of one rank's input moved per round of the large path; also the
-  // largest vector the small path takes.
-  static constexpr size_t kSegmentBytes = 1024 * 1024;
-  // Bytes of one rank's input reduced per round of the large allreduce and
-  // reduce: half a slot, so that a round's slots and result stay nearer the
-  // cores. Against whole slots, in three sets of interleaved runs (medians),
-  // 4 ranks on 2 CPUs at 16-64 MiB were 7-27% faster in each, and 2 ranks
-  // at 4-64 MiB 9-35% faster in two and within 4% in the third; broadcast,
-  // allgather and the rest were no faster in half slots.
-  static constexpr size_t kReduceRoundBytes = kSegmentBytes / 2;
+  // Bytes of one rank's slot: what a round of the large path moves per
+  // rank. Where /dev/shm has no room for slots of kSlotBytes, Create takes
+  // the largest power of two down to kMinSlotBytes that fits (slot_bytes()).
+  static constexpr size_t kSlotBytes = 1024 * 1024;
+  static constexpr size_t kMinSlotBytes = 64 * 1024;
   // Vectors up to this size take the small path (one round of counters).
   static constexpr size_t kSmallBytes = 8 * 1024;
 
-  // Creates (exclusively) and maps the segment `name` for `nranks` ranks.
-  static absl::StatusOr<std::unique_ptr<ShmCollective>> Create(const std::string& name, int rank,
-                                                               int nranks);
+  // Creates (exclusively) and maps the segment `name` for `nranks` ranks,
+  // its pages reserved in /dev/shm, with slots of `most_slot_bytes` (a
+  // power of two from kMinSlotBytes to kSlotBytes; tests take less) or the
+  // largest smaller ones that fit; OUT_OF_MEM where not even kMinSlotBytes
+  // fit.
+  static absl::StatusOr<std::unique_ptr<ShmCollective>> Create(
+      const std::string& name, int rank, int nranks, size_t most_slot_bytes = kSlotBytes);
   // Maps the segment another rank created, checking its layout.
   static absl::StatusOr<std::unique_ptr<ShmCollective>> Open(const std::string& name, int rank,
                                                              int nranks);
@@ -140,10 +139,20 @@ class ShmCollective {
   void SetNap(absl::Duration nap) { nap_ns_ = absl::ToInt64Nanoseconds(nap); }
   // How many ranks are asleep on the bell now.
   int Sleepers() const;
+  // Bytes of each slot of this segment (kSlotBytes unless /dev/shm was short).
+  size_t slot_bytes() const { return slot_bytes_; }
 
  private:
-  ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes);
-  static size_t SegmentSize(int nranks);
+  ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes,
+                size_t slot_bytes);
+  static size_t SegmentSize(int nranks, size_t slot_bytes);
+  // Bytes of one rank's input reduced per round of the large allreduce and
+  // reduce: half a slot, so that a round's slots and result stay nearer the
+  // cores. Against whole slots (of 1 MiB), in three sets of interleaved runs
+  // (medians), 4 ranks on 2 CPUs at 16-64 MiB were 7-27% faster in each,
+  // and 2 ranks at 4-64 MiB 9-35% faster in two and within 4% in the third;
+  // broadcast, allgather and the rest were no faster in half slots.
+  size_t ReduceRoundBytes() const { return slot_bytes_ / 2; }
   char* Slot(int rank, int buf) const;
   char* Result(int buf) const;
   // Waits until every rank's counter (`which`: 0 arrive, 1 reduce) is at
@@ -196,6 +205,7 @@ class ShmCollective {
   const int n_;
   void* base_;
   const size_t bytes_;
+  const size_t slot_bytes_;
   Header* hdr_;
   RankLine* lines_;
   char* data_;

@@ -62,17 +62,30 @@ class TestWaiter : public ShmWaiter {
   int calls_ = 0;
 };
 
+// The slots' size MapAll asks for: the data-path tests run with whole
+// slots and with the smallest that a short /dev/shm leaves (every round,
+// piece and place computed from the segment's own size).
+size_t g_slot_bytes = ShmCollective::kSlotBytes;
+
+class ShmCollectiveSlotTest : public ::testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override { g_slot_bytes = GetParam(); }
+  void TearDown() override { g_slot_bytes = ShmCollective::kSlotBytes; }
+};
+
 // Maps one segment for `n` thread ranks (rank 0 creates, the rest open,
 // then the name goes).
 std::vector<std::unique_ptr<ShmCollective>> MapAll(int n) {
   const std::string name = UniqueName();
   std::vector<std::unique_ptr<ShmCollective>> all;
-  auto created = ShmCollective::Create(name, 0, n);
+  auto created = ShmCollective::Create(name, 0, n, g_slot_bytes);
   EXPECT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ((*created)->slot_bytes(), g_slot_bytes);
   all.push_back(std::move(created).value());
   for (int r = 1; r < n; ++r) {
     auto opened = ShmCollective::Open(name, r, n);
     EXPECT_TRUE(opened.ok()) << opened.status();
+    EXPECT_EQ((*opened)->slot_bytes(), g_slot_bytes);  // read from the segment
     all.push_back(std::move(opened).value());
   }
   all[0]->Unlink();
@@ -131,7 +144,7 @@ void CheckAllReduce(int n, bool share, CopyChooser::Method method) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
-TEST(ShmCollectiveTest, AllReduceEveryPathAndOp) {
+TEST_P(ShmCollectiveSlotTest, AllReduceEveryPathAndOp) {
   for (int n : {2, 3, 5}) {
     for (bool share : {true, false}) {
       for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) CheckAllReduce(n, share, m);
@@ -222,7 +235,7 @@ std::string CheckAllToAll(int r, int n, ShmCollective& sc, ShmWaiter& w, size_t 
   return "";
 }
 
-TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
+TEST_P(ShmCollectiveSlotTest, BroadcastGatherAndScatterFromEveryRoot) {
   for (int n : {2, 3, 5}) {
     for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
     OnRanks(n, [n, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
@@ -289,7 +302,7 @@ TEST(ShmCollectiveTest, BroadcastGatherAndScatterFromEveryRoot) {
   }
 }
 
-TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
+TEST_P(ShmCollectiveSlotTest, AllGatherAndAllToAllInAndOutOfPlace) {
   for (int n : {2, 3, 5}) {
     for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
     OnRanks(n, [n, m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
@@ -310,7 +323,7 @@ TEST(ShmCollectiveTest, AllGatherAndAllToAllInAndOutOfPlace) {
   }
 }
 
-TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
+TEST_P(ShmCollectiveSlotTest, ReduceAndReduceScatterEveryPath) {
   for (int n : {2, 3, 5}) {
     for (bool share : {true, false}) {
       for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
@@ -373,7 +386,7 @@ TEST(ShmCollectiveTest, ReduceAndReduceScatterEveryPath) {
 
 // Outputs large enough to be written around the caches: with streamed
 // writes into the segment, the slice is reduced in scratch memory.
-TEST(ShmCollectiveTest, LargeReductionsWithEitherCopyMethod) {
+TEST_P(ShmCollectiveSlotTest, LargeReductionsWithEitherCopyMethod) {
   constexpr size_t kCount = (9u << 20) / sizeof(float) + 3;  // 9 MiB + 12 B per rank
   for (int n : {2, 3}) {
     for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
@@ -419,7 +432,7 @@ TEST(ShmCollectiveTest, LargeReductionsWithEitherCopyMethod) {
 // reads and writes past 32 MiB): outputs are streamed around the caches,
 // a rank's own block too, and reduce-scatter reduces each piece in private
 // memory first. Block sizes end in a part of a cache line.
-TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
+TEST_P(ShmCollectiveSlotTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
   constexpr size_t kPast = 40u << 20;
   for (int n : {2, 3}) {
     for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
@@ -470,7 +483,7 @@ TEST(ShmCollectiveTest, LargeGathersAndReduceScatterStreamTheirOutputs) {
 // for it), for more rounds than the smallest size has places: every rank
 // must read each round where it was written, and only once every rank is
 // done with what was there before.
-TEST(ShmCollectiveTest, RoundsMovingThroughTheSlotsKeepEachCallsData) {
+TEST_P(ShmCollectiveSlotTest, RoundsMovingThroughTheSlotsKeepEachCallsData) {
   const size_t kSizes[] = {16 << 10, (100 << 10) + 12, 200000, 256 << 10, 512 << 10};
   for (int n : {2, 3}) {
     OnRanks(n, [n, &kSizes](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
@@ -506,7 +519,7 @@ TEST(ShmCollectiveTest, RoundsMovingThroughTheSlotsKeepEachCallsData) {
 // 16-bit floats accumulate in float32 and round once: 1024 + 0.5 + 0.5 is
 // 1025 in float16 (each partial sum rounded would stay 1024), 1024 + 4 + 4
 // is 1032 in bfloat16; kAvg divides before rounding.
-TEST(ShmCollectiveTest, HalfTypesAccumulateInFloat32) {
+TEST_P(ShmCollectiveSlotTest, HalfTypesAccumulateInFloat32) {
   constexpr int kN = 3;
   for (auto m : {CopyChooser::kMemcpy, CopyChooser::kStream}) {
   OnRanks(kN, [m](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
@@ -563,6 +576,13 @@ TEST(ShmCollectiveTest, HalfTypesAccumulateInFloat32) {
   });
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Slots, ShmCollectiveSlotTest,
+                         ::testing::Values(ShmCollective::kSlotBytes,
+                                           ShmCollective::kMinSlotBytes),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return absl::StrCat(info.param >> 10, "KiB");
+                         });
 
 TEST(ShmCollectiveTest, BarrierWaitsForTheLastRank) {
   std::atomic<bool> late_arrived{false};
@@ -680,6 +700,16 @@ TEST(ShmCollectiveTest, OpenRefusesAMissingOrDifferentSegment) {
   EXPECT_FALSE(ShmCollective::Create(name, 0, 4).ok());  // exists
   (*created)->Unlink();
   EXPECT_FALSE(NameExists(name));
+}
+
+TEST(ShmCollectiveTest, CreateRefusesSlotsItCannotUse) {
+  for (size_t slot : {size_t{0}, ShmCollective::kMinSlotBytes / 2, ShmCollective::kSlotBytes * 2,
+                      size_t{96} << 10}) {
+    const std::string name = UniqueName();
+    auto created = ShmCollective::Create(name, 0, 2, slot);
+    EXPECT_EQ(CodeOf(created.status()), ErrorCode::kInvalidArgument) << slot;
+    EXPECT_FALSE(NameExists(name)) << slot;
+  }
 }
 
 }  // namespace

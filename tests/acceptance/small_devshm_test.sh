@@ -6,15 +6,18 @@
 # size on /dev/shm (the machine's /dev/shm is not touched):
 #
 #   (a) 10 MiB, 3 ranks: the shared-memory transport's rings fit (about
-#       2 MiB a rank) but the collective segment (8 MiB) does not. The
-#       collective acceptance must pass in full, its collectives going by
-#       messages, and rank 0 must say so on stderr.
+#       2 MiB a rank), the collective segment with 1 MiB slots (8 MiB) does
+#       not. The collective acceptance must pass in full through a segment
+#       of smaller slots, and the rank that made it must say so on stderr.
 #   (b) 64 MiB (a container's default), 8 ranks: the rings take 56 MiB, the
-#       collective segment (18 MiB) does not fit: allreduce 8 B-4 MiB with
+#       segment with 1 MiB slots 18 MiB: allreduce 8 B-4 MiB with
 #       hcomm_bench's data check must find every value right.
 #   (c) 1 MiB, 3 ranks: not even the rings fit. hcomm_comm_init must fail
-#       with HCOMM_ERR_OUT_OF_MEM naming /dev/shm, and the job must end
-#       within a minute.
+#       with HCOMM_ERR_OUT_OF_MEM naming /dev/shm (and the bytes one rank's
+#       rings take), and the job must end within a minute.
+#   (d) room for the rings (3 times what (c) named) and 256 KiB: not even
+#       the smallest segment (512 KiB of slots) fits. The collective
+#       acceptance must pass in full by messages, and rank 0 must say why.
 #
 # Needs root (a mount namespace and a tmpfs mount); prints "SKIP: ..." and
 # passes where `unshare --mount` cannot mount a tmpfs.
@@ -51,8 +54,9 @@ for r in 0 1 2; do
   grep -qxF "[rank $r] ok: all" "$out" || fail "(a) rank $r did not print 'ok: all'"
 done
 if grep -q 'FAIL' "$out"; then fail "(a) a rank reported a failure"; fi
-grep -q '^\[rank 0\] hcomm WARN: rank 0: collectives go by messages instead of a shared segment: cannot reserve [0-9]* bytes in /dev/shm' "$out" ||
-  fail "(a) rank 0 did not say that its collectives go by messages, and why"
+smaller='has slots of [0-9]* KiB instead of 1 MiB: /dev/shm is short'
+grep -q "^\[rank 0\] hcomm WARN: rank 0, communicator of 3: .* $smaller" "$out" ||
+  fail "(a) rank 0 did not say that its segment has smaller slots, and why"
 
 # (b) a container's /dev/shm and 8 ranks
 bench="$(runfile tools/hcomm_bench)" || fail "hcomm_bench not in the runfiles"
@@ -64,8 +68,8 @@ cat "$out"
 echo "--- (b) 64 MiB /dev/shm, 8 ranks: exited $rc after $(elapsed "$start") s"
 [[ $rc -eq 0 ]] || fail "(b) hcomm_bench allreduce on 8 ranks and a 64 MiB /dev/shm exited $rc"
 grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "(b) wrong values"
-grep -q '^\[rank 0\] hcomm WARN: .*cannot reserve [0-9]* bytes in /dev/shm.*--shm-size' "$out" ||
-  fail "(b) rank 0 did not say that its collectives go by messages, and how to fix it"
+grep -q '^\[rank 0\] hcomm WARN: rank 0, communicator of 8: .* has slots of .*--shm-size' "$out" ||
+  fail "(b) rank 0 did not say that its segment has smaller slots, and how to fix it"
 
 # (c) no room for the rings
 start="$(now)"
@@ -76,6 +80,24 @@ echo "--- (c) 1 MiB /dev/shm: exited $rc after $(elapsed "$start") s"
 [[ $rc -ne 0 ]] || fail "(c) collectives_acceptance on a 1 MiB /dev/shm exited 0"
 [[ $rc -ne 124 && $rc -ne 137 ]] || fail "(c) the job did not end within a minute"
 if grep -qi 'SIGBUS\|signal' "$out"; then fail "(c) a rank was killed by a signal"; fi
-grep -q 'HCOMM_ERR_OUT_OF_MEM.*cannot reserve [0-9]* bytes in /dev/shm' "$out" ||
-  fail "(c) no rank said that /dev/shm has no room"
-echo "PASS: a small /dev/shm slows collectives or fails init with a message; no rank crashes"
+rings="$(grep -o 'HCOMM_ERR_OUT_OF_MEM.*cannot reserve [0-9]* bytes in /dev/shm' "$out" |
+  head -1 | sed 's/.*cannot reserve \([0-9]*\) bytes.*/\1/')"
+[[ -n "$rings" ]] || fail "(c) no rank said that /dev/shm has no room"
+
+# (d) room for the rings, not for the smallest collective segment
+size=$((3 * rings + 256 * 1024))
+start="$(now)"
+in_small_shm "$size" timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (d) $size bytes of /dev/shm: exited $rc after $(elapsed "$start") s"
+[[ $rc -eq 0 ]] || fail "(d) collectives_acceptance on $size bytes of /dev/shm exited $rc"
+for r in 0 1 2; do
+  grep -qxF "[rank $r] ok: all" "$out" || fail "(d) rank $r did not print 'ok: all'"
+done
+if grep -q 'FAIL' "$out"; then fail "(d) a rank reported a failure"; fi
+by_messages='go by messages instead of a shared segment: cannot reserve [0-9]* bytes in /dev/shm'
+grep -q "^\[rank 0\] hcomm WARN: rank 0, communicator of 3: collectives $by_messages" "$out" ||
+  fail "(d) rank 0 did not say that its collectives go by messages, and why"
+echo "PASS: a small /dev/shm shrinks the segment, or its collectives go by messages, or" \
+  "init fails with a message; no rank crashes"
