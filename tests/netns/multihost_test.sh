@@ -24,15 +24,14 @@
 #       every host in both directions by policy-routing rules (a new
 #       connection to it fails from every host), while rank 0, which serves
 #       it, keeps running; 5 checked rounds and a hcomm_comm_split follow.
-#       Then both ends of every store connection are destroyed with `ss -K`
-#       (the library's hang-report thread polls the store every 300 ms over
-#       one of them); 5 more checked rounds; no rank may leak descriptors or
-#       burn CPU while idle; every rank exits 0. This proves the job needs
-#       neither the store's reachability nor its connections after init. It
-#       proves nothing about losing rank 0's process: that is a peer
-#       failure, (c). With HCOMM_NETNS_KILL_STORE_LISTENER=1 (--test_env)
-#       the store's listening socket is destroyed too; that currently makes
-#       rank 0's store accept thread spin and the idle-CPU check fail.
+#       Then both ends of every store connection, and the store's listening
+#       socket, are destroyed with `ss -K` (the library's hang-report thread
+#       polls the store every 300 ms over one of them); 5 more checked
+#       rounds; no rank may leak descriptors or burn CPU while idle (a store
+#       that polled its dead listener would spin); every rank exits 0. This
+#       proves the job needs neither the store's reachability nor its
+#       connections after init. It proves nothing about losing rank 0's
+#       process: that is a peer failure, (c).
 #
 # Every wait is bounded; readiness comes through files written by the ranks,
 # never by sleeping. The namespaces (and with them the veths and the bridge)
@@ -312,13 +311,9 @@ done
 echo "(d) store $store unreachable from hosts a, b and c (new connections fail)"
 touch "$dir/go1"
 wait_files done1 120
-# Every store connection, both ends, on every host. The listener too only
-# when asked: tearing it down makes the store's accept thread spin (a library
-# bug, see the report), which the idle-CPU check below then catches.
-all=-tn  # connected sockets only
-[[ "${HCOMM_NETNS_KILL_STORE_LISTENER:-0}" == 1 ]] && all=-tan
+# Every store connection, both ends, on every host, and the listener.
 for h in "${hosts[@]}"; do
-  ip netns exec "$(ns_of "$h")" ss -K "$all" "src $store or dst $store" |
+  ip netns exec "$(ns_of "$h")" ss -K -tan "src $store or dst $store" |
     awk -v h="$h" 'NR > 1 { print "(d) destroyed on host " h ": " $1, $4, $5 }'
 done
 if ip netns exec "$(ns_of a)" ss -Htn "src $store or dst $store" | grep -q .; then
