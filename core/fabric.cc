@@ -8,8 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <set>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -220,10 +221,20 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
       }
     }
   }
+  // Whether we can make segments in /dev/shm at all (a container started
+  // with --ipc=none has none): where one side cannot, ranks of one host
+  // talk over the next transport allowed instead of failing later.
+  const std::vector<std::string> allowed =
+      opts.transports.empty() ? std::vector<std::string>{"shm", "tcp"} : opts.transports;
+  const bool shm_allowed = std::find(allowed.begin(), allowed.end(), "shm") != allowed.end();
+  const absl::Status shm_probe =
+      shm_allowed ? ShmTransport::Probe(job_key_, rank_) : absl::OkStatus();
+  const bool my_shm = shm_allowed && shm_probe.ok();
   HCOMM_RETURN_IF_ERROR(store_client_->Set(
       absl::StrCat("hcomm/addr/", rank_),
       absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid(), " ",
-                   my_cpus.empty() ? "-" : absl::StrJoin(my_cpus, ",")),
+                   my_cpus.empty() ? "-" : absl::StrJoin(my_cpus, ","), " ",
+                   my_shm ? "shm" : "-"),
       deadline));
 
   std::vector<std::string> keys;
@@ -251,25 +262,30 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // `transports` key allows (in its order of preference).
   std::vector<std::string> host_of(size_);
   std::vector<std::string> cpus_of(size_);
+  std::vector<bool> shm_of(size_);
   for (int r = 0; r < size_; ++r) {
     auto entry = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
     if (!entry.ok()) return Annotate(entry.status(), where);
     std::vector<std::string> parts = absl::StrSplit(*entry, ' ');
     host_of[r] = parts.size() > 1 ? parts[1] : "";
     cpus_of[r] = parts.size() > 3 ? parts[3] : "";
+    shm_of[r] = parts.size() > 4 && parts[4] == "shm";
   }
-  const std::vector<std::string> allowed =
-      opts.transports.empty() ? std::vector<std::string>{"shm", "tcp"} : opts.transports;
   enum class Route { kNone, kShm, kTcp };
   std::vector<Route> route(size_, Route::kNone);
   std::vector<int> local_peers, unreachable;
   int tcp_higher = 0;
   bool any_tcp = false;
+  bool shm_refused = false;  // a rank of this host went another way: neither can use shm
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const bool same_host = host_of[r] == host_id_;
     for (const std::string& t : allowed) {
       if (t == "shm" && same_host) {
+        if (!my_shm || !shm_of[r]) {
+          shm_refused = true;
+          continue;
+        }
         route[r] = Route::kShm;
         break;
       }
@@ -285,14 +301,26 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     if (route[r] == Route::kNone) unreachable.push_back(r);
   }
+  // A usable /dev/shm that a local peer lacks is that peer's to report.
+  const std::string no_shm =
+      !shm_probe.ok() ? absl::StrCat("this rank cannot use shared memory: ", shm_probe.message())
+                      : "a rank of this host cannot use shared memory (its own log says why)";
   if (!unreachable.empty()) {
+    const bool local = host_of[unreachable[0]] == host_id_;
     return NoDevice(absl::StrCat(
         where, ": transports=", absl::StrJoin(allowed, ","), " cannot reach ranks ",
         absl::StrJoin(unreachable, ","), " (host ", host_of[unreachable[0]],
-        ", we are on host ", host_id_, "); allow tcp to reach other hosts",
+        ", we are on host ", host_id_, "); ",
+        local ? absl::StrCat(no_shm, "; allow tcp") : "allow tcp to reach other hosts",
         std::find(allowed.begin(), allowed.end(), "ibverbs") != allowed.end()
             ? " (ibverbs is not available in this build)"
             : ""));
+  }
+  if (shm_refused && !shm_probe.ok()) {
+    // Not an error (the job runs), but slower than it could: said whatever
+    // HCOMM_DEBUG is, by the rank that cannot.
+    fprintf(stderr, "hcomm WARN: rank %d: ranks of this host talk over TCP: %s\n", rank_,
+            no_shm.c_str());
   }
 
   // Ranks of this host outnumber the CPUs they may run on together (each

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A small /dev/shm (a container's default is 64 MB) must never crash a rank.
+# A small /dev/shm (a container's default is 64 MB) or none must never crash
+# a rank or fail a job that TCP can carry.
 # tmpfs hands out pages on first touch, so a segment sized with ftruncate
 # alone maps fine and kills the rank with SIGBUS when /dev/shm runs out.
 # Each case runs in a mount namespace of its own with a tmpfs of the given
@@ -18,6 +19,10 @@
 #   (d) room for the rings (3 times what (c) named) and 256 KiB: not even
 #       the smallest segment (512 KiB of slots) fits. The collective
 #       acceptance must pass in full by messages, and rank 0 must say why.
+#   (e) a read-only /dev/shm (as unusable as none, a container's
+#       --ipc=none): the collective acceptance must pass in full over TCP,
+#       every rank saying why on stderr; with HCOMM_TRANSPORTS=shm init
+#       must fail with HCOMM_ERR_NO_DEVICE naming /dev/shm's error.
 #
 # Needs root (a mount namespace and a tmpfs mount); prints "SKIP: ..." and
 # passes where `unshare --mount` cannot mount a tmpfs.
@@ -30,12 +35,14 @@ prog="$(runfile tests/acceptance/collectives_acceptance)" ||
 out="$(mktemp "${TEST_TMPDIR:-/tmp}/small_devshm.XXXXXX")"
 trap 'rm -f "$out"' EXIT
 
-# in_small_shm SIZE CMD...: CMD with a tmpfs of SIZE on /dev/shm, privately.
+# in_small_shm SIZE CMD...: CMD with a tmpfs of SIZE on /dev/shm, privately
+# (SIZE "ro": a read-only one).
 in_small_shm() {
-  local size="$1"
+  local opts="size=$1"
+  [[ "$1" == ro ]] && opts="ro,size=64k"
   shift
   unshare --mount --propagation private \
-    bash -c 'mount -t tmpfs -o "size=$0" hcomm-test /dev/shm && exec "$@"' "$size" "$@"
+    bash -c 'mount -t tmpfs -o "$0" hcomm-test /dev/shm && exec "$@"' "$opts" "$@"
 }
 
 if ! err="$(in_small_shm 1m true 2>&1)"; then
@@ -99,5 +106,27 @@ if grep -q 'FAIL' "$out"; then fail "(d) a rank reported a failure"; fi
 by_messages='go by messages instead of a shared segment: cannot reserve [0-9]* bytes in /dev/shm'
 grep -q "^\[rank 0\] hcomm WARN: rank 0, communicator of 3: collectives $by_messages" "$out" ||
   fail "(d) rank 0 did not say that its collectives go by messages, and why"
+
+# (e) /dev/shm unusable
+start="$(now)"
+in_small_shm ro timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (e) read-only /dev/shm: exited $rc after $(elapsed "$start") s"
+[[ $rc -eq 0 ]] || fail "(e) collectives_acceptance on a read-only /dev/shm exited $rc"
+for r in 0 1 2; do
+  grep -qxF "[rank $r] ok: all" "$out" || fail "(e) rank $r did not print 'ok: all'"
+  grep -q "^\[rank $r\] hcomm WARN: rank $r: ranks of this host talk over TCP: .*Read-only" \
+    "$out" || fail "(e) rank $r did not say that it talks over TCP, and why"
+done
+if grep -q 'FAIL' "$out"; then fail "(e) a rank reported a failure"; fi
+in_small_shm ro env HCOMM_TRANSPORTS=shm timeout -k 5 60 "$launcher" -n 2 --timeout 30 -- \
+  "$prog" >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (e) read-only /dev/shm, transports=shm: exited $rc"
+[[ $rc -ne 0 ]] || fail "(e) transports=shm on a read-only /dev/shm exited 0"
+grep -q 'HCOMM_ERR_NO_DEVICE.*cannot use shared memory: shm_open.*Read-only' "$out" ||
+  fail "(e) transports=shm: no rank said that /dev/shm is unusable"
 echo "PASS: a small /dev/shm shrinks the segment, or its collectives go by messages, or" \
-  "init fails with a message; no rank crashes"
+  "init fails with a message; an unusable one leaves the ranks on TCP; no rank crashes"

@@ -332,6 +332,33 @@ void RunCompletions(Completions* done) {
 ShmTransport::ShmTransport(int self, int world_size, FrameSink* sink)
     : self_(self), world_size_(world_size), sink_(sink), conns_(world_size) {}
 
+absl::Status ShmTransport::Probe(const std::string& job_key, int self) {
+  const std::string name = SegmentName(job_key, self) + "-probe";
+  const size_t page = 4096;
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Unavailable(absl::StrCat("shm_open(/dev/shm", name, "): ", strerror(errno)));
+  }
+  absl::Status s;
+  if (ftruncate(fd, static_cast<off_t>(page)) != 0) {
+    s = Unavailable(absl::StrCat("ftruncate of /dev/shm", name, ": ", strerror(errno)));
+  } else if (int e = posix_fallocate(fd, 0, static_cast<off_t>(page)); e != 0) {
+    s = e == ENOSPC ? OutOfMem(absl::StrCat("/dev/shm is full: ", strerror(e)))
+                    : Unavailable(absl::StrCat("posix_fallocate in /dev/shm", name, ": ",
+                                               strerror(e)));
+  } else {
+    void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      s = Unavailable(absl::StrCat("mmap of /dev/shm", name, ": ", strerror(errno)));
+    } else {
+      munmap(p, page);
+    }
+  }
+  shm_unlink(name.c_str());
+  close(fd);
+  return s;
+}
+
 absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     int self, int world_size, const std::vector<int>& local_peers, const std::string& job_key,
     FrameSink* sink) {

@@ -134,6 +134,12 @@ class ShmTransport : public Transport {
                                                               const std::vector<int>& local_peers,
                                                               const std::string& job_key,
                                                               FrameSink* sink);
+  // Whether this process can make segments in /dev/shm at all: creates,
+  // reserves, maps and removes one page under Create's name plus
+  // "-probe". A missing or read-only /dev/shm (a container started with
+  // --ipc=none) is Unavailable, a full one OutOfMem, each naming the call
+  // that failed. Leaves nothing in /dev/shm.
+  static absl::Status Probe(const std::string& job_key, int self);
 
   // Peers see every connection fail at once (as after ShutdownAll); the
   // callbacks of frames still queued do not run. Unmaps everything and

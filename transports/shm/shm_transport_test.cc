@@ -108,6 +108,19 @@ TEST(ShmTransportSetupTest, SegmentIsPrivateAndRemovedWithoutFinishSetup) {
   EXPECT_TRUE(Leftovers(key).empty());
 }
 
+TEST(ShmTransportSetupTest, ProbeLeavesNothingAndSparesTheSegmentsName) {
+  TestSink sink(2);
+  const std::string key = UniqueKey("probe");
+  EXPECT_TRUE(ShmTransport::Probe(key, 0).ok());
+  EXPECT_TRUE(Leftovers(key).empty());
+  // A probe beside a live segment of the same rank neither fails nor
+  // touches it.
+  auto t = ShmTransport::Create(0, 2, {1}, key, &sink);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(ShmTransport::Probe(key, 0).ok());
+  EXPECT_EQ(Leftovers(key).size(), 1u);
+}
+
 TEST(ShmTransportSetupTest, FinishSetupUnlinksAndReportsMissingPeers) {
   TestSink sink(2);
   const std::string key = UniqueKey("finish");
