@@ -142,6 +142,14 @@ Fabric::Fabric(const Options& opts)
 
 Fabric::~Fabric() { Destroy().IgnoreError(); }
 
+namespace {
+// Set by a rank whose init failed after it reached the store; its value
+// says which rank and why.
+constexpr char kInitFailedKey[] = "hcomm/init_failed";
+// How often a rank waiting for the others in init looks for that key.
+constexpr absl::Duration kInitLook = absl::Milliseconds(200);
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
   // Debian's Abseil is built with lock-order (deadlock) detection on, which
   // costs thousands of instructions per lock: far more than a message. It
@@ -159,9 +167,43 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
         absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
   }
   std::unique_ptr<Fabric> comm(new Fabric(opts));
-  HCOMM_RETURN_IF_ERROR(comm->Bootstrap(opts));
+  if (absl::Status s = comm->Bootstrap(opts); !s.ok()) {
+    comm->TellInitFailure(s);
+    // The store goes with rank 0's fabric: kept a few looks longer, it lets
+    // the ranks still waiting read which rank failed and why.
+    if (comm->store_server_ != nullptr) absl::SleepFor(3 * kInitLook);
+    return s;
+  }
   comm->StartProgressThread();
   return comm;
+}
+
+absl::Status Fabric::FailedElsewhere() {
+  const absl::Time soon = absl::Now() + absl::Seconds(1);
+  auto have = store_client_->Check({kInitFailedKey}, soon);
+  if (!have.ok() || !(*have)[0]) return absl::OkStatus();  // a lost store shows in the wait
+  auto why = store_client_->Get(kInitFailedKey, soon);
+  failed_elsewhere_ = true;
+  return PeerFailure(absl::StrCat(
+      "rank ", rank_, " of ", size_, ": another rank's init failed: ",
+      why.ok() ? *why : std::string("(the store went away before saying which)")));
+}
+
+absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time deadline) {
+  for (;;) {
+    const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
+    absl::Status s = store_client_->Wait(keys, slice);
+    if (s.ok() || CodeOf(s) != ErrorCode::kTimeout || slice >= deadline) return s;
+    HCOMM_RETURN_IF_ERROR(FailedElsewhere());
+  }
+}
+
+void Fabric::TellInitFailure(const absl::Status& s) {
+  if (store_client_ == nullptr || failed_elsewhere_) return;
+  const absl::Time soon = absl::Now() + absl::Seconds(1);
+  auto have = store_client_->Check({kInitFailedKey}, soon);
+  if (!have.ok() || (*have)[0]) return;  // the store is gone, or the first word is said
+  store_client_->Set(kInitFailedKey, std::string(s.message()), soon).IgnoreError();
 }
 
 absl::Status Fabric::Bootstrap(const Options& opts) {
@@ -239,7 +281,8 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
 
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/addr/", r));
-  absl::Status joined = store_client_->Wait(keys, deadline);
+  absl::Status joined = InitWait(keys, deadline);
+  if (!joined.ok() && failed_elsewhere_) return joined;
   if (!joined.ok()) {
     auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(2));
     std::vector<int> missing;
@@ -358,7 +401,11 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     HCOMM_RETURN_IF_ERROR(
         store_client_->Set(absl::StrCat("hcomm/shm/", rank_), shm->Address(), deadline));
     for (int p : local_peers) {
-      auto addr = store_client_->Get(absl::StrCat("hcomm/shm/", p), deadline);
+      const std::string key = absl::StrCat("hcomm/shm/", p);
+      absl::Status published = InitWait({key}, deadline);
+      if (failed_elsewhere_) return published;
+      auto addr = published.ok() ? store_client_->Get(key, deadline)
+                                 : absl::StatusOr<std::string>(published);
       if (!addr.ok()) return Annotate(addr.status(), absl::StrCat(where, ": shm address of rank ", p));
       HCOMM_RETURN_IF_ERROR(Annotate(shm->Connect(p, *addr, deadline),
                                      absl::StrCat(where, ": attaching to rank ", p, "'s segment")));
@@ -366,8 +413,10 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     HCOMM_RETURN_IF_ERROR(store_client_->Set(absl::StrCat("hcomm/shm_ok/", rank_), "1", deadline));
     std::vector<std::string> ok_keys;
     for (int p : local_peers) ok_keys.push_back(absl::StrCat("hcomm/shm_ok/", p));
-    HCOMM_RETURN_IF_ERROR(Annotate(store_client_->Wait(ok_keys, deadline),
-                                   absl::StrCat(where, ": waiting for local ranks to attach")));
+    absl::Status attached = InitWait(ok_keys, deadline);
+    if (failed_elsewhere_) return attached;
+    HCOMM_RETURN_IF_ERROR(
+        Annotate(attached, absl::StrCat(where, ": waiting for local ranks to attach")));
     HCOMM_RETURN_IF_ERROR(shm->FinishSetup());
   }
 
@@ -378,10 +427,16 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   std::thread acceptor([&] {
     int expected = tcp_higher;
     while (expected > 0) {
-      auto c = net::Accept(listener.get(), deadline);
+      const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
+      auto c = net::Accept(listener.get(), slice);
       if (!c.ok()) {
+        absl::Status why = c.status();
+        if (CodeOf(why) == ErrorCode::kTimeout && slice < deadline) {
+          why = FailedElsewhere();
+          if (why.ok()) continue;
+        }
         absl::MutexLock l(&accept_mu);
-        accept_status = c.status();
+        accept_status = why;
         return;
       }
       absl::Time hs_deadline = std::min(deadline, absl::Now() + absl::Seconds(5));
@@ -414,7 +469,20 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
       dial_status = hp.status();
       break;
     }
-    auto fd = net::ConnectWithRetry(*hp, deadline);
+    absl::StatusOr<net::Fd> fd;
+    for (;;) {
+      const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
+      fd = net::ConnectWithRetry(*hp, slice);
+      if (fd.ok() || slice >= deadline) break;
+      if (absl::Status e = FailedElsewhere(); !e.ok()) {
+        fd = e;
+        break;
+      }
+    }
+    if (!fd.ok() && failed_elsewhere_) {
+      dial_status = fd.status();
+      break;
+    }
     if (!fd.ok()) {
       dial_status = Annotate(fd.status(), absl::StrCat("connecting to rank ", r, " at ",
                                                        hp->ToString()));
@@ -439,6 +507,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     ::shutdown(listener.get(), SHUT_RDWR);  // ends the acceptor's wait at once
   }
   acceptor.join();
+  if (failed_elsewhere_) return dial_status.ok() ? accept_status : dial_status;
   if (!dial_status.ok()) return Annotate(dial_status, where);
   {
     absl::MutexLock l(&accept_mu);

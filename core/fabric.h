@@ -297,6 +297,17 @@ class Fabric : public FrameSink {
 
   Fabric(const Options& opts);
   absl::Status Bootstrap(const Options& opts);
+  // Init's waits for other ranks, cut into slices between which the store
+  // is asked whether another rank's init failed (FailedElsewhere): a rank
+  // that gave up names itself there (TellInitFailure), so the others fail
+  // at once instead of waiting out timeout_ms for it.
+  absl::Status InitWait(const std::vector<std::string>& keys, absl::Time deadline);
+  // PEER_FAILURE naming the rank whose init failed and why, or OK.
+  absl::Status FailedElsewhere();
+  // Says in the store that this rank's init failed with `s` (unless it
+  // failed because another's did, or one already said so).
+  void TellInitFailure(const absl::Status& s);
+  std::atomic<bool> failed_elsewhere_{false};
   void StartProgressThread();
   void ProgressLoop();
   // One round of progress; blocks in the kernel for up to `block`.

@@ -552,6 +552,39 @@ TEST_P(FabricTest, WrongTokenIsRefused) {
   good.join();
 }
 
+// A rank whose init fails after it joined the store (here: it allows only
+// shared memory and sits on a host of its own) makes the others fail at
+// once, naming it and its reason, instead of waiting out their 30 s for a
+// connection it will never make: whether they wait to accept it (it is the
+// highest rank), to dial it, or it is rank 0, which serves the store.
+TEST(FabricInitTest, AnotherRanksFailedInitEndsEveryRanksInitAtOnce) {
+  for (int failing : {2, 1, 0}) {
+    std::vector<absl::Status> got(3);
+    const absl::Time start = absl::Now();
+    RunRanks(3, [&](int rank, const Options& base) {
+      Options o = base;
+      if (rank == failing) {
+        o.transports = {"shm"};
+        o.host_id = "elsewhere";
+      }
+      got[rank] = Fabric::Init(o).status();
+    }, 30000);
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_LT(took, absl::Seconds(15)) << "failing rank " << failing;
+    for (int r = 0; r < 3; ++r) {
+      if (r == failing) {
+        EXPECT_EQ(CodeOf(got[r]), ErrorCode::kNoDevice) << got[r];
+        continue;
+      }
+      EXPECT_EQ(CodeOf(got[r]), ErrorCode::kPeerFailure) << "rank " << r << ": " << got[r];
+      EXPECT_NE(got[r].message().find(absl::StrCat("another rank's init failed: rank ", failing,
+                                                   " of 3: transports=shm cannot reach")),
+                absl::string_view::npos)
+          << "rank " << r << ": " << got[r];
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Transports, FabricTest,
     ::testing::Values(testing::TransportMode::kTcp, testing::TransportMode::kShm,
