@@ -398,6 +398,15 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     if (!created.ok()) return Annotate(created.status(), absl::StrCat(where, ": shared memory"));
     shm = std::move(created).value();
     shm->SetCpusShared(oversubscribed_);
+    if (shm->ring_bytes() < shm->planned_ring_bytes()) {
+      // Not an error, but slower for large messages: said whatever
+      // HCOMM_DEBUG is, by each rank whose rings are smaller (those that
+      // made theirs last found the least room).
+      fprintf(stderr,
+              "hcomm WARN: rank %d: shared-memory rings of %zu KiB instead of %zu KiB: /dev/shm "
+              "is short of room (a larger /dev/shm restores them: docker run --shm-size=1g)\n",
+              rank_, shm->ring_bytes() >> 10, shm->planned_ring_bytes() >> 10);
+    }
     HCOMM_RETURN_IF_ERROR(
         store_client_->Set(absl::StrCat("hcomm/shm/", rank_), shm->Address(), deadline));
     for (int p : local_peers) {

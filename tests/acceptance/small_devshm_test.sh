@@ -6,20 +6,27 @@
 # Each case runs in a mount namespace of its own with a tmpfs of the given
 # size on /dev/shm (the machine's /dev/shm is not touched):
 #
-#   (a) 10 MiB, 3 ranks: the shared-memory transport's rings fit (about
+#   (a) 10 MiB, 3 ranks: the shared-memory transport's rings fit (up to
 #       2 MiB a rank), the collective segment with 1 MiB slots (8 MiB) does
 #       not. The collective acceptance must pass in full through a segment
 #       of smaller slots, and the rank that made it must say so on stderr.
-#   (b) 64 MiB (a container's default), 8 ranks: the rings take 56 MiB, the
-#       segment with 1 MiB slots 18 MiB: allreduce 8 B-4 MiB with
-#       hcomm_bench's data check must find every value right.
-#   (c) 1 MiB, 3 ranks: not even the rings fit. hcomm_comm_init must fail
-#       with HCOMM_ERR_OUT_OF_MEM naming /dev/shm (and the bytes one rank's
-#       rings take), and the job must end within a minute.
-#   (d) room for the rings (3 times what (c) named) and 256 KiB: not even
-#       the smallest segment (512 KiB of slots) fits. The collective
-#       acceptance must pass in full by messages, and rank 0 must say why.
-#   (e) a read-only /dev/shm (as unusable as none, a container's
+#   (b) 64 MiB (a container's default), 8 ranks: rings of 1 MiB would take
+#       56 MiB, the segment with 1 MiB slots 18 MiB: allreduce 8 B-4 MiB
+#       with hcomm_bench's data check must find every value right, and a
+#       rank must say what it made smaller.
+#   (c) 512 KiB, 3 ranks: not even rings of 128 KiB fit. hcomm_comm_init
+#       must fail with HCOMM_ERR_OUT_OF_MEM naming /dev/shm (and the bytes
+#       one rank's smallest rings take), and the job must end within a
+#       minute.
+#   (d) room for the smallest rings (3 times what (c) named) and 256 KiB:
+#       not even the smallest segment (512 KiB of slots) fits. The
+#       collective acceptance must pass in full by messages, and rank 0
+#       must say why.
+#   (e) 64 MiB and 12 ranks: rings of 512 KiB would take 67 MiB; each rank
+#       takes its share of the room instead (256 KiB rings or less):
+#       allreduce 8 B-4 MiB with the data check must find every value
+#       right, and the ranks must say that their rings are smaller.
+#   (f) a read-only /dev/shm (as unusable as none, a container's
 #       --ipc=none): the collective acceptance must pass in full over TCP,
 #       every rank saying why on stderr; with HCOMM_TRANSPORTS=shm init
 #       must fail with HCOMM_ERR_NO_DEVICE naming /dev/shm's error.
@@ -75,23 +82,23 @@ cat "$out"
 echo "--- (b) 64 MiB /dev/shm, 8 ranks: exited $rc after $(elapsed "$start") s"
 [[ $rc -eq 0 ]] || fail "(b) hcomm_bench allreduce on 8 ranks and a 64 MiB /dev/shm exited $rc"
 grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "(b) wrong values"
-grep -q '^\[rank 0\] hcomm WARN: rank 0, communicator of 8: .* has slots of .*--shm-size' "$out" ||
-  fail "(b) rank 0 did not say that its segment has smaller slots, and how to fix it"
+grep -q '^\[rank [0-7]\] hcomm WARN: .*/dev/shm is short of room.*--shm-size' "$out" ||
+  fail "(b) no rank said that its rings or segment are smaller, and how to fix it"
 
 # (c) no room for the rings
 start="$(now)"
-in_small_shm 1m timeout -k 5 60 "$launcher" -n 3 --timeout 30 -- "$prog" >"$out" 2>&1
+in_small_shm 512k timeout -k 5 60 "$launcher" -n 3 --timeout 30 -- "$prog" >"$out" 2>&1
 rc=$?
 cat "$out"
-echo "--- (c) 1 MiB /dev/shm: exited $rc after $(elapsed "$start") s"
-[[ $rc -ne 0 ]] || fail "(c) collectives_acceptance on a 1 MiB /dev/shm exited 0"
+echo "--- (c) 512 KiB /dev/shm: exited $rc after $(elapsed "$start") s"
+[[ $rc -ne 0 ]] || fail "(c) collectives_acceptance on a 512 KiB /dev/shm exited 0"
 [[ $rc -ne 124 && $rc -ne 137 ]] || fail "(c) the job did not end within a minute"
 if grep -qi 'SIGBUS\|signal' "$out"; then fail "(c) a rank was killed by a signal"; fi
 rings="$(grep -o 'HCOMM_ERR_OUT_OF_MEM.*cannot reserve [0-9]* bytes in /dev/shm' "$out" |
   head -1 | sed 's/.*cannot reserve \([0-9]*\) bytes.*/\1/')"
 [[ -n "$rings" ]] || fail "(c) no rank said that /dev/shm has no room"
 
-# (d) room for the rings, not for the smallest collective segment
+# (d) room for the smallest rings, not for the smallest collective segment
 size=$((3 * rings + 256 * 1024))
 start="$(now)"
 in_small_shm "$size" timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
@@ -107,26 +114,38 @@ by_messages='go by messages instead of a shared segment: cannot reserve [0-9]* b
 grep -q "^\[rank 0\] hcomm WARN: rank 0, communicator of 3: collectives $by_messages" "$out" ||
   fail "(d) rank 0 did not say that its collectives go by messages, and why"
 
-# (e) /dev/shm unusable
+# (e) a container's /dev/shm and 12 ranks
+start="$(now)"
+in_small_shm 64m timeout -k 5 120 "$launcher" -n 12 --timeout 90 -- \
+  "$bench" allreduce -b 8 -e 4M -f 8 --runs 1 -n 5 -w 1 >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "--- (e) 64 MiB /dev/shm, 12 ranks: exited $rc after $(elapsed "$start") s"
+[[ $rc -eq 0 ]] || fail "(e) hcomm_bench allreduce on 12 ranks and a 64 MiB /dev/shm exited $rc"
+grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "(e) wrong values"
+smaller_rings='hcomm WARN: rank [0-9]*: shared-memory rings of [0-9]* KiB instead of 512'
+grep -q "^\[rank [0-9]*\] $smaller_rings" "$out" || fail "(e) no rank said that its rings are smaller"
+
+# (f) /dev/shm unusable
 start="$(now)"
 in_small_shm ro timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
 rc=$?
 cat "$out"
-echo "--- (e) read-only /dev/shm: exited $rc after $(elapsed "$start") s"
-[[ $rc -eq 0 ]] || fail "(e) collectives_acceptance on a read-only /dev/shm exited $rc"
+echo "--- (f) read-only /dev/shm: exited $rc after $(elapsed "$start") s"
+[[ $rc -eq 0 ]] || fail "(f) collectives_acceptance on a read-only /dev/shm exited $rc"
 for r in 0 1 2; do
-  grep -qxF "[rank $r] ok: all" "$out" || fail "(e) rank $r did not print 'ok: all'"
+  grep -qxF "[rank $r] ok: all" "$out" || fail "(f) rank $r did not print 'ok: all'"
   grep -q "^\[rank $r\] hcomm WARN: rank $r: ranks of this host talk over TCP: .*Read-only" \
-    "$out" || fail "(e) rank $r did not say that it talks over TCP, and why"
+    "$out" || fail "(f) rank $r did not say that it talks over TCP, and why"
 done
-if grep -q 'FAIL' "$out"; then fail "(e) a rank reported a failure"; fi
+if grep -q 'FAIL' "$out"; then fail "(f) a rank reported a failure"; fi
 in_small_shm ro env HCOMM_TRANSPORTS=shm timeout -k 5 60 "$launcher" -n 2 --timeout 30 -- \
   "$prog" >"$out" 2>&1
 rc=$?
 cat "$out"
-echo "--- (e) read-only /dev/shm, transports=shm: exited $rc"
-[[ $rc -ne 0 ]] || fail "(e) transports=shm on a read-only /dev/shm exited 0"
+echo "--- (f) read-only /dev/shm, transports=shm: exited $rc"
+[[ $rc -ne 0 ]] || fail "(f) transports=shm on a read-only /dev/shm exited 0"
 grep -q 'HCOMM_ERR_NO_DEVICE.*cannot use shared memory: shm_open.*Read-only' "$out" ||
-  fail "(e) transports=shm: no rank said that /dev/shm is unusable"
+  fail "(f) transports=shm: no rank said that /dev/shm is unusable"
 echo "PASS: a small /dev/shm shrinks the segment, or its collectives go by messages, or" \
   "init fails with a message; an unusable one leaves the ranks on TCP; no rank crashes"

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -387,17 +388,29 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   AllowPtraceOnce();
 
   const int n = static_cast<int>(peers.size());
+  auto segment_bytes = [n](uint64_t ring) {
+    return kHeaderBytes + static_cast<size_t>(n) * (kCtlBytes + ring);
+  };
   uint64_t ring_bytes = kMaxRingBytes;
   if (n > 0) {
     while (ring_bytes > kMinRingBytes && ring_bytes * n > kSegmentBudgetBytes) ring_bytes /= 2;
   }
-  const size_t total = kHeaderBytes + static_cast<size_t>(n) * (kCtlBytes + ring_bytes);
+  const uint64_t planned_ring_bytes = ring_bytes;
+  // At most this rank's share of what /dev/shm has free (its local peers
+  // make theirs at the same time): a container's 64 MiB holds 12 ranks'
+  // rings of 256 KiB, not of 512. Each rank takes at most 1/(n+1) of what
+  // it sees free, so all of them fit in what the first one saw.
+  struct statvfs vfs;
+  if (n > 0 && statvfs("/dev/shm", &vfs) == 0) {
+    const uint64_t share = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / (n + 1);
+    while (ring_bytes > kMinRingBytes && segment_bytes(ring_bytes) > share) ring_bytes /= 2;
+  }
+  size_t total = segment_bytes(ring_bytes);
 
   std::unique_ptr<ShmTransport> t(new ShmTransport(self, world_size, sink));
   t->cma_enabled_ = CmaAllowedByEnv();
   auto seg = std::make_unique<Segment>();
   seg->name = SegmentName(job_key, self);
-  seg->ring_bytes = ring_bytes;
   seg->pid = getpid();
   int fd = shm_open(seg->name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -416,15 +429,30 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     close(fd);
     return s;
   };
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(total)) != 0) {
-    return fail_fd(Unavailable(absl::StrCat("shm: rank ", self, ": sizing ", seg->name, " to ",
-                                            total, " bytes: ", strerror(errno))));
+  if (fchmod(fd, 0600) != 0) {
+    return fail_fd(Unavailable(
+        absl::StrCat("shm: rank ", self, ": fchmod of ", seg->name, ": ", strerror(errno))));
   }
-  // Reserve the memory now: a full /dev/shm fails here, not with SIGBUS later.
-  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
-    return fail_fd(OutOfMem(absl::StrCat("shm: rank ", self, ": cannot reserve ", total,
-                                         " bytes in /dev/shm for ", seg->name, ": ", strerror(e))));
+  // Reserve the memory now: a full /dev/shm fails here, not with SIGBUS
+  // later. Where another job took the room since statvfs, smaller rings
+  // (tmpfs gives back what a failed reservation took).
+  for (;;) {
+    if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
+      return fail_fd(Unavailable(absl::StrCat("shm: rank ", self, ": sizing ", seg->name, " to ",
+                                              total, " bytes: ", strerror(errno))));
+    }
+    const int e = posix_fallocate(fd, 0, static_cast<off_t>(total));
+    if (e == 0) break;
+    if (e != ENOSPC || ring_bytes <= kMinRingBytes) {
+      return fail_fd(OutOfMem(absl::StrCat("shm: rank ", self, ": cannot reserve ", total,
+                                           " bytes in /dev/shm for ", seg->name, ": ",
+                                           strerror(e))));
+    }
+    ring_bytes /= 2;
+    total = segment_bytes(ring_bytes);
   }
+  seg->ring_bytes = ring_bytes;
+  t->planned_ring_bytes_ = planned_ring_bytes;
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
@@ -662,6 +690,8 @@ absl::Status ShmTransport::FinishSetup() {
   }
   return absl::OkStatus();
 }
+
+size_t ShmTransport::ring_bytes() const { return seg_->ring_bytes; }
 
 bool ShmTransport::UsesCma(int peer) const {
   Conn* c = ConnFor(peer);

@@ -126,10 +126,14 @@ class ShmTransport : public Transport {
   // Creates this rank's inbound segment ("/hcomm-<job_key>-<self>", with
   // characters outside [A-Za-z0-9_.-] of job_key replaced), sized for
   // `local_peers` (world ranks on this host, excluding self), pre-faulted.
-  // `sink` must outlive the transport. Fails (leaving nothing in /dev/shm)
-  // with InvalidArgument for bad ranks or an empty job_key, Unavailable if
-  // the name exists already (another job with the same key, or a crash
-  // before FinishSetup), OutOfMem if /dev/shm is full.
+  // Its rings are kMaxRingBytes, halved (down to kMinRingBytes) while n
+  // of them pass kSegmentBudgetBytes, and further while the segment passes
+  // this rank's share of the room free in /dev/shm (1/(n+1) for n local
+  // peers) or cannot be reserved. `sink` must outlive the transport. Fails
+  // (leaving nothing in /dev/shm) with InvalidArgument for bad ranks or an
+  // empty job_key, Unavailable if the name exists already (another job
+  // with the same key, or a crash before FinishSetup), OutOfMem if not even
+  // rings of kMinRingBytes fit.
   static absl::StatusOr<std::unique_ptr<ShmTransport>> Create(int self, int world_size,
                                                               const std::vector<int>& local_peers,
                                                               const std::string& job_key,
@@ -170,6 +174,11 @@ class ShmTransport : public Transport {
   // false for everyone unless HCOMM_SHM_CMA=1 here and at the peer (CMA is
   // opt-in: the ring copy is faster on the VMs measured).
   bool UsesCma(int peer) const;
+
+  // Bytes of each ring into this rank's segment, and what the budget alone
+  // would have given (more where /dev/shm was short of room).
+  size_t ring_bytes() const;
+  size_t planned_ring_bytes() const { return planned_ring_bytes_; }
 
   // Transport. Notes on this implementation:
   // - Send's callback runs once all of the frame is in the ring, or, for a
@@ -375,6 +384,7 @@ class ShmTransport : public Transport {
   const int world_size_;
   FrameSink* const sink_;
   bool cma_enabled_ = true;
+  size_t planned_ring_bytes_ = 0;  // see planned_ring_bytes()
   std::unique_ptr<Segment> seg_;
   int bell_tx_ = -1;  // sends peers' bells
   int bell_rx_ = -1;  // our bell, or -1
