@@ -57,31 +57,46 @@ if ! err="$(in_small_shm 1m true 2>&1)"; then
   exit 0
 fi
 
-# (a) room for the rings, not for the collective segment
-start="$(now)"
-in_small_shm 10m timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
-rc=$?
-cat "$out"
-echo "--- (a) 10 MiB /dev/shm: exited $rc after $(elapsed "$start") s"
-[[ $rc -eq 0 ]] || fail "(a) collectives_acceptance on a 10 MiB /dev/shm exited $rc"
-for r in 0 1 2; do
-  grep -qxF "[rank $r] ok: all" "$out" || fail "(a) rank $r did not print 'ok: all'"
-done
-if grep -q 'FAIL' "$out"; then fail "(a) a rank reported a failure"; fi
+# passes CASE SIZE RANKS CMD...: CMD on RANKS ranks with SIZE of /dev/shm
+# exits 0 (its output in $out); fails the test otherwise.
+passes() {
+  local case="$1" size="$2" n="$3" start rc
+  shift 3
+  start="$(now)"
+  in_small_shm "$size" timeout -k 5 120 "$launcher" -n "$n" --timeout 90 -- "$@" >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  echo "--- ($case) /dev/shm $size, $n ranks: exited $rc after $(elapsed "$start") s"
+  [[ $rc -eq 0 ]] || fail "($case) $(basename "$1") on $n ranks, /dev/shm $size: exited $rc"
+}
+
+# acceptance_passes CASE SIZE: the collective acceptance passes in full on
+# 3 ranks.
+acceptance_passes() {
+  local r
+  passes "$1" "$2" 3 "$prog"
+  for r in 0 1 2; do
+    grep -qxF "[rank $r] ok: all" "$out" || fail "($1) rank $r did not print 'ok: all'"
+  done
+  if grep -q 'FAIL' "$out"; then fail "($1) a rank reported a failure"; fi
+}
+
+# allreduce_right CASE SIZE RANKS: hcomm_bench's allreduce, 8 B-4 MiB, finds
+# every value right.
+allreduce_right() {
+  passes "$1" "$2" "$3" "$bench" allreduce -b 8 -e 4M -f 8 --runs 1 -n 5 -w 1
+  grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "($1) wrong values"
+}
+bench="$(runfile tools/hcomm_bench)" || fail "hcomm_bench not in the runfiles"
+
+# (a) room for the rings, not for the collective segment of 1 MiB slots
+acceptance_passes a 10m
 smaller='has slots of [0-9]* KiB instead of 1 MiB: /dev/shm is short'
 grep -q "^\[rank 0\] hcomm WARN: rank 0, communicator of 3: .* $smaller" "$out" ||
   fail "(a) rank 0 did not say that its segment has smaller slots, and why"
 
 # (b) a container's /dev/shm and 8 ranks
-bench="$(runfile tools/hcomm_bench)" || fail "hcomm_bench not in the runfiles"
-start="$(now)"
-in_small_shm 64m timeout -k 5 120 "$launcher" -n 8 --timeout 90 -- \
-  "$bench" allreduce -b 8 -e 4M -f 8 --runs 1 -n 5 -w 1 >"$out" 2>&1
-rc=$?
-cat "$out"
-echo "--- (b) 64 MiB /dev/shm, 8 ranks: exited $rc after $(elapsed "$start") s"
-[[ $rc -eq 0 ]] || fail "(b) hcomm_bench allreduce on 8 ranks and a 64 MiB /dev/shm exited $rc"
-grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "(b) wrong values"
+allreduce_right b 64m 8
 grep -q '^\[rank [0-7]\] hcomm WARN: .*/dev/shm is short of room.*--shm-size' "$out" ||
   fail "(b) no rank said that its rings or segment are smaller, and how to fix it"
 
@@ -99,46 +114,23 @@ rings="$(grep -o 'HCOMM_ERR_OUT_OF_MEM.*cannot reserve [0-9]* bytes in /dev/shm'
 [[ -n "$rings" ]] || fail "(c) no rank said that /dev/shm has no room"
 
 # (d) room for the smallest rings, not for the smallest collective segment
-size=$((3 * rings + 256 * 1024))
-start="$(now)"
-in_small_shm "$size" timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
-rc=$?
-cat "$out"
-echo "--- (d) $size bytes of /dev/shm: exited $rc after $(elapsed "$start") s"
-[[ $rc -eq 0 ]] || fail "(d) collectives_acceptance on $size bytes of /dev/shm exited $rc"
-for r in 0 1 2; do
-  grep -qxF "[rank $r] ok: all" "$out" || fail "(d) rank $r did not print 'ok: all'"
-done
-if grep -q 'FAIL' "$out"; then fail "(d) a rank reported a failure"; fi
+acceptance_passes d $((3 * rings + 256 * 1024))
 by_messages='go by messages instead of a shared segment: cannot reserve [0-9]* bytes in /dev/shm'
 grep -q "^\[rank 0\] hcomm WARN: rank 0, communicator of 3: collectives $by_messages" "$out" ||
   fail "(d) rank 0 did not say that its collectives go by messages, and why"
 
 # (e) a container's /dev/shm and 12 ranks
-start="$(now)"
-in_small_shm 64m timeout -k 5 120 "$launcher" -n 12 --timeout 90 -- \
-  "$bench" allreduce -b 8 -e 4M -f 8 --runs 1 -n 5 -w 1 >"$out" 2>&1
-rc=$?
-cat "$out"
-echo "--- (e) 64 MiB /dev/shm, 12 ranks: exited $rc after $(elapsed "$start") s"
-[[ $rc -eq 0 ]] || fail "(e) hcomm_bench allreduce on 12 ranks and a 64 MiB /dev/shm exited $rc"
-grep -qF '[rank 0] # Out of bounds values : 0 OK' "$out" || fail "(e) wrong values"
+allreduce_right e 64m 12
 smaller_rings='hcomm WARN: rank [0-9]*: shared-memory rings of [0-9]* KiB instead of 512'
-grep -q "^\[rank [0-9]*\] $smaller_rings" "$out" || fail "(e) no rank said that its rings are smaller"
+grep -q "^\[rank [0-9]*\] $smaller_rings" "$out" ||
+  fail "(e) no rank said that its rings are smaller"
 
 # (f) /dev/shm unusable
-start="$(now)"
-in_small_shm ro timeout -k 5 120 "$launcher" -n 3 --timeout 90 -- "$prog" >"$out" 2>&1
-rc=$?
-cat "$out"
-echo "--- (f) read-only /dev/shm: exited $rc after $(elapsed "$start") s"
-[[ $rc -eq 0 ]] || fail "(f) collectives_acceptance on a read-only /dev/shm exited $rc"
+acceptance_passes f ro
 for r in 0 1 2; do
-  grep -qxF "[rank $r] ok: all" "$out" || fail "(f) rank $r did not print 'ok: all'"
   grep -q "^\[rank $r\] hcomm WARN: rank $r: ranks of this host talk over TCP: .*Read-only" \
     "$out" || fail "(f) rank $r did not say that it talks over TCP, and why"
 done
-if grep -q 'FAIL' "$out"; then fail "(f) a rank reported a failure"; fi
 in_small_shm ro env HCOMM_TRANSPORTS=shm timeout -k 5 60 "$launcher" -n 2 --timeout 30 -- \
   "$prog" >"$out" 2>&1
 rc=$?
