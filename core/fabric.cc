@@ -271,12 +271,13 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   const bool shm_allowed = std::find(allowed.begin(), allowed.end(), "shm") != allowed.end();
   const absl::Status shm_probe =
       shm_allowed ? ShmTransport::Probe(job_key_, rank_) : absl::OkStatus();
-  const bool my_shm = shm_allowed && shm_probe.ok();
+  // Which /dev/shm we see ("-": none we can use): ranks of one host_id
+  // share segments only where it is the same one.
+  const std::string my_shm = shm_allowed && shm_probe.ok() ? ShmTransport::Domain() : "-";
   HCOMM_RETURN_IF_ERROR(store_client_->Set(
       absl::StrCat("hcomm/addr/", rank_),
       absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid(), " ",
-                   my_cpus.empty() ? "-" : absl::StrJoin(my_cpus, ","), " ",
-                   my_shm ? "shm" : "-"),
+                   my_cpus.empty() ? "-" : absl::StrJoin(my_cpus, ","), " ", my_shm),
       deadline));
 
   std::vector<std::string> keys;
@@ -305,30 +306,31 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // `transports` key allows (in its order of preference).
   std::vector<std::string> host_of(size_);
   std::vector<std::string> cpus_of(size_);
-  std::vector<bool> shm_of(size_);
+  std::vector<std::string> shm_of(size_);
   for (int r = 0; r < size_; ++r) {
     auto entry = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
     if (!entry.ok()) return Annotate(entry.status(), where);
     std::vector<std::string> parts = absl::StrSplit(*entry, ' ');
     host_of[r] = parts.size() > 1 ? parts[1] : "";
     cpus_of[r] = parts.size() > 3 ? parts[3] : "";
-    shm_of[r] = parts.size() > 4 && parts[4] == "shm";
+    shm_of[r] = parts.size() > 4 ? parts[4] : "-";
   }
   enum class Route { kNone, kShm, kTcp };
   std::vector<Route> route(size_, Route::kNone);
   std::vector<int> local_peers, unreachable;
   int tcp_higher = 0;
   bool any_tcp = false;
-  bool shm_refused = false;  // a rank of this host went another way: neither can use shm
+  bool shm_refused = false;  // a rank of this host went another way: one cannot use shm
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const bool same_host = host_of[r] == host_id_;
     for (const std::string& t : allowed) {
       if (t == "shm" && same_host) {
-        if (!my_shm || !shm_of[r]) {
+        if (my_shm == "-" || shm_of[r] == "-") {
           shm_refused = true;
           continue;
         }
+        if (shm_of[r] != my_shm) continue;  // another machine or container of this name
         route[r] = Route::kShm;
         break;
       }
@@ -344,17 +346,26 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     if (route[r] == Route::kNone) unreachable.push_back(r);
   }
-  // A usable /dev/shm that a local peer lacks is that peer's to report.
-  const std::string no_shm =
-      !shm_probe.ok() ? absl::StrCat("this rank cannot use shared memory: ", shm_probe.message())
-                      : "a rank of this host cannot use shared memory (its own log says why)";
+  // Why shared memory does not reach rank u of our host_id (a usable
+  // /dev/shm that the peer lacks is the peer's to report).
+  auto no_shm = [&](int u) {
+    if (!shm_probe.ok()) {
+      return absl::StrCat("this rank cannot use shared memory: ", shm_probe.message());
+    }
+    if (shm_of[u] == "-") {
+      return absl::StrCat("rank ", u, " cannot use shared memory (its own log says why)");
+    }
+    return absl::StrCat("rank ", u, " sees another /dev/shm (another machine or container named ",
+                        host_id_, ")");
+  };
   if (!unreachable.empty()) {
     const bool local = host_of[unreachable[0]] == host_id_;
     return NoDevice(absl::StrCat(
         where, ": transports=", absl::StrJoin(allowed, ","), " cannot reach ranks ",
         absl::StrJoin(unreachable, ","), " (host ", host_of[unreachable[0]],
         ", we are on host ", host_id_, "); ",
-        local ? absl::StrCat(no_shm, "; allow tcp") : "allow tcp to reach other hosts",
+        local ? absl::StrCat(no_shm(unreachable[0]), "; allow tcp")
+              : "allow tcp to reach other hosts",
         std::find(allowed.begin(), allowed.end(), "ibverbs") != allowed.end()
             ? " (ibverbs is not available in this build)"
             : ""));
@@ -363,7 +374,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     // Not an error (the job runs), but slower than it could: said whatever
     // HCOMM_DEBUG is, by the rank that cannot.
     fprintf(stderr, "hcomm WARN: rank %d: ranks of this host talk over TCP: %s\n", rank_,
-            no_shm.c_str());
+            no_shm(rank_).c_str());
   }
 
   // Ranks of this host outnumber the CPUs they may run on together (each

@@ -30,6 +30,10 @@
 #       --ipc=none): the collective acceptance must pass in full over TCP,
 #       every rank saying why on stderr; with HCOMM_TRANSPORTS=shm init
 #       must fail with HCOMM_ERR_NO_DEVICE naming /dev/shm's error.
+#   (g) rank 2 in a mount namespace of its own (a container with the same
+#       host name and a /dev/shm of its own), ranks 0 and 1 outside: rank 2
+#       must reach them over TCP, and the collective acceptance pass in
+#       full (it waited for segments it could not see until the timeout).
 #
 # Needs root (a mount namespace and a tmpfs mount); prints "SKIP: ..." and
 # passes where `unshare --mount` cannot mount a tmpfs.
@@ -139,5 +143,26 @@ echo "--- (f) read-only /dev/shm, transports=shm: exited $rc"
 [[ $rc -ne 0 ]] || fail "(f) transports=shm on a read-only /dev/shm exited 0"
 grep -q 'HCOMM_ERR_NO_DEVICE.*cannot use shared memory: shm_open.*Read-only' "$out" ||
   fail "(f) transports=shm: no rank said that /dev/shm is unusable"
+
+# (g) one rank with a /dev/shm of its own, started without the launcher
+port="$(free_port)"
+pids=()
+for r in 0 1 2; do
+  wrap=()
+  [[ $r -eq 2 ]] && wrap=(in_small_shm 64m)
+  "${wrap[@]}" env HCOMM_RANK="$r" HCOMM_WORLD_SIZE=3 HCOMM_STORE_ADDR="127.0.0.1:$port" \
+    HCOMM_TIMEOUT_MS=60000 "$prog" >"$out.$r" 2>&1 &
+  pids+=($!)
+done
+for r in 0 1 2; do
+  wait_pid "${pids[r]}" 120
+  rc=$?
+  sed "s/^/[rank $r] /" "$out.$r"
+  echo "--- (g) rank $r, /dev/shm of its own: $([[ $r -eq 2 ]] && echo yes || echo no): exited $rc"
+  [[ $rc -eq 0 ]] || fail "(g) rank $r exited $rc"
+  grep -qxF "ok: all" "$out.$r" || fail "(g) rank $r did not print 'ok: all'"
+  rm -f "$out.$r"
+done
 echo "PASS: a small /dev/shm shrinks the segment, or its collectives go by messages, or" \
-  "init fails with a message; an unusable one leaves the ranks on TCP; no rank crashes"
+  "init fails with a message; an unusable or separate one leaves the ranks on TCP;" \
+  "no rank crashes"

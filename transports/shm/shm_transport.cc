@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -332,6 +334,23 @@ void RunCompletions(Completions* done) {
 
 ShmTransport::ShmTransport(int self, int world_size, FrameSink* sink)
     : self_(self), world_size_(world_size), sink_(sink), conns_(world_size) {}
+
+std::string ShmTransport::Domain() {
+  std::string boot = "noboot";
+  if (FILE* f = fopen("/proc/sys/kernel/random/boot_id", "re")) {
+    char buf[64] = {0};
+    if (fgets(buf, sizeof buf, f) != nullptr) {
+      boot.clear();
+      for (const char* c = buf; *c != '\0'; ++c) {
+        if (isxdigit(static_cast<unsigned char>(*c))) boot.push_back(*c);
+      }
+    }
+    fclose(f);
+  }
+  struct stat st;
+  const uint64_t dev = stat("/dev/shm", &st) == 0 ? static_cast<uint64_t>(st.st_dev) : 0;
+  return absl::StrCat(boot, ".", absl::Hex(dev));
+}
 
 absl::Status ShmTransport::Probe(const std::string& job_key, int self) {
   const std::string name = SegmentName(job_key, self) + "-probe";

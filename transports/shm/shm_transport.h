@@ -144,6 +144,12 @@ class ShmTransport : public Transport {
   // --ipc=none) is Unavailable, a full one OutOfMem, each naming the call
   // that failed. Leaves nothing in /dev/shm.
   static absl::Status Probe(const std::string& job_key, int self);
+  // Which /dev/shm this process sees: the boot's id and the device of the
+  // file system mounted there ("<boot_id>.<dev>", no spaces). Two ranks can
+  // share segments only if theirs match: two machines with one host name
+  // differ in the boot's id, two containers of one machine with a /dev/shm
+  // each in the device.
+  static std::string Domain();
 
   // Peers see every connection fail at once (as after ShutdownAll); the
   // callbacks of frames still queued do not run. Unmaps everything and

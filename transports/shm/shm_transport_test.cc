@@ -121,6 +121,18 @@ TEST(ShmTransportSetupTest, ProbeLeavesNothingAndSparesTheSegmentsName) {
   EXPECT_EQ(Leftovers(key).size(), 1u);
 }
 
+TEST(ShmTransportSetupTest, DomainNamesTheBootAndTheDeviceOfDevShm) {
+  const std::string d = ShmTransport::Domain();
+  EXPECT_EQ(d, ShmTransport::Domain());
+  const size_t dot = d.find('.');
+  ASSERT_NE(dot, std::string::npos) << d;
+  EXPECT_EQ(dot, 32u) << d;  // the boot's id: 32 hex digits without its dashes
+  struct stat st;
+  ASSERT_EQ(stat("/dev/shm", &st), 0);
+  EXPECT_EQ(d.substr(dot + 1), absl::StrCat(absl::Hex(static_cast<uint64_t>(st.st_dev)))) << d;
+  EXPECT_EQ(d.find(' '), std::string::npos) << d;  // one field of a rank's address
+}
+
 TEST(ShmTransportSetupTest, FinishSetupUnlinksAndReportsMissingPeers) {
   TestSink sink(2);
   const std::string key = UniqueKey("finish");
