@@ -345,6 +345,9 @@ inline void CopyPiece(char* d, const char* s, size_t n, size_t& i) {
 // with these).
 inline void CopyTail(char* d, const char* s, size_t n) {
   static_assert(kVecBytes <= 64, "a tail is shorter than 64 bytes");
+  // A tail is shorter than a vector (every caller's count < kLanes); said
+  // for the compiler, which otherwise warns of copies past the buffers.
+  if (n >= kVecBytes) __builtin_unreachable();
   size_t i = 0;
   CopyPiece<32>(d, s, n, i);
   CopyPiece<16>(d, s, n, i);
@@ -399,6 +402,9 @@ void Binary(void* dst, const void* a, const void* b, size_t count) {
 // ReduceHalfParts: one StepMany per chunk; the tail on zero-padded copies.
 template <typename Codec, typename Op>
 void Many(void* dst, const void* const* parts, int n, size_t count, int mode, float k) {
+  // ReduceHalfParts checked this; said for the compiler, which otherwise
+  // warns of parts read uninitialized or written past the arrays.
+  if (n < 1 || n > kMaxHalfParts) __builtin_unreachable();
   constexpr size_t kStep = Codec::kLanes * Codec::kElemSize;
   const char* p[kMaxHalfParts];
   for (int j = 0; j < n; ++j) p[j] = static_cast<const char*>(parts[j]);

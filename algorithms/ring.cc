@@ -164,7 +164,7 @@ absl::Status RingAllGather(Peers& p, char* work, size_t count, size_t esize) {
 
 absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
                            ReduceOp op) {
-  const int n = p.size(), r = p.rank();
+  const int n = p.size();
   const size_t esize = DataTypeSize(t);
   char* work = static_cast<char*>(recv);
   const char* in = static_cast<const char*>(send);

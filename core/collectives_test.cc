@@ -169,7 +169,9 @@ void RunMatrix(Communicator& c, Algorithm algo) {
         absl::Status s = c.Reduce(in.data(), r == root ? out.data() : nullptr, count, t, op, root);
         std::string label = Label("reduce", n, algo, t, op, count, false, root);
         ASSERT_TRUE(s.ok()) << label << ": " << s;
-        if (r == root) ASSERT_EQ(CheckReduced(out.data(), 0, count, n, t, op), "") << label;
+        if (r == root) {
+          ASSERT_EQ(CheckReduced(out.data(), 0, count, n, t, op), "") << label;
+        }
       }
     }
   }
@@ -183,7 +185,9 @@ void RunMatrix(Communicator& c, Algorithm algo) {
         absl::Status s = c.Reduce(in.data(), dst, count, t, op, root);
         std::string label = Label("reduce", n, algo, t, op, count, in_place, root);
         ASSERT_TRUE(s.ok()) << label << ": " << s;
-        if (r == root) ASSERT_EQ(CheckReduced(dst, 0, count, n, t, op), "") << label;
+        if (r == root) {
+          ASSERT_EQ(CheckReduced(dst, 0, count, n, t, op), "") << label;
+        }
       }
     }
   }
@@ -493,7 +497,9 @@ TEST(HalfPrecisionTest, AccumulatesInFloat32) {
         uint16_t r = 0;
         uint16_t mine = t == DataType::kFloat16 ? FloatToHalf(in[rank]) : FloatToBFloat16(in[rank]);
         ASSERT_TRUE((*c)->Reduce(&mine, rank == 0 ? &r : nullptr, 1, t, ReduceOp::kSum, 0).ok());
-        if (rank == 0 && t == DataType::kFloat16) EXPECT_EQ(HalfToFloat(r), 2050.0f) << algo;
+        if (rank == 0 && t == DataType::kFloat16) {
+          EXPECT_EQ(HalfToFloat(r), 2050.0f) << algo;
+        }
       }
     }
   });

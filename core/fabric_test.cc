@@ -70,7 +70,9 @@ TEST_P(FabricTest, PingPongSmallAndLarge) {
         ASSERT_OK(c->Recv(0, buf.data(), n, 1, 1, 6, c->timeout(), &r));
         EXPECT_EQ(r->out_bytes, n);
         // n == 0: msg.data() may be NULL, which memcmp must not get.
-        if (n > 0) EXPECT_EQ(0, memcmp(buf.data(), msg.data(), n)) << n;
+        if (n > 0) {
+          EXPECT_EQ(0, memcmp(buf.data(), msg.data(), n)) << n;
+        }
       } else {
         std::shared_ptr<Request> r;
         absl::Status s = c->Recv(0, buf.data(), n + 1, 1, 0, 5, c->timeout(), &r);
@@ -456,7 +458,9 @@ TEST_P(FabricTest, ManyThreadsShareOneFabric) {
             ASSERT_OK(c->Recv(0, buf.data(), n, 1, 0, t, c->timeout()));
             ASSERT_OK(c->Send(0, buf.data(), n, 1, 0, t, c->timeout()));
           }
-          if (rank == 0) ASSERT_EQ(buf, m);
+          if (rank == 0) {
+            ASSERT_EQ(buf, m);
+          }
         }
       });
     }
