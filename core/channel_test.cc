@@ -46,7 +46,10 @@ namespace {
 // A name no other test (or concurrent run) uses; removes a stale segment.
 std::string UniqueName(absl::string_view tag) {
   static int counter = 0;
-  std::string name = absl::StrCat("test-", getpid(), "-", tag, "-", counter++);
+  // Tests side by side in Bazel's sandboxes may share a pid, not this word.
+  static const uint32_t word = std::random_device{}();
+  std::string name = absl::StrCat("test-", getpid(), "x", absl::Hex(word), "-", tag, "-",
+                                  counter++);
   shm_unlink(Channel::ShmName(name).c_str());
   return name;
 }

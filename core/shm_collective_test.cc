@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstring>
+#include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +24,10 @@ namespace {
 
 std::string UniqueName() {
   static std::atomic<int> n{0};
-  return absl::StrCat("/hcomm-test-", getpid(), "-", n.fetch_add(1));
+  // Bazel's sandbox gives each test (and shard) its own pid namespace, so
+  // shards run side by side may share a pid but never this random word.
+  static const uint32_t word = std::random_device{}();
+  return absl::StrCat("/hcomm-test-", getpid(), "x", absl::Hex(word), "-", n.fetch_add(1));
 }
 
 bool NameExists(const std::string& name) {

@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 
@@ -288,7 +289,11 @@ int Group::Wait(int rank) {
 
 std::string UniqueKey(const std::string& what) {
   static std::atomic<int> counter{0};
-  return absl::StrCat("t", getpid(), "-", what, "-", counter.fetch_add(1));
+  // Bazel's sandbox gives each test its own pid namespace, so tests run side
+  // by side may share a pid but never this process's random word.
+  static const uint32_t word = std::random_device{}();
+  return absl::StrCat("t", getpid(), "x", absl::Hex(word), "-", what, "-",
+                      counter.fetch_add(1));
 }
 
 std::vector<std::string> Leftovers(const std::string& key) {
