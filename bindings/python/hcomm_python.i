@@ -178,7 +178,7 @@ HCOMM_PY_OUT_HANDLE(hcomm_channel_t, out)
 
 /* Static strings returned through `const char** name` (hcomm_comm_transport). */
 %typemap(in, numinputs=0) const char** name (const char* tmp = NULL) {
-  $1 = &tmp;
+  $1 = ($1_ltype)&tmp;  /* SWIG declares the argument without its const */
 }
 %typemap(argout) const char** name {
   $result = SWIG_Python_AppendOutput($result,
