@@ -27,7 +27,9 @@ absl::CondVar cv;
 int guarded ABSL_GUARDED_BY(mu) = 0;
 bool ready ABSL_GUARDED_BY(mu) = false;
 int handed_over = 0;  // written before Notify, read after the wait
-int racy = 0;
+#if defined(__SANITIZE_THREAD__)
+int racy = 0;  // the forked child's deliberate race (main, below)
+#endif
 
 bool Enough(int* n) { return *n >= 4000; }
 
