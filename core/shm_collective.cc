@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "algorithms/reduce_parts.h"
 #include "core/shared_copy.h"
+#include "core/shm_file.h"
 #include "core/spin.h"
 #include "core/status.h"
 
@@ -127,30 +128,22 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Create(const std::
   if (fd < 0) {
     return Unavailable(absl::StrCat("shm_open(", name, "): ", strerror(errno)));
   }
-  auto fail = [&](const std::string& what, int e) {
+  auto fail = [&](absl::Status s) {
     close(fd);
     shm_unlink(name.c_str());
-    return OutOfMem(absl::StrCat(what, ": ", strerror(e)));
+    return s;
   };
-  // Reserve the pages now: on a full /dev/shm (a container's default 64 MB)
-  // the first touch of an unreserved page is SIGBUS, not an error. Where
-  // whole slots do not fit, smaller ones still keep the collectives off
-  // the message path (tmpfs gives back what a failed reservation took).
-  size_t slot = most_slot_bytes;
-  size_t bytes = 0;
-  for (;; slot /= 2) {
-    bytes = SegmentSize(nranks, slot);
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      return fail(absl::StrCat("cannot size ", name, " to ", bytes, " bytes"), errno);
-    }
-    const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-    if (e == 0) break;
-    if (e != ENOSPC || slot == kMinSlotBytes) {
-      return fail(absl::StrCat("cannot reserve ", bytes, " bytes in /dev/shm for ", name), e);
-    }
-  }
+  // Where whole slots do not fit, smaller ones still keep the collectives
+  // off the message path.
+  absl::StatusOr<size_t> reserved = ReserveHalving(
+      fd, name, most_slot_bytes, kMinSlotBytes, [&](size_t s) { return SegmentSize(nranks, s); });
+  if (!reserved.ok()) return fail(reserved.status());
+  const size_t slot = *reserved;
+  const size_t bytes = SegmentSize(nranks, slot);
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (base == MAP_FAILED) return fail(absl::StrCat("cannot map ", name), errno);
+  if (base == MAP_FAILED) {
+    return fail(OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(errno))));
+  }
   close(fd);
   std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes, slot));
   // A fresh mapping is zero: counters and seqlocks start at 0.

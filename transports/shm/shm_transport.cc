@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/shared_copy.h"
+#include "core/shm_file.h"
 #include "core/spin.h"
 #include "core/status.h"
 
@@ -359,14 +360,9 @@ absl::Status ShmTransport::Probe(const std::string& job_key, int self) {
   if (fd < 0) {
     return Unavailable(absl::StrCat("shm_open(/dev/shm", name, "): ", strerror(errno)));
   }
-  absl::Status s;
-  if (ftruncate(fd, static_cast<off_t>(page)) != 0) {
-    s = Unavailable(absl::StrCat("ftruncate of /dev/shm", name, ": ", strerror(errno)));
-  } else if (int e = posix_fallocate(fd, 0, static_cast<off_t>(page)); e != 0) {
-    s = e == ENOSPC ? OutOfMem(absl::StrCat("/dev/shm is full: ", strerror(e)))
-                    : Unavailable(absl::StrCat("posix_fallocate in /dev/shm", name, ": ",
-                                               strerror(e)));
-  } else {
+  absl::Status s =
+      ReserveHalving(fd, name, page, page, [](size_t b) { return b; }).status();
+  if (s.ok()) {
     void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       s = Unavailable(absl::StrCat("mmap of /dev/shm", name, ": ", strerror(errno)));
@@ -424,7 +420,6 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     const uint64_t share = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / (n + 1);
     while (ring_bytes > kMinRingBytes && segment_bytes(ring_bytes) > share) ring_bytes /= 2;
   }
-  size_t total = segment_bytes(ring_bytes);
 
   std::unique_ptr<ShmTransport> t(new ShmTransport(self, world_size, sink));
   t->cma_enabled_ = CmaAllowedByEnv();
@@ -452,24 +447,14 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     return fail_fd(Unavailable(
         absl::StrCat("shm: rank ", self, ": fchmod of ", seg->name, ": ", strerror(errno))));
   }
-  // Reserve the memory now: a full /dev/shm fails here, not with SIGBUS
-  // later. Where another job took the room since statvfs, smaller rings
-  // (tmpfs gives back what a failed reservation took).
-  for (;;) {
-    if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
-      return fail_fd(Unavailable(absl::StrCat("shm: rank ", self, ": sizing ", seg->name, " to ",
-                                              total, " bytes: ", strerror(errno))));
-    }
-    const int e = posix_fallocate(fd, 0, static_cast<off_t>(total));
-    if (e == 0) break;
-    if (e != ENOSPC || ring_bytes <= kMinRingBytes) {
-      return fail_fd(OutOfMem(absl::StrCat("shm: rank ", self, ": cannot reserve ", total,
-                                           " bytes in /dev/shm for ", seg->name, ": ",
-                                           strerror(e))));
-    }
-    ring_bytes /= 2;
-    total = segment_bytes(ring_bytes);
+  // Where another job took the room since statvfs, smaller rings.
+  absl::StatusOr<size_t> reserved =
+      ReserveHalving(fd, seg->name, ring_bytes, kMinRingBytes, segment_bytes);
+  if (!reserved.ok()) {
+    return fail_fd(Annotate(reserved.status(), absl::StrCat("shm: rank ", self)));
   }
+  ring_bytes = *reserved;
+  const size_t total = segment_bytes(ring_bytes);
   seg->ring_bytes = ring_bytes;
   t->planned_ring_bytes_ = planned_ring_bytes;
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -1,0 +1,33 @@
+// Reserving the pages of a file in /dev/shm.
+//
+// tmpfs hands out pages on first touch, so a file sized with ftruncate alone
+// maps fine and kills the process with SIGBUS when /dev/shm runs out of
+// room. Every segment hcomm makes there reserves its pages first:
+//
+//   HCOMM_ASSIGN_OR_RETURN(size_t slot, ReserveHalving(fd, name, kSlot, kMinSlot,
+//                                                      [&](size_t s) { return Size(n, s); }));
+#ifndef HCOMM_CORE_SHM_FILE_H_
+#define HCOMM_CORE_SHM_FILE_H_
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace hcomm {
+
+// Sizes the open /dev/shm file `fd` (named `name` in messages) to
+// bytes_for(unit) and reserves its pages, halving `unit` while the
+// reservation finds no room and unit > min_unit (tmpfs gives back what a
+// failed reservation took). Returns the unit reserved. OUT_OF_MEM ("cannot
+// reserve N bytes in /dev/shm for NAME: No space left on device") where not
+// even min_unit fits; UNAVAILABLE where ftruncate or posix_fallocate fail
+// otherwise. The caller closes `fd` and removes the name on failure.
+absl::StatusOr<size_t> ReserveHalving(int fd, const std::string& name, size_t unit,
+                                      size_t min_unit,
+                                      const std::function<size_t(size_t)>& bytes_for);
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_SHM_FILE_H_
