@@ -78,7 +78,7 @@ sources_of() {
     fabric_frames) echo "${COMMON[*]} core/config.cc core/handshake.cc core/store_server.cc \
                          core/store_client.cc core/matcher.cc core/fabric.cc @pb \
                          transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
-                         core/shared_copy.cc fuzz/fabric_frames_fuzzer.cc" ;;
+                         core/shared_copy.cc core/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac
 }
 max_len_of() {
