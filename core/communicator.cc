@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/shm_file.h"
 #include "core/status.h"
 
 namespace hcomm {
@@ -532,18 +533,17 @@ absl::Status Communicator::SetUpShmCollective() {
   if (shm_coll_ != nullptr && rank_ == 0 && shm_coll_->slot_bytes() < ShmCollective::kSlotBytes) {
     fprintf(stderr,
             "hcomm WARN: rank %d, communicator of %d: the collectives' shared segment has slots "
-            "of %s instead of %s: /dev/shm is short of room (a larger /dev/shm restores them: "
-            "docker run --shm-size=1g)\n",
+            "of %s instead of %s: /dev/shm is short of room %s\n",
             world, size_, Bytes(shm_coll_->slot_bytes()).c_str(),
-            Bytes(ShmCollective::kSlotBytes).c_str());
+            Bytes(ShmCollective::kSlotBytes).c_str(), kLargerDevShm);
   }
   if (!failed.ok()) {
     const bool full = CodeOf(failed) == ErrorCode::kOutOfMem;
     fprintf(stderr,
             "hcomm WARN: rank %d, communicator of %d: collectives go by messages instead of a "
-            "shared segment: %s%s\n",
-            world, size_, std::string(failed.message()).c_str(),
-            full ? " (a larger /dev/shm restores it: docker run --shm-size=1g)" : "");
+            "shared segment: %s%s%s\n",
+            world, size_, std::string(failed.message()).c_str(), full ? " " : "",
+            full ? kLargerDevShm : "");
   }
   return absl::OkStatus();
 }

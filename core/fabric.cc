@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "core/handshake.h"
 #include "core/net.h"
+#include "core/shm_file.h"
 #include "core/spin.h"
 #include "core/status.h"
 #include "core/store_client.h"
@@ -415,8 +416,8 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
       // made theirs last found the least room).
       fprintf(stderr,
               "hcomm WARN: rank %d: shared-memory rings of %zu KiB instead of %zu KiB: /dev/shm "
-              "is short of room (a larger /dev/shm restores them: docker run --shm-size=1g)\n",
-              rank_, shm->ring_bytes() >> 10, shm->planned_ring_bytes() >> 10);
+              "is short of room %s\n",
+              rank_, shm->ring_bytes() >> 10, shm->planned_ring_bytes() >> 10, kLargerDevShm);
     }
     HCOMM_RETURN_IF_ERROR(
         store_client_->Set(absl::StrCat("hcomm/shm/", rank_), shm->Address(), deadline));

@@ -17,6 +17,10 @@
 
 namespace hcomm {
 
+// Ends every warning that /dev/shm was short of room: what to do about it.
+inline constexpr char kLargerDevShm[] =
+    "(a larger /dev/shm restores the full size: docker run --shm-size=1g)";
+
 // Sizes the open /dev/shm file `fd` (named `name` in messages) to
 // bytes_for(unit) and reserves its pages, halving `unit` while the
 // reservation finds no room and unit > min_unit (tmpfs gives back what a
