@@ -386,6 +386,104 @@ TEST(GroupsTest, SplitAndCreateGroupHaveTheirOwnMessageSpace) {
   });
 }
 
+// Groups of one split get context ids alike: each still gets a shared
+// segment of its own (their names once clashed, and all but one group fell
+// back to messages).
+TEST(GroupsTest, EveryGroupOfASplitHasItsOwnSegment) {
+  testing::SetTransportMode(testing::TransportMode::kShm);
+  testing::RunRanks(4, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    EXPECT_TRUE((*world)->has_shm_collective());
+    auto half = (*world)->Split(rank % 2, rank);
+    ASSERT_TRUE(half.ok()) << half.status();
+    EXPECT_TRUE((*half)->has_shm_collective()) << "rank " << rank;
+    int v = rank, sum = 0;
+    ASSERT_TRUE((*half)->AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, rank % 2 == 0 ? 2 : 4);
+  });
+}
+
+// Destroying a group (local) fails what is pending on it at once, and
+// nothing sent to it afterwards, or left unreceived in it, reaches a buffer
+// or keeps a sender waiting; the parent's pending operations carry on.
+class GroupDestroyTest : public ::testing::TestWithParam<testing::TransportMode> {};
+
+TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
+  testing::SetTransportMode(GetParam());
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    Communicator& w = **world;
+    auto split = w.Split(0, rank);
+    ASSERT_TRUE(split.ok()) << split.status();
+    std::unique_ptr<Communicator> g = std::move(*split);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    constexpr size_t kBig = 1 << 20;  // goes by rendezvous
+    std::vector<char> big(kBig, 'b');
+    int token = 0;
+    if (rank == 1) {
+      // Left unreceived in the group: an eager message and a rendezvous.
+      char small[16] = "unreceived";
+      ASSERT_TRUE(g->Send(small, sizeof small, 1, 0, 9).ok());
+      auto rts = g->Isend(big.data(), kBig, 1, 0, 10);
+      ASSERT_TRUE(rts.ok()) << rts.status();
+      ASSERT_TRUE(w.Send(&token, sizeof token, 4, 0, 1).ok());
+      ASSERT_TRUE(w.Recv(&token, sizeof token, 4, 0, 2).ok());  // rank 0 destroyed g
+      // The rendezvous nobody will receive completes (as for a receive too
+      // small: the receiver is the one told) instead of waiting it out.
+      EXPECT_TRUE(g->Wait(rts->get(), deadline).ok());
+      g->Release(*rts);
+      // Sent after the destroy: dropped there, complete here.
+      int late = 77;
+      EXPECT_TRUE(g->Send(&late, sizeof late, 4, 0, 5).ok());
+      auto late_big = g->Isend(big.data(), kBig, 1, 0, 11);
+      ASSERT_TRUE(late_big.ok()) << late_big.status();
+      EXPECT_TRUE(g->Wait(late_big->get(), deadline).ok());
+      g->Release(*late_big);
+      ASSERT_TRUE(w.Send(&token, sizeof token, 4, 0, 3).ok());
+      token = 4444;
+      ASSERT_TRUE(w.Send(&token, sizeof token, 4, 0, 4).ok());
+      g.reset();
+      ASSERT_TRUE(w.Barrier().ok());
+      return;
+    }
+    int small_buf = -1;
+    std::vector<char> big_buf(kBig, 'x');
+    auto r5 = g->Irecv(&small_buf, sizeof small_buf, 4, 1, 5);
+    auto r11 = g->Irecv(big_buf.data(), kBig, 1, 1, 11);
+    int world_buf = 0;
+    auto pending_world = w.Irecv(&world_buf, sizeof world_buf, 4, 1, 4);
+    ASSERT_TRUE(r5.ok() && r11.ok() && pending_world.ok());
+    ASSERT_TRUE(w.Recv(&token, sizeof token, 4, 1, 1).ok());  // the unreceived ones are here
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(g->Destroy().ok());
+    // Not the 20 s timeout: nothing of ours was in flight.
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    for (auto* r : {&*r5, &*r11}) {
+      absl::Status s = w.Wait(r->get(), deadline);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
+      EXPECT_NE(s.message().find("destroyed"), std::string::npos) << s;
+      w.Release(*r);
+    }
+    ASSERT_TRUE(w.Send(&token, sizeof token, 4, 1, 2).ok());
+    ASSERT_TRUE(w.Recv(&token, sizeof token, 4, 1, 3).ok());  // its late sends completed
+    EXPECT_EQ(small_buf, -1);
+    EXPECT_EQ(big_buf, std::vector<char>(kBig, 'x'));
+    EXPECT_TRUE(w.Wait(pending_world->get(), deadline).ok());
+    EXPECT_EQ(world_buf, 4444);
+    w.Release(*pending_world);
+    ASSERT_TRUE(w.Barrier().ok());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, GroupDestroyTest,
+                         ::testing::Values(testing::TransportMode::kShm,
+                                           testing::TransportMode::kTcp),
+                         [](const ::testing::TestParamInfo<testing::TransportMode>& info) {
+                           return std::string(testing::TransportModeName(info.param));
+                         });
+
 TEST(GroupsTest, CreateGroupWithDifferentListsIsMismatch) {
   testing::RunRanks(3, [](int rank, const Options& o) {
     auto world = Communicator::Init(o);

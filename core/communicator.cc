@@ -500,7 +500,10 @@ absl::Status Communicator::SetUpShmCollective() {
   for (int g = 0; g < size_ && ok; ++g) {
     if (g != rank_ && strcmp(TransportTo(g), "shm") != 0) ok = 0;
   }
-  const std::string name = absl::StrCat("/hcomm-", fabric_->job_key(), "-c", coll_ctx_);
+  // Groups of one split share their context ids but no member, so the
+  // world rank of each one's rank 0 tells their segments apart.
+  const std::string name = absl::StrCat("/hcomm-", fabric_->job_key(), "-c", coll_ctx_, "-",
+                                        group_to_world_[0]);
   std::unique_ptr<ShmCollective> seg;
   absl::Status failed;  // why this rank could not make or map the segment
   if (ok && rank_ == 0) {
@@ -970,7 +973,11 @@ absl::Status Communicator::Destroy() {
   if (worker_.joinable()) worker_.join();
   shm_coll_.reset();
   absl::Status s;
-  if (is_world_) s = fabric_->Destroy();
+  if (is_world_) {
+    s = fabric_->Destroy();
+  } else {
+    fabric_->CloseContexts(p2p_ctx_, 2, Deadline());
+  }
   for (Scratch& sc : scratch_) {
     if (sc.data != nullptr) ::munmap(sc.data, sc.capacity);
     sc = Scratch();

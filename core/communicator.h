@@ -63,6 +63,10 @@ class Communicator {
   const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
   const std::shared_ptr<Fabric>& fabric() const { return fabric_; }
 
+  // Whether collectives run in a segment shared by all ranks
+  // (core/shm_collective.h) rather than by messages.
+  bool has_shm_collective() const { return shm_coll_ != nullptr; }
+
   // The transport to rank `peer` of this communicator.
   const char* TransportTo(int peer) const { return fabric_->TransportTo(group_to_world_[peer]); }
 
@@ -107,7 +111,7 @@ class Communicator {
   // Fails every pending and later operation of the whole job's fabric.
   void Abort() { fabric_->Abort(); }
   // Local. The world communicator shuts the fabric down in order (see
-  // Fabric::Destroy); others only release what they hold.
+  // Fabric::Destroy); others end their two contexts (Fabric::CloseContexts).
   absl::Status Destroy();
 
  private:

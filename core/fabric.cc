@@ -1526,6 +1526,7 @@ absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
 void Fabric::Release(const std::shared_ptr<Request>& r) {
   if (r->kind != Request::Kind::kRecv || r->done.load()) return;
   absl::MutexLock l(&mu_);
+  if (ClosedLocked(r->ctx)) return;  // (landing: it finishes by itself)
   if (MatcherFor(r->ctx).RemovePosted(r.get())) {
     Complete(r, Aborted("receive was freed before a message arrived"));
   }
@@ -1551,6 +1552,7 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
       if (!AdmitCredited(peer, payload_len)) return nullptr;
       p.rx_credited = payload_len;
     }
+    if (ClosedLocked(m.comm_id)) return nullptr;  // discard the payload
     std::shared_ptr<Request> r = MatcherFor(m.comm_id).TakePosted(peer, m.tag);
     if (r && Clash(r, m.id2, peer)) return nullptr;  // discard the payload
     if (r) {
@@ -1629,7 +1631,7 @@ void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
   }
   peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
   absl::MutexLock l(&mu_);
-  if (aborted_) return;
+  if (aborted_ || ClosedLocked(m.comm_id)) return;
   Matcher& matcher = MatcherFor(m.comm_id);
   std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
   if (r && Clash(r, m.id2, peer)) return;
@@ -1671,173 +1673,178 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
   std::vector<Outgoing> out;
   {
     absl::MutexLock l(&mu_);
-    Matcher& matcher = MatcherFor(m.comm_id);
-    switch (m.kind) {
-      case kEager: {
-        if (payload_len == 0) {
-          // Zero-byte message: match it now.
-          std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
-          if (r && Clash(r, m.id2, peer)) break;
-          if (r) {
-            r->out_source = peer;
-            r->out_tag = m.tag;
-            r->out_bytes = 0;
+    if (ClosedLocked(m.comm_id) && DropClosedLocked(peer, fm, &out)) {
+      // A communicator this rank destroyed (CloseContexts).
+    } else {
+      Matcher& matcher = MatcherFor(m.comm_id);
+      switch (m.kind) {
+        case kEager: {
+          if (payload_len == 0) {
+            // Zero-byte message: match it now.
+            std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+            if (r && Clash(r, m.id2, peer)) break;
+            if (r) {
+              r->out_source = peer;
+              r->out_tag = m.tag;
+              r->out_bytes = 0;
+              Complete(r, absl::OkStatus());
+            } else {
+              Unexpected u;
+              u.kind = Unexpected::Kind::kEager;
+              u.source = peer;
+              u.tag = m.tag;
+              u.bytes = 0;
+              u.fingerprint = m.id2;
+              u.complete = true;
+              CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
+              matcher.AddUnexpected(std::move(u));
+            }
+            break;
+          }
+          bool staged = false;  // the payload waits in the unexpected queue
+          if (p.rx_req) {
+            std::shared_ptr<Request> r = std::move(p.rx_req);
+            if (p.rx_truncated) {
+              Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", payload_len,
+                                                " bytes from rank ", peer, " tag ", m.tag,
+                                                " exceeds the receive buffer of ", r->bytes,
+                                                " bytes")));
+            } else {
+              Complete(r, absl::OkStatus());
+            }
+          } else if (p.rx_unexpected != nullptr) {
+            Unexpected* u = p.rx_unexpected;
+            u->complete = true;
+            staged = true;
+            if (u->claimed) {
+              std::shared_ptr<Request> r = std::move(u->claimed);
+              if (!r->done.load()) {
+                memcpy(r->recv_buf, u->data.get(), u->bytes);
+                r->out_bytes = u->bytes;
+                Complete(r, absl::OkStatus());
+              }
+              matcher.EraseUnexpected(u);
+              staged = false;
+            }
+          }
+          // Credit taken in OnFrame comes back once nothing of it is staged.
+          if (p.rx_credited > 0 && !staged) ReturnCredit(peer, p.rx_credited, &out);
+          p.rx_credited = 0;
+          p.rx_unexpected = nullptr;
+          p.rx_truncated = false;
+          break;
+        }
+        case kCredit: {
+          if (m.size > kEagerCreditBytes - eager_credit_[peer]) {
+            FailPeerLocked(peer,
+                           PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
+                                                    " handed back ", m.size,
+                                                    " bytes of eager credit it was never "
+                                                    "given; its connection is unusable")),
+                           /*any_source=*/true);
+            break;
+          }
+          eager_credit_[peer] += m.size;
+          break;
+        }
+        case kData: {
+          if (p.rx_req) {
+            std::shared_ptr<Request> r = std::move(p.rx_req);
+            awaiting_data_.erase(r->id);
             Complete(r, absl::OkStatus());
+          }
+          break;
+        }
+        case kRts: {
+          std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+          if (r) {
+            MatchRts(peer, m.tag, m.size, m.id, m.id2, r, &out);
           } else {
             Unexpected u;
-            u.kind = Unexpected::Kind::kEager;
+            u.kind = Unexpected::Kind::kRts;
             u.source = peer;
             u.tag = m.tag;
-            u.bytes = 0;
+            u.bytes = m.size;
+            u.send_id = m.id;
             u.fingerprint = m.id2;
-            u.complete = true;
             CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
             matcher.AddUnexpected(std::move(u));
           }
           break;
         }
-        bool staged = false;  // the payload waits in the unexpected queue
-        if (p.rx_req) {
-          std::shared_ptr<Request> r = std::move(p.rx_req);
-          if (p.rx_truncated) {
-            Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", payload_len,
-                                              " bytes from rank ", peer, " tag ", m.tag,
-                                              " exceeds the receive buffer of ", r->bytes,
-                                              " bytes")));
-          } else {
-            Complete(r, absl::OkStatus());
-          }
-        } else if (p.rx_unexpected != nullptr) {
-          Unexpected* u = p.rx_unexpected;
-          u->complete = true;
-          staged = true;
-          if (u->claimed) {
-            std::shared_ptr<Request> r = std::move(u->claimed);
-            if (!r->done.load()) {
-              memcpy(r->recv_buf, u->data.get(), u->bytes);
-              r->out_bytes = u->bytes;
-              Complete(r, absl::OkStatus());
-            }
-            matcher.EraseUnexpected(u);
-            staged = false;
-          }
-        }
-        // Credit taken in OnFrame comes back once nothing of it is staged.
-        if (p.rx_credited > 0 && !staged) ReturnCredit(peer, p.rx_credited, &out);
-        p.rx_credited = 0;
-        p.rx_unexpected = nullptr;
-        p.rx_truncated = false;
-        break;
-      }
-      case kCredit: {
-        if (m.size > kEagerCreditBytes - eager_credit_[peer]) {
-          FailPeerLocked(peer,
-                         PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer, " handed back ",
-                                                  m.size, " bytes of eager credit it was never "
-                                                  "given; its connection is unusable")),
-                         /*any_source=*/true);
-          break;
-        }
-        eager_credit_[peer] += m.size;
-        break;
-      }
-      case kData: {
-        if (p.rx_req) {
-          std::shared_ptr<Request> r = std::move(p.rx_req);
-          awaiting_data_.erase(r->id);
-          Complete(r, absl::OkStatus());
-        }
-        break;
-      }
-      case kRts: {
-        std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
-        if (r) {
-          MatchRts(peer, m.tag, m.size, m.id, m.id2, r, &out);
-        } else {
-          Unexpected u;
-          u.kind = Unexpected::Kind::kRts;
-          u.source = peer;
-          u.tag = m.tag;
-          u.bytes = m.size;
-          u.send_id = m.id;
-          u.fingerprint = m.id2;
-          CheckArrivalAgainstPosted(matcher, peer, m.tag, m.id2);
-          matcher.AddUnexpected(std::move(u));
-        }
-        break;
-      }
-      case kCts: {
-        auto it = awaiting_cts_.find(m.id);
-        if (it == awaiting_cts_.end()) {
-          // We withdrew this send (timeout): tell the receiver.
-          out.push_back({peer, Pack(MakeMeta(kDataAbort, m.comm_id, rank_, m.tag, 0, m.id2))});
-          break;
-        }
-        std::shared_ptr<Request> r = it->second;
-        awaiting_cts_.erase(it);
-        r->phase = Request::Phase::kMatched;
-        sending_[r->id] = r;
-        Outgoing o{peer, Pack(MakeMeta(kData, r->ctx, rank_, r->tag, r->bytes, m.id2))};
-        o.payload = r->send_buf;
-        o.len = r->bytes;
-        o.complete_on_sent = r;
-        out.push_back(std::move(o));
-        break;
-      }
-      case kReject: {
-        auto it = awaiting_cts_.find(m.id);
-        if (it != awaiting_cts_.end()) {
-          std::shared_ptr<Request> r = it->second;
-          awaiting_cts_.erase(it);
-          Complete(r, absl::OkStatus());  // as in MPI, the receiver is the one told
-        }
-        break;
-      }
-      case kCancelRts: {
-        for (auto it = matcher.unexpected().begin(); it != matcher.unexpected().end(); ++it) {
-          if (it->kind == Unexpected::Kind::kRts && it->source == peer && it->send_id == m.id) {
-            matcher.EraseUnexpected(it);
+        case kCts: {
+          auto it = awaiting_cts_.find(m.id);
+          if (it == awaiting_cts_.end()) {
+            // We withdrew this send (timeout): tell the receiver.
+            out.push_back({peer, Pack(MakeMeta(kDataAbort, m.comm_id, rank_, m.tag, 0, m.id2))});
             break;
           }
-        }
-        break;
-      }
-      case kDataAbort: {
-        auto it = awaiting_data_.find(m.id);
-        if (it != awaiting_data_.end()) {
           std::shared_ptr<Request> r = it->second;
-          awaiting_data_.erase(it);
-          Complete(r, PeerFailure(absl::StrCat("rank ", peer, " withdrew the message (",
-                                               r->out_bytes, " bytes, tag ", r->out_tag,
-                                               ") after its send timed out")));
+          awaiting_cts_.erase(it);
+          r->phase = Request::Phase::kMatched;
+          sending_[r->id] = r;
+          Outgoing o{peer, Pack(MakeMeta(kData, r->ctx, rank_, r->tag, r->bytes, m.id2))};
+          o.payload = r->send_buf;
+          o.len = r->bytes;
+          o.complete_on_sent = r;
+          out.push_back(std::move(o));
+          break;
         }
-        break;
-      }
-      case kNotice: {
-        absl::Status why = Mismatch(absl::StrCat("rank ", m.src, " found ranks disagreeing"));
-        why.SetPayload(kClashUrl, absl::Cord(absl::StrCat(m.id, " ", m.size, " ", m.id2, " ",
-                                                          m.src)));
-        PoisonLocked(m.comm_id, m.tag, why);
-        break;
-      }
-      case kGoodbye: {
-        p.got_goodbye = true;
-        if (p.state == PeerState::kUp) {
-          // Sends whose payload is already with the transport are left to
-          // it: they complete once the data is out (or fail if it cannot
-          // be), whatever the peer does next.
-          FailPeerLocked(peer,
-                         PeerFailure(absl::StrCat("rank ", peer,
-                                                  " destroyed its communicator while this was "
-                                                  "pending")),
-                         /*any_source=*/false, /*keep_queued_sends=*/true);
-          p.fast_send.store(false, std::memory_order_release);
-          p.state = PeerState::kClosed;
+        case kReject: {
+          auto it = awaiting_cts_.find(m.id);
+          if (it != awaiting_cts_.end()) {
+            std::shared_ptr<Request> r = it->second;
+            awaiting_cts_.erase(it);
+            Complete(r, absl::OkStatus());  // as in MPI, the receiver is the one told
+          }
+          break;
         }
-        break;
+        case kCancelRts: {
+          for (auto it = matcher.unexpected().begin(); it != matcher.unexpected().end(); ++it) {
+            if (it->kind == Unexpected::Kind::kRts && it->source == peer && it->send_id == m.id) {
+              matcher.EraseUnexpected(it);
+              break;
+            }
+          }
+          break;
+        }
+        case kDataAbort: {
+          auto it = awaiting_data_.find(m.id);
+          if (it != awaiting_data_.end()) {
+            std::shared_ptr<Request> r = it->second;
+            awaiting_data_.erase(it);
+            Complete(r, PeerFailure(absl::StrCat("rank ", peer, " withdrew the message (",
+                                                 r->out_bytes, " bytes, tag ", r->out_tag,
+                                                 ") after its send timed out")));
+          }
+          break;
+        }
+        case kNotice: {
+          absl::Status why = Mismatch(absl::StrCat("rank ", m.src, " found ranks disagreeing"));
+          why.SetPayload(kClashUrl, absl::Cord(absl::StrCat(m.id, " ", m.size, " ", m.id2, " ",
+                                                            m.src)));
+          PoisonLocked(m.comm_id, m.tag, why);
+          break;
+        }
+        case kGoodbye: {
+          p.got_goodbye = true;
+          if (p.state == PeerState::kUp) {
+            // Sends whose payload is already with the transport are left to
+            // it: they complete once the data is out (or fail if it cannot
+            // be), whatever the peer does next.
+            FailPeerLocked(peer,
+                           PeerFailure(absl::StrCat("rank ", peer,
+                                                    " destroyed its communicator while this was "
+                                                    "pending")),
+                           /*any_source=*/false, /*keep_queued_sends=*/true);
+            p.fast_send.store(false, std::memory_order_release);
+            p.state = PeerState::kClosed;
+          }
+          break;
+        }
+        default:
+          break;
       }
-      default:
-        break;
     }
   }
   if (m.kind == kGoodbye) {
@@ -1918,6 +1925,152 @@ void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
 
 // ---------------------------------------------------------------------------
 // Abort and destroy
+
+bool Fabric::InFlightLocked(uint32_t first, uint32_t count) {
+  auto ours = [&](uint32_t ctx) { return ctx - first < count; };
+  for (const auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
+    for (const auto& [id, r] : *table) {
+      if (ours(r->ctx)) return true;
+    }
+  }
+  for (const auto& p : peers_) {
+    if (p->rx_req && ours(p->rx_req->ctx)) return true;
+  }
+  for (uint32_t c = first; ours(c); ++c) {
+    auto it = contexts_.find(c);
+    if (it == contexts_.end()) continue;
+    for (const Unexpected& u : it->second->unexpected()) {
+      if (u.kind == Unexpected::Kind::kEager && !u.complete) return true;
+    }
+  }
+  return false;
+}
+
+void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) {
+  auto ours = [&](uint32_t ctx) { return ctx - first < count; };
+  // 1. As Destroy does for the whole job: our sends reach their peers, and
+  //    messages already landing land.
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (aborted_ || destroyed_ || !InFlightLocked(first, count)) break;
+    }
+    if (absl::Now() >= deadline) break;
+    if (!transports_.empty() && progress_mu_.TryLock()) {
+      PollAll(absl::Milliseconds(5));
+      progress_mu_.Unlock();
+    } else {
+      absl::SleepFor(absl::Milliseconds(1));  // another thread drives progress
+    }
+  }
+  // 2. Fail what is pending, drop what arrived unreceived.
+  const absl::Status why =
+      Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+  std::vector<std::shared_ptr<Request>> sends;
+  std::vector<Outgoing> out;
+  {
+    absl::MutexLock l(&mu_);
+    for (uint32_t c = first; ours(c); ++c) closed_contexts_.insert(c);
+    for (const auto* table : {&awaiting_cts_, &sending_}) {
+      for (const auto& [id, r] : *table) {
+        if (ours(r->ctx)) sends.push_back(r);
+      }
+    }
+    auto landing = [&](const std::shared_ptr<Request>& r) {
+      for (const auto& p : peers_) {
+        if (p->rx_req == r) return true;
+      }
+      return false;
+    };
+    // A receive whose payload is landing finishes with it (its buffer is
+    // being written); one whose payload has not begun gives it up (the
+    // DATA frame then finds no receive and is discarded).
+    for (auto it = awaiting_data_.begin(); it != awaiting_data_.end();) {
+      std::shared_ptr<Request> r = it->second;
+      if (ours(r->ctx) && !landing(r)) {
+        awaiting_data_.erase(it++);
+        Complete(r, why);
+      } else {
+        ++it;
+      }
+    }
+    for (uint32_t c = first; ours(c); ++c) {
+      auto it = contexts_.find(c);
+      if (it == contexts_.end()) continue;
+      Matcher& m = *it->second;
+      for (auto& r : m.posted()) Complete(r, why);
+      m.posted().clear();
+      bool keep = false;  // an arrival still landing: its end drops it
+      for (auto u = m.unexpected().begin(); u != m.unexpected().end();) {
+        if (u->claimed) Complete(u->claimed, why);
+        u->claimed.reset();
+        if (u->kind == Unexpected::Kind::kEager && !u->complete) {
+          keep = true;
+          ++u;
+          continue;
+        }
+        if (u->sender) Complete(u->sender, why);
+        if (u->kind == Unexpected::Kind::kRts) {
+          out.push_back({u->source,
+                         Pack(MakeMeta(kReject, c, rank_, u->tag, u->bytes, u->send_id))});
+        }
+        ReleaseStaged(*u, &out);
+        u = m.unexpected().erase(u);
+      }
+      if (keep) continue;
+      if (last_ctx_ == c) {
+        last_ctx_ = UINT32_MAX;
+        last_matcher_ = nullptr;
+      }
+      contexts_.erase(it);
+    }
+  }
+  for (const auto& r : sends) Withdraw(r, why);
+  Flush(&out);
+}
+
+bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoing>* out) {
+  const Meta m = Unpack(fm);
+  PeerInfo& p = *peers_[peer];
+  switch (m.kind) {
+    case kEager: {
+      // OnFrame discarded the payload, unless it began landing before the
+      // close: into a receive (left to finish), or into the queue.
+      if (p.rx_req) {
+        std::shared_ptr<Request> r = std::move(p.rx_req);
+        Complete(r, p.rx_truncated ? Aborted(absl::StrCat("rank ", rank_,
+                                                          ": the communicator was destroyed"))
+                                   : absl::OkStatus());
+      }
+      if (p.rx_unexpected != nullptr) {
+        auto it = contexts_.find(m.comm_id);
+        if (it != contexts_.end()) {
+          it->second->EraseUnexpected(p.rx_unexpected);
+          if (it->second->unexpected().empty() && it->second->posted().empty()) {
+            if (last_ctx_ == m.comm_id) {
+              last_ctx_ = UINT32_MAX;
+              last_matcher_ = nullptr;
+            }
+            contexts_.erase(it);
+          }
+        }
+      }
+      if (p.rx_credited > 0) ReturnCredit(peer, p.rx_credited, out);
+      p.rx_credited = 0;
+      p.rx_unexpected = nullptr;
+      p.rx_truncated = false;
+      return true;
+    }
+    case kRts:  // nobody will receive it: the sender's send completes
+      out->push_back({peer, Pack(MakeMeta(kReject, m.comm_id, rank_, m.tag, m.size, m.id))});
+      return true;
+    case kCancelRts:
+    case kNotice:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void Fabric::Abort() {
   {

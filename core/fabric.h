@@ -39,6 +39,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -230,6 +231,15 @@ class Fabric : public FrameSink {
   // connections down. Any thread, any time.
   void Abort();
 
+  // Ends contexts [first, first + count), those of a communicator made by
+  // Split/CreateGroup (Communicator::Destroy): waits until `deadline` for
+  // this rank's sends there to be delivered and for messages landing in
+  // receives there, then fails what is still pending there with Aborted.
+  // What arrived there unreceived is dropped (a rendezvous sender is
+  // answered as by a receive too small: its send completes), and so is
+  // whatever arrives there later: nothing of the communicator stays.
+  void CloseContexts(uint32_t first, uint32_t count, absl::Time deadline);
+
   // Orderly shutdown: waits (up to timeout) for this rank's sends to be
   // delivered, says goodbye to every peer, fails what is still pending with
   // Aborted. Called by the destructor if not called before.
@@ -368,6 +378,18 @@ class Fabric : public FrameSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ClosedLocked(uint32_t ctx) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !closed_contexts_.empty() && closed_contexts_.contains(ctx);
+  }
+  // Whether anything of contexts [first, first + count) is in flight: a
+  // send of ours not yet delivered, or a message landing in a receive or
+  // in the unexpected queue there.
+  bool InFlightLocked(uint32_t first, uint32_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A frame from `peer` whose end (OnPayload) concerns the matching state of
+  // a closed context: drops it (answering an RTS with a reject) and returns
+  // true; false for frames of other kinds.
+  bool DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoing>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Flush(std::vector<Outgoing>* out);
   absl::Status CheckUsable(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const Request& r) const;
@@ -435,11 +457,13 @@ class Fabric : public FrameSink {
   std::atomic<bool> aborted_flag_{false};
   std::atomic<bool> closing_{false};        // Destroy has begun
   std::atomic<bool> any_poisoned_{false};   // poisoned_ is not empty
-  // The matcher of the context used last (contexts are never removed).
+  // The matcher of the context used last (only CloseContexts removes one).
   uint32_t last_ctx_ ABSL_GUARDED_BY(mu_) = UINT32_MAX;
   Matcher* last_matcher_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<uint64_t> next_id_{1};
   uint32_t next_free_ctx_ ABSL_GUARDED_BY(mu_) = 2;  // the world uses 0 and 1
+  // Contexts ended by CloseContexts: whatever arrives in them is dropped.
+  absl::flat_hash_set<uint32_t> closed_contexts_ ABSL_GUARDED_BY(mu_);
   // (ctx, tag) pairs failed by Poison, newest last (bounded).
   std::deque<std::pair<std::pair<uint32_t, int>, absl::Status>> poisoned_ ABSL_GUARDED_BY(mu_);
 
