@@ -114,6 +114,21 @@ absl::StatusOr<uint64_t> RandomU64() {
   return v;
 }
 
+// The job's id, drawn by rank 0. Its hex form names the job's segments in
+// /dev/shm; hcomm_run draws it instead (HCOMM_JOB_KEY) so that it can remove
+// the segments of a job stopped before its ranks unlinked them.
+absl::StatusOr<uint64_t> NewJobId() {
+  const char* key = getenv("HCOMM_JOB_KEY");
+  if (key == nullptr || *key == '\0') return RandomU64();
+  uint64_t v = 0;
+  if (strlen(key) != 16 || !absl::SimpleHexAtoi(key, &v)) {
+    return InvalidArgument(absl::StrCat("HCOMM_JOB_KEY=", key,
+                                        " is not 16 hex digits (hcomm_run sets it; leave it "
+                                        "unset elsewhere)"));
+  }
+  return v;
+}
+
 
 
 }  // namespace
@@ -191,11 +206,27 @@ absl::Status Fabric::FailedElsewhere() {
 }
 
 absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time deadline) {
+  const absl::Time start = absl::Now();
   for (;;) {
     const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
     absl::Status s = store_client_->Wait(keys, slice);
-    if (s.ok() || CodeOf(s) != ErrorCode::kTimeout || slice >= deadline) return s;
-    HCOMM_RETURN_IF_ERROR(FailedElsewhere());
+    if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return s;
+    if (slice < deadline) {
+      HCOMM_RETURN_IF_ERROR(FailedElsewhere());
+      continue;
+    }
+    // The store's message names the last slice's wait alone: say what the
+    // whole wait was, as init's own failure (UNAVAILABLE, like a rank that
+    // never joined).
+    std::vector<std::string> missing;
+    auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(1));
+    for (size_t i = 0; have.ok() && i < keys.size(); ++i) {
+      if (!(*have)[i]) missing.push_back(absl::StrCat("'", keys[i], "'"));
+    }
+    return Unavailable(absl::StrCat("init timed out after ", Seconds(absl::Now() - start),
+                                    ": the store never got ",
+                                    missing.empty() ? "what it waited for"
+                                                    : absl::StrJoin(missing, ", ")));
   }
 }
 
@@ -229,20 +260,42 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   }
   store_client_ = std::move(client).value();
 
-  // Job identity, so that connections from another job are refused.
+  // Job identity, so that connections from another job are refused, and
+  // the job's size: ranks started with different sizes, or two processes
+  // given one rank, fail at once saying so (else the job waits for ranks
+  // that never come and times out with a misleading message).
   uint64_t job_id = 0;
   if (rank_ == 0) {
-    HCOMM_ASSIGN_OR_RETURN(job_id, RandomU64());
-    HCOMM_RETURN_IF_ERROR(store_client_->Set("hcomm/job_id", absl::StrCat(job_id), deadline));
+    HCOMM_ASSIGN_OR_RETURN(job_id, NewJobId());
+    HCOMM_RETURN_IF_ERROR(
+        store_client_->Set("hcomm/job_id", absl::StrCat(job_id, " ", size_), deadline));
   } else {
     auto v = store_client_->Get("hcomm/job_id", deadline);
     if (!v.ok()) {
       return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
                                       store_hp.ToString(), ": ", v.status().message()));
     }
-    if (!absl::SimpleAtoi(*v, &job_id)) return Internal("store holds a malformed job id");
+    std::pair<std::string, std::string> parts = absl::StrSplit(*v, ' ');
+    int job_size = 0;
+    if (!absl::SimpleAtoi(parts.first, &job_id) || !absl::SimpleAtoi(parts.second, &job_size)) {
+      return Internal(absl::StrCat("store holds a malformed job id: ", *v));
+    }
+    if (job_size != size_) {
+      return InvalidArgument(absl::StrCat(
+          where, ": world_size is ", size_, " here but rank 0 at ", store_hp.ToString(),
+          " runs a job of ", job_size, " ranks: every rank must be given the same world_size"));
+    }
   }
   job_key_ = absl::StrFormat("%016x", job_id);
+  {
+    auto claims = store_client_->Add(absl::StrCat("hcomm/claim/", rank_), 1, deadline);
+    if (!claims.ok()) return Annotate(claims.status(), where);
+    if (*claims > 1) {
+      return InvalidArgument(absl::StrCat(where, ": another process joined the store at ",
+                                          store_hp.ToString(), " as rank ", rank_,
+                                          " first: every rank must be given a rank of its own"));
+    }
+  }
 
   // Listen for higher ranks on the address that routes towards the store.
   std::string my_ip = "127.0.0.1";
@@ -293,7 +346,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
         if (!(*have)[r]) missing.push_back(r);
       }
     }
-    if (CodeOf(joined) == ErrorCode::kTimeout || !missing.empty()) {
+    if (!missing.empty()) {
       return Unavailable(absl::StrCat(
           where, ": init timed out after ", Seconds(absl::Milliseconds(opts.timeout_ms)), ": ",
           size_ - static_cast<int>(missing.size()), " of ", size_, " ranks joined the store at ",

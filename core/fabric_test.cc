@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
@@ -587,6 +589,74 @@ TEST(FabricInitTest, AnotherRanksFailedInitEndsEveryRanksInitAtOnce) {
           << "rank " << r << ": " << got[r];
     }
   }
+}
+
+// Ranks started with different world sizes fail at once, saying so,
+// instead of waiting out their timeout for a rank that never comes.
+TEST(FabricInitTest, DifferentWorldSizesAreNamed) {
+  const int port = testing::FreePort();
+  absl::Status zero, one;
+  const absl::Time start = absl::Now();
+  std::thread t([&] { zero = Fabric::Init(testing::RankOptions(0, 2, port)).status(); });
+  one = Fabric::Init(testing::RankOptions(1, 3, port)).status();
+  t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_EQ(CodeOf(one), ErrorCode::kInvalidArgument) << one;
+  EXPECT_NE(one.message().find("world_size is 3 here but rank 0 at"), absl::string_view::npos)
+      << one;
+  EXPECT_NE(one.message().find("runs a job of 2 ranks"), absl::string_view::npos) << one;
+  EXPECT_EQ(CodeOf(zero), ErrorCode::kPeerFailure) << zero;
+  EXPECT_NE(zero.message().find("world_size is 3 here"), absl::string_view::npos) << zero;
+}
+
+// Two processes given one rank: the second to join is told so. (The first
+// and the others may have finished init with it already; if not, they fail
+// naming the reason.)
+TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
+  const int port = testing::FreePort();
+  std::vector<absl::Status> got(3);
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      auto f = Fabric::Init(testing::RankOptions(i == 0 ? 0 : 1, 2, port, 20000));
+      got[i] = f.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  int told = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (CodeOf(got[i]) == ErrorCode::kInvalidArgument) {
+      ++told;
+      EXPECT_NE(got[i].message().find("joined the store at"), absl::string_view::npos);
+      EXPECT_NE(got[i].message().find("as rank 1 first"), absl::string_view::npos) << got[i];
+    } else if (!got[i].ok()) {
+      EXPECT_EQ(CodeOf(got[i]), ErrorCode::kPeerFailure) << got[i];
+      EXPECT_NE(got[i].message().find("as rank 1 first"), absl::string_view::npos) << got[i];
+    }
+  }
+  EXPECT_EQ(told, 1) << got[0] << "\n" << got[1] << "\n" << got[2];
+}
+
+// The job key names the job's segments in /dev/shm; hcomm_run sets it so
+// that it can remove what a job stopped during init left there.
+TEST(FabricInitTest, JobKeyComesFromTheLauncherWhenSet) {
+  std::random_device random;
+  const std::string key = absl::StrFormat("%08x%08x", random(), random());
+  setenv("HCOMM_JOB_KEY", key.c_str(), 1);
+  RunRanks(2, [&](int rank, const Options& o) {
+    auto f = Fabric::Init(o);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->job_key(), key);
+  });
+  setenv("HCOMM_JOB_KEY", "not-a-key", 1);
+  absl::Status bad = Fabric::Init(testing::RankOptions(0, 2, testing::FreePort(), 2000)).status();
+  unsetenv("HCOMM_JOB_KEY");
+  EXPECT_EQ(CodeOf(bad), ErrorCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("HCOMM_JOB_KEY=not-a-key is not 16 hex digits"),
+            absl::string_view::npos)
+      << bad;
 }
 
 INSTANTIATE_TEST_SUITE_P(
