@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -114,19 +115,22 @@ absl::StatusOr<uint64_t> RandomU64() {
   return v;
 }
 
-// The job's id, drawn by rank 0. Its hex form names the job's segments in
-// /dev/shm; hcomm_run draws it instead (HCOMM_JOB_KEY) so that it can remove
-// the segments of a job stopped before its ranks unlinked them.
-absl::StatusOr<uint64_t> NewJobId() {
+// The key that names the job's segments in /dev/shm, made by rank 0 from
+// the job's id: "<16 hex digits of the id>", or, where hcomm_run set
+// HCOMM_JOB_KEY, "<that key>-<the id's>", so that the launcher can remove
+// what a job stopped before its ranks unlinked it left there (each init in
+// the job still gets names of its own).
+absl::StatusOr<std::string> NewJobKey(uint64_t job_id) {
+  const std::string id = absl::StrFormat("%016x", job_id);
   const char* key = getenv("HCOMM_JOB_KEY");
-  if (key == nullptr || *key == '\0') return RandomU64();
+  if (key == nullptr || *key == '\0') return id;
   uint64_t v = 0;
   if (strlen(key) != 16 || !absl::SimpleHexAtoi(key, &v)) {
     return InvalidArgument(absl::StrCat("HCOMM_JOB_KEY=", key,
                                         " is not 16 hex digits (hcomm_run sets it; leave it "
                                         "unset elsewhere)"));
   }
-  return v;
+  return absl::StrCat(absl::AsciiStrToLower(key), "-", id);
 }
 
 
@@ -266,19 +270,26 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // that never come and times out with a misleading message).
   uint64_t job_id = 0;
   if (rank_ == 0) {
-    HCOMM_ASSIGN_OR_RETURN(job_id, NewJobId());
-    HCOMM_RETURN_IF_ERROR(
-        store_client_->Set("hcomm/job_id", absl::StrCat(job_id, " ", size_), deadline));
+    HCOMM_ASSIGN_OR_RETURN(job_id, RandomU64());
+    HCOMM_ASSIGN_OR_RETURN(job_key_, NewJobKey(job_id));
+    HCOMM_RETURN_IF_ERROR(store_client_->Set(
+        "hcomm/job_id", absl::StrCat(job_id, " ", size_, " ", job_key_), deadline));
   } else {
     auto v = store_client_->Get("hcomm/job_id", deadline);
     if (!v.ok()) {
       return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
                                       store_hp.ToString(), ": ", v.status().message()));
     }
-    std::pair<std::string, std::string> parts = absl::StrSplit(*v, ' ');
+    std::vector<std::string> parts = absl::StrSplit(*v, ' ');
     int job_size = 0;
-    if (!absl::SimpleAtoi(parts.first, &job_id) || !absl::SimpleAtoi(parts.second, &job_size)) {
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &job_id) ||
+        !absl::SimpleAtoi(parts[1], &job_size)) {
       return Internal(absl::StrCat("store holds a malformed job id: ", *v));
+    }
+    job_key_ = parts[2];
+    if (job_key_.empty() || job_key_.size() > 40 ||
+        job_key_.find_first_not_of("0123456789abcdef-") != std::string::npos) {
+      return Internal(absl::StrCat("store holds a malformed job key: ", *v));
     }
     if (job_size != size_) {
       return InvalidArgument(absl::StrCat(
@@ -286,7 +297,6 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
           " runs a job of ", job_size, " ranks: every rank must be given the same world_size"));
     }
   }
-  job_key_ = absl::StrFormat("%016x", job_id);
   {
     auto claims = store_client_->Add(absl::StrCat("hcomm/claim/", rank_), 1, deadline);
     if (!claims.ok()) return Annotate(claims.status(), where);
@@ -458,8 +468,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // local peer's, and unlink ours once all have attached to it.
   std::unique_ptr<ShmTransport> shm;
   if (!local_peers.empty()) {
-    auto created = ShmTransport::Create(rank_, size_, local_peers, absl::StrFormat("%016x", job_id),
-                                        this);
+    auto created = ShmTransport::Create(rank_, size_, local_peers, job_key_, this);
     if (!created.ok()) return Annotate(created.status(), absl::StrCat(where, ": shared memory"));
     shm = std::move(created).value();
     shm->SetCpusShared(oversubscribed_);

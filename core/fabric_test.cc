@@ -648,7 +648,8 @@ TEST(FabricInitTest, JobKeyComesFromTheLauncherWhenSet) {
   RunRanks(2, [&](int rank, const Options& o) {
     auto f = Fabric::Init(o);
     ASSERT_TRUE(f.ok()) << f.status();
-    EXPECT_EQ((*f)->job_key(), key);
+    EXPECT_EQ((*f)->job_key().substr(0, key.size() + 1), key + "-") << (*f)->job_key();
+    EXPECT_EQ((*f)->job_key().size(), 33u) << (*f)->job_key();
   });
   setenv("HCOMM_JOB_KEY", "not-a-key", 1);
   absl::Status bad = Fabric::Init(testing::RankOptions(0, 2, testing::FreePort(), 2000)).status();
