@@ -9,9 +9,16 @@
 // Each rank gets the launcher's environment plus RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE (= N), MASTER_ADDR=127.0.0.1, MASTER_PORT and
 // HCOMM_JOB_TOKEN (64 hex chars from getrandom(), or the launcher's own
-// HCOMM_JOB_TOKEN when that is set and non-empty). Inherited HCOMM_RANK,
+// HCOMM_JOB_TOKEN when that is set and non-empty) and HCOMM_JOB_KEY (16 hex
+// chars from getrandom(), fresh for every launch; rank 0 names the job's
+// /dev/shm segments "hcomm-<key>-..." with it). Inherited HCOMM_RANK,
 // HCOMM_WORLD_SIZE and HCOMM_STORE_ADDR are removed, because the library
 // would prefer them over the values the launcher sets.
+//
+// The ranks unlink their /dev/shm segments once every local rank has
+// attached, so a job stopped during init would leave them behind: after
+// every rank has ended, however it ended, the launcher removes whatever
+// /dev/shm still holds under the job's key.
 //
 // Every rank runs in its own process group, with stdin from /dev/null and
 // stdout/stderr on pipes that the launcher polls; the launcher writes whole
@@ -22,11 +29,15 @@
 // 128+signal when the launcher itself got SIGINT/SIGTERM; 2 on bad usage.
 // Stopping means: SIGTERM (or the forwarded signal) to every rank's process
 // group, SIGKILL after a 3 s grace, then reading what is left on the pipes.
+// If the launcher itself dies, even by SIGKILL, the kernel sends every rank
+// (not the ranks' own children) SIGKILL (PR_SET_PDEATHSIG), so no rank runs
+// on as an orphan.
 //
-// Plain C++17 and POSIX (Linux: pipe2, getrandom, sigabbrev_np); single
-// threaded, so the forked children only call exec-safe functions.
+// Plain C++17 and POSIX (Linux: pipe2, getrandom, prctl, sigabbrev_np);
+// single threaded, so the forked children only call exec-safe functions.
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -34,6 +45,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -71,15 +83,19 @@ constexpr std::chrono::seconds kDrainGrace(2);
 constexpr size_t kMaxLineBytes = 1 << 20;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kTokenBytes = 32;
+constexpr size_t kJobKeyBytes = 8;  // 16 hex digits, as the library expects
+constexpr char kShmDir[] = "/dev/shm";
 
 constexpr char kUsage[] =
     "usage: hcomm_run -n N [--timeout S] [--port P] [--bind-to core|none] -- PROG [ARGS...]\n"
     "\n"
     "Starts N local ranks of PROG (1 <= N <= 1024). Each rank gets RANK,\n"
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,\n"
-    "MASTER_PORT and HCOMM_JOB_TOKEN (fresh unless already set) in its\n"
-    "environment. Output lines are prefixed with \"[rank R] \". If a rank\n"
-    "fails, the others are stopped (SIGTERM, SIGKILL after 3 s).\n"
+    "MASTER_PORT, HCOMM_JOB_TOKEN (fresh unless already set) and\n"
+    "HCOMM_JOB_KEY (always fresh) in its environment. Output lines are\n"
+    "prefixed with \"[rank R] \". If a rank fails, the others are stopped\n"
+    "(SIGTERM, SIGKILL after 3 s). When all have ended, the job's segments\n"
+    "left in /dev/shm (hcomm-<HCOMM_JOB_KEY>-*) are removed.\n"
     "\n"
     "options:\n"
     "  -n, --nproc N   number of ranks\n"
@@ -285,11 +301,12 @@ std::optional<int> PickFreePort() {
   return port;
 }
 
-std::optional<std::string> NewJobToken() {
-  unsigned char bytes[kTokenBytes];
+// `nbytes` bytes from getrandom(), as 2 * nbytes lowercase hex digits.
+std::optional<std::string> RandomHex(size_t nbytes) {
+  std::vector<unsigned char> bytes(nbytes);
   size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+  while (got < bytes.size()) {
+    ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return std::nullopt;
@@ -297,12 +314,32 @@ std::optional<std::string> NewJobToken() {
     got += static_cast<size_t>(n);
   }
   static const char kHex[] = "0123456789abcdef";
-  std::string token;
+  std::string hex;
   for (unsigned char b : bytes) {
-    token += kHex[b >> 4];
-    token += kHex[b & 0xf];
+    hex += kHex[b >> 4];
+    hex += kHex[b & 0xf];
   }
-  return token;
+  return hex;
+}
+
+// Removes every entry of /dev/shm named "hcomm-<key>-..." (ring segments,
+// their "-probe" files, "-c<ctx>" collective segments) and nothing else.
+// unlinkat() on the directory's fd removes a symbolic link itself, never
+// what it points to.
+void RemoveJobSegments(const std::string& key) {
+  const std::string prefix = "hcomm-" + key + "-";
+  DIR* dir = opendir(kShmDir);
+  if (dir == nullptr) {
+    if (errno != ENOENT) Message(std::string("cannot read ") + kShmDir + ": " + strerror(errno));
+    return;
+  }
+  while (const dirent* e = readdir(dir)) {
+    if (strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    if (unlinkat(dirfd(dir), e->d_name, 0) != 0 && errno != ENOENT) {
+      Message(std::string("cannot remove ") + kShmDir + "/" + e->d_name + ": " + strerror(errno));
+    }
+  }
+  closedir(dir);
 }
 
 // Makes sure 0, 1 and 2 are open, so that pipe fds never land on them.
@@ -378,7 +415,8 @@ class Job {
   int Run();
 
  private:
-  bool StartRanks(const std::vector<std::string>& base_env, int port, const std::string& token);
+  bool StartRanks(const std::vector<std::string>& base_env, int port, const std::string& token,
+                  const std::string& job_key);
   void ReadStream(Stream& s);
   void EmitLines(Stream& s, bool eof);
   void Reap();
@@ -401,8 +439,9 @@ int Job::RunningCount() const {
 }
 
 bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
-                     const std::string& token) {
+                     const std::string& token, const std::string& job_key) {
   const int n = opts_.nranks;
+  const pid_t launcher_pid = getpid();
   std::vector<char*> argv;
   for (const std::string& a : opts_.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -437,6 +476,7 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back("MASTER_PORT=" + std::to_string(port));
     env.push_back("HCOMM_JOB_TOKEN=" + token);
+    env.push_back("HCOMM_JOB_KEY=" + job_key);
     std::vector<char*> envp;
     for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
@@ -471,7 +511,14 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
       return false;
     }
     if (pid == 0) {
-      // Child: own process group, default signal dispositions, then an
+      // Child: SIGKILL when the launcher dies, so that a killed launcher
+      // leaves no orphaned rank. The kernel sends it when the thread that
+      // forked exits; that is the launcher's only thread, the main thread,
+      // which lives as long as the launcher. A launcher that died before
+      // prctl() sends nothing: then we have been re-parented, so go now.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher_pid) _exit(kExitFailure);
+      // Own process group, default signal dispositions, then an
       // empty signal mask; pipes as stdout/stderr (dup2() clears O_CLOEXEC
       // on the targets).
       setpgid(0, 0);
@@ -605,8 +652,9 @@ int Job::Run() {
   // Environment shared by all ranks: the launcher's, minus what we set and
   // what the library would prefer over it.
   static const char* const kDropped[] = {
-      "RANK",        "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-      "MASTER_PORT", "HCOMM_JOB_TOKEN", "HCOMM_RANK", "HCOMM_WORLD_SIZE", "HCOMM_STORE_ADDR"};
+      "RANK",         "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+      "MASTER_PORT",  "HCOMM_JOB_TOKEN", "HCOMM_RANK", "HCOMM_WORLD_SIZE", "HCOMM_STORE_ADDR",
+      "HCOMM_JOB_KEY"};
   std::vector<std::string> base_env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string entry = *e;
@@ -630,12 +678,19 @@ int Job::Run() {
   if (inherited != nullptr && *inherited != '\0') {
     token = inherited;
   } else {
-    std::optional<std::string> t = NewJobToken();
+    std::optional<std::string> t = RandomHex(kTokenBytes);
     if (!t) {
       Message(std::string("getrandom failed: ") + strerror(errno));
       return kExitFailure;
     }
     token = *t;
+  }
+  // Fresh for every launch, even when the token is inherited: it names what
+  // this job, and only this job, leaves in /dev/shm.
+  std::optional<std::string> job_key = RandomHex(kJobKeyBytes);
+  if (!job_key) {
+    Message(std::string("getrandom failed: ") + strerror(errno));
+    return kExitFailure;
   }
 
   if (!EnsureFdLimit(opts_.nranks)) {
@@ -649,7 +704,7 @@ int Job::Run() {
   }
 
   const Clock::time_point start = Clock::now();
-  if (!StartRanks(base_env, port, token)) {
+  if (!StartRanks(base_env, port, token, *job_key)) {
     exit_code_ = kExitFailure;
     BeginStop(SIGTERM);
   }
@@ -749,6 +804,8 @@ int Job::Run() {
     EmitLines(s, /*eof=*/true);
     if (s.fd >= 0) close(s.fd);
   }
+  // Every rank has been reaped, so none is still creating segments.
+  RemoveJobSegments(*job_key);
   return exit_code_.value_or(0);
 }
 

@@ -11,7 +11,8 @@ RUN="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 [ -x "$RUN" ] || { echo "not executable: $RUN" >&2; exit 1; }
 
 TMP="$(mktemp -d "${TEST_TMPDIR:-/tmp}/hcomm_run_test.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
+SHM_OTHER=""  # a file in /dev/shm that is not the job's, while it exists
+trap 'rm -rf "$TMP"; [ -z "$SHM_OTHER" ] || rm -f "$SHM_OTHER"' EXIT
 OUT="$TMP/out"
 ERR="$TMP/err"
 FAILURES=0
@@ -38,6 +39,12 @@ expect_out_line() { grep -qxF -- "$1" "$OUT" || fail "stdout lacks line: $1"; }
 expect_err_line() { grep -qxF -- "$1" "$ERR" || fail "stderr lacks line: $1"; }
 expect_faster_than() { [ "$ELAPSED_MS" -lt "$1" ] || fail "took ${ELAPSED_MS} ms, want < $1 ms"; }
 
+# Whether process $1 exists and has not ended (a zombie has ended: only
+# whoever adopted it has yet to reap it).
+alive() {
+  kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 # Waits until the processes whose pids are in the given files are gone (they
 # may be grandchildren still being reaped by init), at most 3 s.
 expect_gone() {
@@ -46,10 +53,10 @@ expect_gone() {
     [ -s "$f" ] || { fail "pid file $f missing"; continue; }
     pid=$(cat "$f")
     for i in $(seq 1 60); do
-      kill -0 "$pid" 2>/dev/null || break
+      alive "$pid" || break
       sleep 0.05
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if alive "$pid"; then
       fail "process $pid ($f) still alive"
       kill -9 "$pid" 2>/dev/null
     fi
@@ -85,6 +92,20 @@ begin "fresh token per job"
 launch -n 1 -- /bin/sh -c 'echo "token=$HCOMM_JOB_TOKEN"'
 expect_rc 0
 grep -qxF "[rank 0] token=$first_token" "$OUT" && fail "token reused across jobs"
+
+begin "HCOMM_JOB_KEY: 16 hex digits, the same on every rank, fresh per launch"
+HCOMM_JOB_KEY=0123456789abcdef launch -n 3 -- /bin/sh -c 'echo "key=$HCOMM_JOB_KEY"'
+expect_rc 0
+keys=$(sed -n 's/^\[rank [0-2]\] key=//p' "$OUT" | sort -u)
+[ "$(echo "$keys" | wc -l)" -eq 1 ] || fail "keys differ across ranks: $keys"
+echo "$keys" | grep -qxE '[0-9a-f]{16}' || fail "key is not 16 hex chars: $keys"
+[ "$keys" != 0123456789abcdef ] || fail "inherited HCOMM_JOB_KEY kept"
+first_key=$keys
+# An inherited token is kept; the key is fresh all the same.
+HCOMM_JOB_TOKEN=sekrit launch -n 1 -- /bin/sh -c 'echo "key=$HCOMM_JOB_KEY"'
+expect_rc 0
+grep -qxE '\[rank 0\] key=[0-9a-f]{16}' "$OUT" || fail "second launch: no 16 hex char key"
+grep -qxF "[rank 0] key=$first_key" "$OUT" && fail "key reused across launches"
 
 begin "inherited token, --port, inherited HCOMM_RANK dropped"
 HCOMM_JOB_TOKEN=sekrit HCOMM_RANK=7 RANK=9 launch -n 2 --port 23456 -- /bin/sh -c \
@@ -202,6 +223,59 @@ expect_rc 143
 expect_faster_than 5000
 grep -q 'got SIGTERM' "$ERR" || fail "no message about SIGTERM"
 expect_gone "$TMP/pid.0" "$TMP/pid.1"
+
+begin "SIGKILL to the launcher kills the ranks too"
+rm -f "$TMP"/pid.*
+"$RUN" -n 2 -- /bin/sh -c \
+  'echo $$ > '"$TMP"'/pid.$RANK.tmp; mv '"$TMP"'/pid.$RANK.tmp '"$TMP"'/pid.$RANK; exec sleep 60' \
+  >"$OUT" 2>"$ERR" </dev/null &
+launcher=$!
+for i in $(seq 1 400); do [ -s "$TMP/pid.0" ] && [ -s "$TMP/pid.1" ] && break; sleep 0.02; done
+kill -KILL "$launcher"
+{ wait "$launcher"; } 2>/dev/null  # no "Killed" notice from bash
+RC=$?
+expect_rc 137
+expect_gone "$TMP/pid.0" "$TMP/pid.1"
+
+begin "the job's segments are removed from /dev/shm after the ranks end"
+if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+  echo "SKIP: no writable /dev/shm"
+else
+  SHM_OTHER="/dev/shm/hcomm-ch-hcomm_run_test-$$-$RANDOM"
+  echo other >"$SHM_OTHER"
+  mkdir "$TMP/target"
+  touch "$TMP/target/file"
+  # Rank 0 leaves what a rank stopped during init leaves (a ring segment, a
+  # collective one; a symbolic link too, which must go without what it
+  # points to), then ends: with status 1, by SIGKILL, or by --timeout.
+  for how in 'exit 1' 'kill -9 $$' 'exec sleep 60'; do
+    timeout_arg=()
+    [ "$how" = 'exec sleep 60' ] && timeout_arg=(--timeout 2)
+    launch -n 2 "${timeout_arg[@]}" -- /bin/sh -c '
+      k=$HCOMM_JOB_KEY
+      if [ "$RANK" = 0 ]; then
+        : >/dev/shm/hcomm-$k-7; : >/dev/shm/hcomm-$k-c3; ln -s '"$TMP"'/target /dev/shm/hcomm-$k-l
+        echo "key=$k"; '"$how"'
+      fi
+      exec sleep 60'
+    case $how in
+      exit*) expect_rc 1 ;;
+      kill*) expect_rc 137 ;;
+      *) expect_rc 124 ;;
+    esac
+    key=$(sed -n 's/^\[rank 0\] key=//p' "$OUT")
+    echo "$key" | grep -qxE '[0-9a-f]{16}' || fail "$how: no 16 hex char key: '$key'"
+    for name in 7 c3 l; do
+      [ -e "/dev/shm/hcomm-$key-$name" ] || [ -L "/dev/shm/hcomm-$key-$name" ] &&
+        fail "$how: /dev/shm/hcomm-$key-$name left behind"
+    done
+    [ -f "$TMP/target/file" ] || fail "$how: the symbolic link was followed"
+    [ "$(cat "$SHM_OTHER" 2>/dev/null)" = other ] || fail "$how: $SHM_OTHER was touched"
+    rm -f "/dev/shm/hcomm-$key-7" "/dev/shm/hcomm-$key-c3" "/dev/shm/hcomm-$key-l"
+  done
+  rm -f "$SHM_OTHER"
+  SHM_OTHER=""
+fi
 
 begin "exec failure is a failing rank"
 printf 'not a program\n' >"$TMP/noexec_format"
