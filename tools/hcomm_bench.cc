@@ -64,7 +64,7 @@
 // ("shm", "tcp", "shm+tcp", "self"). Keys in this order:
 //   {"op":"p2p","bytes":N,"time_us":MEDIAN,"algbw_gbs":X,"busbw_gbs":X,
 //    "wrong":W,"time_min_us":..,"time_max_us":..,"iters":..,"runs":..,
-//    "ranks":..,"transport":"..","checked":true}
+//    "nranks":..,"transport":"..","checked":true}
 //   {"op":"allreduce","bytes":N,"time_us":MEDIAN,"algbw_gbs":X,"busbw_gbs":Y,
 //    "wrong":W,"count":C,"type":"float","redop":"sum","root":-1,"algo":"auto",
 //    "nranks":..,"time_min_us":..,"time_max_us":..,"iters":..,"runs":..,
@@ -305,7 +305,7 @@ uint64_t PatternSeed(size_t bytes, int iter, int direction) {
 void FillPattern(unsigned char* buf, size_t bytes, uint64_t seed, bool invert) {
   const uint64_t flip = invert ? ~0ULL : 0;
   size_t i = 0;
-  for (uint64_t word = 0; i + 8 <= bytes; i += 8, ++word) {
+  for (uint64_t word = 0; bytes - i >= 8; i += 8, ++word) {
     uint64_t v = Mix64(seed ^ word) ^ flip;
     std::memcpy(buf + i, &v, 8);
   }
@@ -321,7 +321,7 @@ uint64_t CountWrong(const unsigned char* buf, size_t expected, size_t received,
                     uint64_t seed) {
   uint64_t wrong = expected > received ? expected - received : 0;
   const size_t n = std::min(expected, received);
-  for (size_t i = 0; i < n; i += 8) {
+  for (size_t i = 0; i < n; i += std::min<size_t>(8, n - i)) {
     uint64_t want = Mix64(seed ^ (i / 8));
     const size_t len = std::min<size_t>(8, n - i);
     uint64_t got = 0;
@@ -977,9 +977,17 @@ void MessageBarrier(Bench& b) {
   }
 }
 
+// A zeroed buffer of `bytes` rounded up to whole pages (at least one), or
+// exit. A size within a page of SIZE_MAX has no such rounding (it would wrap
+// to a tiny buffer that the count then overruns): it fails as too large.
 unsigned char* AllocTouched(size_t bytes) {
-  const size_t alloc = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
-  void* p = std::aligned_alloc(4096, alloc);
+  constexpr size_t kPage = 4096;
+  void* p = nullptr;
+  size_t alloc = bytes;
+  if (bytes <= SIZE_MAX - (kPage - 1)) {
+    alloc = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+    p = std::aligned_alloc(kPage, alloc);
+  }
   if (p == nullptr) {
     std::fprintf(stderr, "hcomm_bench: cannot allocate %zu bytes\n", alloc);
     std::exit(kExitFailure);
@@ -1203,7 +1211,7 @@ void PrintPoint(const Bench& b, const OpDesc& op, const Point& p) {
     std::printf("{\"op\":%s,\"bytes\":%zu,\"time_us\":%.3f,\"algbw_gbs\":%.6f,"
                 "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
                 ",\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"iters\":%d,\"runs\":%d,"
-                "\"ranks\":%d,\"transport\":%s,\"checked\":%s}\n",
+                "\"nranks\":%d,\"transport\":%s,\"checked\":%s}\n",
                 JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
                 p.min_us, p.max_us, p.iters, b.opt.runs, b.size,
                 JsonString(b.transport).c_str(), b.opt.check ? "true" : "false");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hcomm_bench end to end: the p2p table on 2 ranks, --json on 3 ranks (rank 2
 # idle), the collectives (a --json sweep over every op and a table, 3 ranks),
-# and the usage errors (unknown OP, bad flag, bad -d/-o/-a/-r, a 1-rank job).
+# sizes too large to allocate, and the usage errors (unknown OP, bad flag,
+# bad -d/-o/-a/-r, a 1-rank job).
 set -uo pipefail
 source "$(dirname "$0")/testlib.sh"
 
@@ -43,6 +44,9 @@ for size in 1024 4096 16384 65536; do
 done
 others="$(grep -vcE "$json" "$out")"
 [[ "$others" -eq 0 ]] || fail "--json printed $others lines that are not JSON results"
+# The rank count has the collectives' key.
+n="$(grep -c '"nranks":3,' "$out")"
+[[ "$n" -eq 4 ]] || fail "expected \"nranks\":3 on 4 p2p JSON lines, got $n"
 
 # --- collectives: a quick --json sweep on 3 ranks ----------------------------
 # 8 B .. 32 KiB, factor 16 -> 4 lines per op, every one with "wrong":0.
@@ -90,6 +94,19 @@ rows="$(grep -cE '^\[rank 0\] +[0-9]+ +[0-9]+ +float +sum +-1 +[0-9.]+ +[0-9.]+ 
 grep -qE '^\[rank 0\] +1048576 +262144 +float ' "$out" || fail "no row for 1 MiB / 262144 floats"
 grep -q '^\[rank 0\] # Out of bounds values : 0 OK' "$out" || fail "no 'Out of bounds' footer"
 if grep -qE '^\[rank [12]\]' "$out"; then fail "a rank other than 0 printed something"; fi
+
+# --- sizes too large to allocate -----------------------------------------------
+# Rounding a size within a page of 2^64 up to whole pages used to wrap to a
+# 4 KiB buffer that the count then overran (SIGSEGV). Such sizes fail like
+# any allocation that is too large.
+for size in 18446744073709551615 18446744073709547521 9223372036854775808; do
+  for op in p2p allreduce broadcast allgather; do
+    run 60 "$launcher" -n 2 --timeout 30 -- "$bench" "$op" -b "$size" -e "$size"
+    [[ $rc -eq 1 ]] || { cat "$out"; fail "$op -b $size -e $size exited $rc, expected 1"; }
+    grep -q "^\[rank [01]\] hcomm_bench: cannot allocate [0-9]* bytes$" "$out" ||
+      { cat "$out"; fail "$op -b $size -e $size: no 'cannot allocate' message"; }
+  done
+done
 
 # --- usage errors ----------------------------------------------------------
 run 10 "$bench" frobnicate
