@@ -2,7 +2,9 @@
 // process; shared memory, and some rank counts over TCP and a mix), in place and out of place, every root, counts
 // {0, 1, 7, 1023} and 1M+3 for float32 (and 2.5 MiB of every type where two
 // ranks take the ring); results checked against a reference.
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -522,6 +524,52 @@ TEST(CollectiveErrorsTest, DifferentCountsAreMismatchAndTimeoutsNameTheCollectiv
       int x = 0;
       ASSERT_TRUE((*c)->Recv(&x, sizeof x, 4, 0, 99).ok());  // stay until rank 0 timed out
     }
+  });
+}
+
+// Count 0 is a no-op that still synchronises, in the shared segment too:
+// no rank leaves before the last has entered. And a rank called with count
+// 0 where the others have 10 is a mismatch on every rank, naming both calls,
+// after which the communicator works on.
+TEST(CollectiveErrorsTest, CountZeroSynchronisesAndMismatchesInTheSegment) {
+  testing::SetTransportMode(testing::TransportMode::kShm);
+  std::atomic<int> late_entered{0};
+  testing::RunRanks(3, [&](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    Communicator& comm = **c;
+    ASSERT_TRUE(comm.has_shm_collective());
+    int buf[30] = {};
+    using Call = std::function<absl::Status()>;
+    const std::vector<std::pair<const char*, Call>> calls = {
+        {"allreduce", [&] { return comm.AllReduce(buf, buf, 0, DataType::kInt32,
+                                                  ReduceOp::kSum); }},
+        {"broadcast", [&] { return comm.Broadcast(buf, 0, DataType::kInt32, 1); }},
+        {"reduce", [&] { return comm.Reduce(buf, buf, 0, DataType::kInt32, ReduceOp::kSum, 2); }},
+        {"allgather", [&] { return comm.AllGather(buf, buf + 10, 0, DataType::kInt32); }},
+        {"reduce_scatter", [&] { return comm.ReduceScatter(buf, buf + 10, 0, DataType::kInt32,
+                                                           ReduceOp::kSum); }},
+        {"alltoall", [&] { return comm.AllToAll(buf, buf + 10, 0, DataType::kInt32); }},
+        {"gather", [&] { return comm.Gather(buf, buf + 10, 0, DataType::kInt32, 0); }},
+        {"scatter", [&] { return comm.Scatter(buf, buf + 10, 0, DataType::kInt32, 0); }},
+    };
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (rank == 2) {
+        absl::SleepFor(absl::Milliseconds(50));
+        late_entered = static_cast<int>(i) + 1;
+      }
+      ASSERT_TRUE(calls[i].second().ok()) << calls[i].first;
+      EXPECT_GE(late_entered.load(), static_cast<int>(i) + 1)
+          << calls[i].first << " returned on rank " << rank << " before rank 2 entered it";
+    }
+    absl::Status s = comm.AllReduce(buf, buf, rank == 2 ? 0 : 10, DataType::kInt32,
+                                    ReduceOp::kSum);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
+    EXPECT_NE(s.message().find("allreduce(count 0 int32 sum)"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("allreduce(count 10 int32 sum)"), absl::string_view::npos) << s;
+    int v = rank, sum = 0;
+    ASSERT_TRUE(comm.AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, 3);
   });
 }
 

@@ -630,6 +630,10 @@ absl::Status Communicator::RunInSegment(CollectiveOp op, const ShmArgs& a, size_
                                         uint64_t fingerprint, ShmWaiter& waiter) {
   ShmCollective& sc = *shm_coll_;
   const size_t es = DataTypeSize(t);
+  // Count 0 still synchronises as the operation would (hcomm.h): a round
+  // that moves nothing, carrying the call's fingerprint, so that a rank
+  // called with another count is caught there too.
+  if (count == 0) return sc.Barrier(seq, fingerprint, waiter);
   switch (op) {
     case CollectiveOp::kAllReduce:
       return sc.AllReduce(a.send, a.recv, count, t, rop, seq, fingerprint, waiter);
