@@ -282,6 +282,7 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
   activity_ = fabric_->ActivityFor(coll_ctx_);
+  if (size_ > 1) fabric_->WatchMembers(coll_ctx_, group_to_world_);
   auto w2g = std::make_shared<std::vector<int>>(fabric_->size(), -1);
   for (int g = 0; g < size_; ++g) (*w2g)[group_to_world_[g]] = g;
   world_to_group_ = std::move(w2g);

@@ -1018,6 +1018,49 @@ void Fabric::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
   }
 }
 
+absl::Status Fabric::RefusedLocked(uint32_t ctx, int tag) {
+  for (const auto& [key, why] : poisoned_) {
+    if (key.first == ctx && key.second == tag) return why;
+  }
+  if (!broken_.empty()) {
+    auto it = broken_.find(ctx);
+    if (it != broken_.end()) return it->second;
+  }
+  return absl::OkStatus();
+}
+
+void Fabric::WatchMembers(uint32_t ctx, const std::vector<int>& members) {
+  absl::MutexLock l(&mu_);
+  members_[ctx] = members;
+}
+
+void Fabric::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
+  for (const auto& [ctx, members] : members_) {
+    if (broken_.contains(ctx) || std::find(members.begin(), members.end(), peer) == members.end()) {
+      continue;
+    }
+    const absl::Status broken = PeerFailure(
+        absl::StrCat("a rank of this communicator failed: ", why.message()));
+    broken_[ctx] = broken;
+    any_poisoned_.store(true, std::memory_order_release);
+    if (auto it = contexts_.find(ctx); it != contexts_.end()) {
+      for (auto& r : it->second->posted()) Complete(r, Annotate(broken, Describe(*r)));
+      it->second->posted().clear();
+    }
+    // Sends waiting for a receive (nothing of them has left; a late CTS is
+    // answered with DATA_ABORT). Those already moving are left to finish.
+    for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
+      std::shared_ptr<Request> r = it->second;
+      if (r->ctx == ctx) {
+        awaiting_cts_.erase(it++);
+        Complete(r, Annotate(broken, Describe(*r)));
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 void Fabric::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,
                     int culprit, uint64_t reporter_fp) {
   std::vector<Outgoing> out;
@@ -1099,8 +1142,8 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
     if (absl::Status usable = CheckUsable(peer); !usable.ok()) {
       return Annotate(usable, Describe(*r));  // described only on failure
     }
-    for (const auto& [key, why] : poisoned_) {
-      if (key.first == ctx && key.second == tag) return why;
+    if (any_poisoned_.load(std::memory_order_relaxed)) {
+      HCOMM_RETURN_IF_ERROR(RefusedLocked(ctx, tag));
     }
     if (peer == rank_) {
       SelfSend(r);
@@ -1241,8 +1284,8 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, 
   {
     absl::MutexLock l(&mu_);
     if (aborted_ || destroyed_) return Annotate(CheckUsable(kAnySource), Describe(*r));
-    for (const auto& [key, why] : poisoned_) {
-      if (key.first == ctx && key.second == tag) return why;
+    if (any_poisoned_.load(std::memory_order_relaxed)) {
+      HCOMM_RETURN_IF_ERROR(RefusedLocked(ctx, tag));
     }
     Matcher& matcher = MatcherFor(ctx);
     auto it = matcher.FindUnexpected(peer, tag);
@@ -1965,6 +2008,9 @@ void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
     p.rx_req.reset();
   }
   p.rx_unexpected = nullptr;
+  // A member that left in order (its goodbye) did its part of every
+  // collective it entered; one that failed may not have.
+  if (!keep_queued_sends) BreakCollectivesOfLocked(peer, why);
 }
 
 void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
@@ -2032,7 +2078,11 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
   std::vector<Outgoing> out;
   {
     absl::MutexLock l(&mu_);
-    for (uint32_t c = first; ours(c); ++c) closed_contexts_.insert(c);
+    for (uint32_t c = first; ours(c); ++c) {
+      closed_contexts_.insert(c);
+      members_.erase(c);
+      broken_.erase(c);
+    }
     for (const auto* table : {&awaiting_cts_, &sending_}) {
       for (const auto& [id, r] : *table) {
         if (ours(r->ctx)) sends.push_back(r);

@@ -115,15 +115,12 @@ class Fabric : public FrameSink {
   const std::string& job_key() const { return job_key_; }
   // More ranks on this host than CPUs they may use (waits then yield).
   bool oversubscribed() const { return oversubscribed_; }
-  // The status collectives under (ctx, tag) fail with after Poison; OK if
-  // none.
+  // The status collectives under (ctx, tag) fail with after Poison, or
+  // after a member's failure broke ctx (WatchMembers); OK if neither.
   absl::Status PoisonedStatus(uint32_t ctx, int tag) {
     if (!any_poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
     absl::MutexLock l(&mu_);
-    for (const auto& [key, why] : poisoned_) {
-      if (key.first == ctx && key.second == tag) return why;
-    }
-    return absl::OkStatus();
+    return RefusedLocked(ctx, tag);
   }
   // OK while world rank `peer` is up and the fabric usable; else why not.
   absl::Status PeerHealth(int peer) {
@@ -230,6 +227,14 @@ class Fabric : public FrameSink {
   // Fails every pending and later operation with Aborted and tears the
   // connections down. Any thread, any time.
   void Abort();
+
+  // `ctx` is the collective context of a communicator of world ranks
+  // `members`: once one of them fails (a lost connection, not a goodbye),
+  // what is pending there fails at once with PEER_FAILURE, and so does
+  // every later operation there, since no collective can complete without
+  // it (else a rank waiting on a live member that gave up would wait out
+  // its timeout).
+  void WatchMembers(uint32_t ctx, const std::vector<int>& members);
 
   // Ends contexts [first, first + count), those of a communicator made by
   // Split/CreateGroup (Communicator::Destroy): waits until `deadline` for
@@ -378,6 +383,12 @@ class Fabric : public FrameSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // World rank `peer` failed: breaks every watched context it belongs to.
+  void BreakCollectivesOfLocked(int peer, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why operations in `ctx` fail at once (poisoned for `tag`, or broken),
+  // or OK.
+  absl::Status RefusedLocked(uint32_t ctx, int tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ClosedLocked(uint32_t ctx) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !closed_contexts_.empty() && closed_contexts_.contains(ctx);
   }
@@ -462,6 +473,10 @@ class Fabric : public FrameSink {
   Matcher* last_matcher_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<uint64_t> next_id_{1};
   uint32_t next_free_ctx_ ABSL_GUARDED_BY(mu_) = 2;  // the world uses 0 and 1
+  // Members of collective contexts (WatchMembers), and those contexts
+  // broken by a member's failure, with why.
+  absl::flat_hash_map<uint32_t, std::vector<int>> members_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, absl::Status> broken_ ABSL_GUARDED_BY(mu_);
   // Contexts ended by CloseContexts: whatever arrives in them is dropped.
   absl::flat_hash_set<uint32_t> closed_contexts_ ABSL_GUARDED_BY(mu_);
   // (ctx, tag) pairs failed by Poison, newest last (bounded).
