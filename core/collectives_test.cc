@@ -406,6 +406,33 @@ TEST(GroupsTest, EveryGroupOfASplitHasItsOwnSegment) {
   });
 }
 
+// The world and its groups share connections; destroying the world first
+// leaves its groups working, and the last to go closes them.
+TEST(GroupsTest, GroupsOutliveTheWorld) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    auto split = (*world)->Split(0, -rank);
+    ASSERT_TRUE(split.ok()) << split.status();
+    std::unique_ptr<Communicator> g = std::move(*split);
+    ASSERT_TRUE((*world)->Destroy().ok());
+    world->reset();
+    int v = rank, sum = 0;
+    ASSERT_TRUE(g->AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, 3);
+    int token = g->rank(), got = -1;
+    const int next = (g->rank() + 1) % 3, prev = (g->rank() + 2) % 3;
+    auto r = g->Irecv(&got, sizeof got, 4, prev, 1);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(g->Send(&token, sizeof token, 4, next, 1).ok());
+    EXPECT_TRUE(g->Wait(r->get(), absl::Now() + absl::Seconds(20)).ok());
+    EXPECT_EQ(got, prev);
+    g->Release(*r);
+    EXPECT_TRUE(g->Destroy().ok());
+  });
+}
+
 // Destroying a group (local) fails what is pending on it at once, and
 // nothing sent to it afterwards, or left unreceived in it, reaches a buffer
 // or keeps a sender waiting; the parent's pending operations carry on.

@@ -258,16 +258,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& 
   std::iota(all.begin(), all.end(), 0);
   std::shared_ptr<Fabric> shared(std::move(fabric));
   std::unique_ptr<Communicator> world(
-      new Communicator(std::move(shared), /*is_world=*/true, std::move(all), 0, opts));
+      new Communicator(std::move(shared), std::move(all), 0, opts));
   HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpShmCollective(), "init"));
   return world;
 }
 
-Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
-                           std::vector<int> group_to_world, uint32_t first_ctx,
-                           const Options& opts)
+Communicator::Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> group_to_world,
+                           uint32_t first_ctx, const Options& opts)
     : fabric_(std::move(fabric)),
-      is_world_(is_world),
       rank_(static_cast<int>(std::find(group_to_world.begin(), group_to_world.end(),
                                        fabric_->rank()) -
                              group_to_world.begin())),
@@ -281,6 +279,7 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, bool is_world,
       debug_info_(DebugInfo()),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
+  fabric_->JoinCommunicator();
   activity_ = fabric_->ActivityFor(coll_ctx_);
   if (size_ > 1) fabric_->WatchMembers(coll_ctx_, group_to_world_);
   auto w2g = std::make_shared<std::vector<int>>(fabric_->size(), -1);
@@ -893,7 +892,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   o.timeout_ms = timeout_ms_.load();
   o.algo = AlgorithmName(forced_algo_.load());
   std::unique_ptr<Communicator> child(
-      new Communicator(fabric_, /*is_world=*/false, std::move(members_world), ctx, o));
+      new Communicator(fabric_, std::move(members_world), ctx, o));
   HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());
   return child;
 }
@@ -978,7 +977,9 @@ absl::Status Communicator::Destroy() {
   if (worker_.joinable()) worker_.join();
   shm_coll_.reset();
   absl::Status s;
-  if (is_world_) {
+  // The connections are shared by the world and every group made from it:
+  // the last of them to go closes them, whichever it is.
+  if (fabric_->LeaveCommunicator()) {
     s = fabric_->Destroy();
   } else {
     fabric_->CloseContexts(p2p_ctx_, 2, Deadline());

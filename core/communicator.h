@@ -110,8 +110,9 @@ class Communicator {
 
   // Fails every pending and later operation of the whole job's fabric.
   void Abort() { fabric_->Abort(); }
-  // Local. The world communicator shuts the fabric down in order (see
-  // Fabric::Destroy); others end their two contexts (Fabric::CloseContexts).
+  // Local. The last communicator of the fabric (the world, or a group made
+  // from it) shuts it down in order (see Fabric::Destroy); others end their
+  // two contexts (Fabric::CloseContexts), so that groups outlive the world.
   absl::Status Destroy();
 
  private:
@@ -122,7 +123,7 @@ class Communicator {
     size_t capacity = 0;
   };
 
-  Communicator(std::shared_ptr<Fabric> fabric, bool is_world, std::vector<int> group_to_world,
+  Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> group_to_world,
                uint32_t first_ctx, const Options& opts);
 
   // Runs `body` as collective `name` with the next sequence number, once all
@@ -196,7 +197,6 @@ class Communicator {
                                                           uint32_t ctx);
 
   std::shared_ptr<Fabric> fabric_;
-  const bool is_world_;
   const int rank_;
   const int size_;
   const std::vector<int> group_to_world_;

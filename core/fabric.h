@@ -228,6 +228,12 @@ class Fabric : public FrameSink {
   // connections down. Any thread, any time.
   void Abort();
 
+  // Communicators over this fabric: each joins once made and leaves when
+  // destroyed; LeaveCommunicator is true for the last to leave, which then
+  // calls Destroy.
+  void JoinCommunicator() { communicators_.fetch_add(1, std::memory_order_relaxed); }
+  bool LeaveCommunicator() { return communicators_.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+
   // `ctx` is the collective context of a communicator of world ranks
   // `members`: once one of them fails (a lost connection, not a goodbye),
   // what is pending there fails at once with PEER_FAILURE, and so does
@@ -467,6 +473,7 @@ class Fabric : public FrameSink {
   bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> aborted_flag_{false};
   std::atomic<bool> closing_{false};        // Destroy has begun
+  std::atomic<int> communicators_{0};       // see JoinCommunicator
   std::atomic<bool> any_poisoned_{false};   // poisoned_ is not empty
   // The matcher of the context used last (only CloseContexts removes one).
   uint32_t last_ctx_ ABSL_GUARDED_BY(mu_) = UINT32_MAX;

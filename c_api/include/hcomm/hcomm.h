@@ -170,7 +170,9 @@ HCOMM_API hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key,
 HCOMM_API hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const char** name);
 
 /* Aborts the communicator: every pending and later operation on it returns
- * HCOMM_ERR_ABORTED promptly. Local (peers see our connections close).
+ * HCOMM_ERR_ABORTED promptly. Local (peers see our connections close). The
+ * world communicator and the groups made from it share their connections,
+ * so aborting any of them aborts them all.
  * THREAD SAFETY: may be called from any thread, while other threads are
  * blocked in calls on the same communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
@@ -179,7 +181,9 @@ HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
  * `timeout_ms`) until this rank's own sends have been delivered, so that
  * peers never see a clean exit as a failure; then fails requests still
  * pending with HCOMM_ERR_ABORTED and releases everything. Requests made on
- * this communicator stay valid handles until hcomm_request_free.
+ * this communicator stay valid handles until hcomm_request_free. Groups
+ * made from a communicator outlive it: the connections they share close
+ * with the last of them destroyed.
  * NULL is a no-op. The handle must not be used afterwards.
  * THREAD SAFETY: no other thread may be using the communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm);
