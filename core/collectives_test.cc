@@ -762,7 +762,13 @@ TEST(HalfPrecisionTest, AverageRoundsOnceOnEveryAlgorithm) {
 namespace hcomm {
 namespace {
 
-TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
+// Every rank that times out collects a report at the same moment; each
+// must still answer the others' (a rank once answered none while it waited
+// for its own report's answers, and showed as "did not answer").
+class HangReportTest : public ::testing::TestWithParam<testing::TransportMode> {};
+
+TEST_P(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
+  testing::SetTransportMode(GetParam());
   testing::RunRanks(4, [](int rank, const Options& o) {
     auto c = Communicator::Init(o);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -788,11 +794,26 @@ TEST(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
                 s.message().find("waits in the shared-memory allreduce for rank 3") !=
                     absl::string_view::npos)
         << "rank " << rank << ": " << s;
+    for (int other = 0; other < 3; ++other) {
+      EXPECT_EQ(s.message().find(absl::StrCat("rank ", other, " did not answer")),
+                absl::string_view::npos)
+          << "rank " << rank << ": " << s;
+    }
+    // The time counts from the collective's first wait, whenever the
+    // request pending at the end was posted.
+    EXPECT_EQ(s.message().find("after 0."), absl::string_view::npos) << s;
     ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
     int go = 1;
     ASSERT_TRUE((*c)->Send(&go, sizeof go, 4, 3, 5).ok());
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, HangReportTest,
+                         ::testing::Values(testing::TransportMode::kShm,
+                                           testing::TransportMode::kTcp),
+                         [](const ::testing::TestParamInfo<testing::TransportMode>& info) {
+                           return std::string(testing::TransportModeName(info.param));
+                         });
 
 }  // namespace
 }  // namespace hcomm

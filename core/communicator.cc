@@ -135,13 +135,16 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   }
   absl::Status Wait(Request* r) override {
     StartClock();
-    absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_);
+    // A timeout counts from the first wait of the collective, not from when
+    // this request was posted.
+    const absl::Time began = final_deadline_ - timeout_;
+    absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_, began);
     if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
       // The last part of the timeout: ask everyone what they wait on, and
       // keep waiting meanwhile (the message may still come).
       reported_ = true;
       report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
-      s = c_->fabric_->Wait(r, final_deadline_);
+      s = c_->fabric_->Wait(r, final_deadline_, began);
     }
     if (!s.ok()) return Explain(s);
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {

@@ -752,35 +752,37 @@ std::string Fabric::PendingState() {
   return out;
 }
 
+void Fabric::AnswerHangRequests() {
+  auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
+  if (!n.ok()) return;
+  absl::MutexLock l(&hang_mu_);
+  if (hang_answered_ < 0) hang_answered_ = *n;  // requests before we started are old
+  if (*n <= hang_answered_) return;
+  // Several ranks may time out at once, each with its own request: answer
+  // every one since the last.
+  std::string state = PendingState();
+  for (int64_t q = std::max<int64_t>(hang_answered_ + 1, *n - 64); q <= *n; ++q) {
+    store_client_
+        ->Set(absl::StrCat("hcomm/hang/", q, "/", rank_), state,
+              absl::Now() + absl::Milliseconds(500))
+        .IgnoreError();
+  }
+  if (!hang_report_file_.empty()) {
+    std::string path = absl::StrCat(hang_report_file_, ".", rank_);
+    if (FILE* f = fopen(path.c_str(), "w")) {
+      fprintf(f, "rank %d pending state (hang report %lld):\n%s", rank_,
+              static_cast<long long>(*n), state.c_str());
+      fclose(f);
+    }
+  }
+  hang_answered_ = *n;
+}
+
 void Fabric::HangResponderLoop() {
-  int64_t answered = -1;
   absl::Mutex m;
   absl::MutexLock l(&m);
   while (!stop_.load(std::memory_order_acquire)) {
-    auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
-    if (n.ok()) {
-      if (answered < 0) answered = *n;  // requests before we started are old
-      if (*n > answered) {
-        // Several ranks may time out at once, each with its own request:
-        // answer every one since the last.
-        std::string state = PendingState();
-        for (int64_t q = std::max<int64_t>(answered + 1, *n - 64); q <= *n; ++q) {
-          store_client_
-              ->Set(absl::StrCat("hcomm/hang/", q, "/", rank_), state,
-                    absl::Now() + absl::Milliseconds(500))
-              .IgnoreError();
-        }
-        if (!hang_report_file_.empty()) {
-          std::string path = absl::StrCat(hang_report_file_, ".", rank_);
-          if (FILE* f = fopen(path.c_str(), "w")) {
-            fprintf(f, "rank %d pending state (hang report %lld):\n%s", rank_,
-                    static_cast<long long>(*n), state.c_str());
-            fclose(f);
-          }
-        }
-        answered = *n;
-      }
-    }
+    AnswerHangRequests();
     // Look again in 50 ms (a timing-out rank waits for our answer), waking
     // at once when the fabric stops.
     m.AwaitWithTimeout(absl::Condition(
@@ -800,9 +802,15 @@ std::map<int, std::string> Fabric::CollectHangReport(absl::Time deadline) {
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/hang/", *n, "/", r));
   // Wait for the answers until just before the deadline, then read whoever
-  // answered (a few local round trips).
+  // answered (a few local round trips). Ranks timing out at the same moment
+  // wait for our answer as we wait for theirs: answer between looks.
   const absl::Duration left = deadline - absl::Now();
-  store_client_->Wait(keys, deadline - std::min(absl::Milliseconds(20), left / 4)).IgnoreError();
+  const absl::Time wait_until = deadline - std::min(absl::Milliseconds(20), left / 4);
+  for (;;) {
+    const absl::Time look = std::min(wait_until, absl::Now() + absl::Milliseconds(50));
+    if (store_client_->Wait(keys, look).ok() || look >= wait_until) break;
+    AnswerHangRequests();
+  }
   const absl::Time read_by = std::max(deadline, absl::Now() + absl::Milliseconds(20));
   auto have = store_client_->Check(keys, read_by);
   if (!have.ok()) return out;
@@ -871,7 +879,7 @@ void Fabric::PollOnce(absl::Duration block) {
   PollAll(block);
 }
 
-absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
+absl::Status Fabric::Wait(Request* r, absl::Time deadline, absl::Time since) {
   // A receive from one peer over a transport that does not spin by itself
   // looks at that peer's connection alone while it spins (a socket read
   // instead of a readiness call and then the read), and at everything every
@@ -938,7 +946,7 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline) {
   if (r->done.load(std::memory_order_acquire)) return r->status;
   absl::MutexLock l(&mu_);
   if (!r->done.load(std::memory_order_acquire)) {
-    return TimeoutStatus(*r, absl::Now() - r->started);
+    return TimeoutStatus(*r, absl::Now() - std::min(since, r->started));
   }
   return r->status;
 }

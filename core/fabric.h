@@ -211,7 +211,10 @@ class Fabric : public FrameSink {
 
   // Waits for `r` until `deadline`. Returns the operation's status, or
   // Timeout (naming what is pending) with the request still pending.
-  absl::Status Wait(Request* r, absl::Time deadline);
+  // `since`: when the caller began waiting for what `r` belongs to (a
+  // collective), if before `r` was posted: a timeout says how long since.
+  absl::Status Wait(Request* r, absl::Time deadline,
+                    absl::Time since = absl::InfiniteFuture());
   // Makes progress once without blocking; true if `r` is done.
   bool Test(Request* r);
   // The caller drops its handle: a receive that nothing has reached yet is
@@ -501,6 +504,13 @@ class Fabric : public FrameSink {
   // Hang-report responder: watches the store's request counter and answers
   // with PendingState.
   void HangResponderLoop();
+  // Answers the hang-report requests made since the last answer with this
+  // rank's PendingState (the responder, every 50 ms; and a rank collecting
+  // a report of its own, between its looks: the store client serves one
+  // call at a time, so its responder could not answer meanwhile).
+  void AnswerHangRequests();
+  absl::Mutex hang_mu_;
+  int64_t hang_answered_ ABSL_GUARDED_BY(hang_mu_) = -1;
   absl::Mutex activity_mu_;
   std::map<uint32_t, std::unique_ptr<Activity>> activity_ ABSL_GUARDED_BY(activity_mu_);
   std::thread hang_thread_;
