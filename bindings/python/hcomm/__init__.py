@@ -116,9 +116,11 @@ def is_initialized():
 
 def get_default_group():
     """The communicator made by init()."""
-    if not is_initialized():
-        raise _invalid("hcomm is not initialised: call hcomm.init() first")
-    return _default
+    comm = _default
+    if comm is None or comm.closed:
+        raise _invalid("hcomm is not initialised: hcomm.init() was not called, or the default "
+                       "group has been destroyed (hcomm.destroy()); call hcomm.init() first")
+    return comm
 
 
 def _group(group):
@@ -247,11 +249,8 @@ def barrier(group=None):
 
 
 def _at_exit():
-    """Safety net for programs that forget hcomm.destroy()/close()."""
-    try:
-        destroy()
-    except HcommError:
-        pass
+    """Safety net for programs that forget hcomm.destroy()/close(); leaves
+    alone what a daemon thread is still using (see _destroy_all)."""
     _destroy_all()
     _close_all_channels()
 

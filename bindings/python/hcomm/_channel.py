@@ -10,13 +10,16 @@ server handing weights to local workers):
         w = np.frombuffer(ch.read(), dtype=np.float32)
 
 Channel "x" is /dev/shm/hcomm-ch-x (mode 0600). The creator's close()
-removes the name; handles open elsewhere keep working until closed.
+removes the name; handles open elsewhere keep working until closed. Any
+thread may use a channel; close() waits for reads and writes in progress on
+other threads (up to their timeout_ms).
 """
 
 import weakref
 
 from . import _native as _n
 from . import _tensors
+from ._handle import Handle, c_string
 from .errors import MismatchError, _invalid
 
 _open_channels = weakref.WeakSet()
@@ -41,6 +44,7 @@ class SharedMemoryChannel:
     def __init__(self, name, size, create=False, timeout_ms=30000):
         if not isinstance(name, str):
             raise _invalid("channel name must be a str, not %s" % type(name).__name__)
+        c_string(name, "channel name %r" % name)
         if not isinstance(size, int) or size < 0:
             raise _invalid("channel size must be an int >= 0, not %r" % (size,))
         self.name = name
@@ -48,14 +52,9 @@ class SharedMemoryChannel:
         self.created = bool(create)
         self.timeout_ms = timeout_ms
         self._read_bytes = max(64, min(size or _INITIAL_READ_BYTES, _INITIAL_READ_BYTES))
-        self._handle = _n.hcomm_channel_open(name, size, 1 if create else 0)
+        self._use = Handle(_n.hcomm_channel_open(name, size, 1 if create else 0),
+                           "channel '%s' has been closed" % name)
         _open_channels.add(self)
-
-    def _h(self):
-        h = self._handle
-        if h is None:
-            raise _invalid("channel '%s' has been closed" % self.name)
-        return h
 
     def _timeout(self, timeout_ms):
         t = self.timeout_ms if timeout_ms is None else timeout_ms
@@ -65,24 +64,27 @@ class SharedMemoryChannel:
 
     @property
     def closed(self):
-        return self._handle is None
+        """True once close() has begun."""
+        return self._use.closed
 
     def write(self, buf, timeout_ms=None):
         """Appends one message: the bytes of buf (bytes, bytearray, numpy
         array, ...), copied once into shared memory. Waits up to timeout_ms for
         room (TimeoutError)."""
         b = _tensors.as_buffer(buf, False, "SharedMemoryChannel.write")
-        _n.hcomm_channel_write(self._h(), b.obj, b.nbytes, self._timeout(timeout_ms))
+        timeout_ms = self._timeout(timeout_ms)
+        with self._use as h:
+            _n.hcomm_channel_write(h, b.obj, b.nbytes, timeout_ms)
 
     def read(self, timeout_ms=None):
         """Removes and returns the next message as bytes. Waits up to timeout_ms
         for one (TimeoutError); grows its buffer to fit any message."""
         timeout_ms = self._timeout(timeout_ms)
-        h = self._h()
         for _ in range(_MAX_READ_RETRIES):
             buf = bytearray(self._read_bytes)
             try:
-                n = _n.hcomm_channel_read(h, buf, len(buf), timeout_ms)
+                with self._use as h:
+                    n = _n.hcomm_channel_read(h, buf, len(buf), timeout_ms)
             except MismatchError as e:
                 if e.nbytes is None or e.nbytes <= len(buf):
                     raise
@@ -97,15 +99,17 @@ class SharedMemoryChannel:
         its size in bytes. MismatchError (with .nbytes) if it does not fit; the
         message then stays in the channel."""
         b = _tensors.as_buffer(buf, True, "SharedMemoryChannel.read_into")
-        return _n.hcomm_channel_read(self._h(), b.obj, b.nbytes, self._timeout(timeout_ms))
+        timeout_ms = self._timeout(timeout_ms)
+        with self._use as h:
+            return _n.hcomm_channel_read(h, b.obj, b.nbytes, timeout_ms)
 
     def close(self):
         """Releases the handle; the creator's close also removes the name.
-        Calling it again does nothing."""
-        h, self._handle = self._handle, None
+        Reads and writes begun after it raise InvalidArgumentError; those in
+        progress on other threads are waited for. Calling it again does
+        nothing."""
         _open_channels.discard(self)
-        if h is not None:
-            _n.hcomm_channel_close(h)
+        self._use.close(_n.hcomm_channel_close)
 
     def __enter__(self):
         return self
@@ -121,14 +125,17 @@ class SharedMemoryChannel:
 
     def __repr__(self):
         return "<hcomm.SharedMemoryChannel %r%s>" % (
-            self.name, " closed" if self._handle is None else "")
+            self.name, " closed" if self._use.closed else "")
 
 
 def _close_all():
     """atexit: closes channels the program forgot (a creator's close removes
-    the name, which would otherwise stay in /dev/shm)."""
+    the name, which would otherwise stay in /dev/shm). One that a daemon
+    thread is still reading or writing is left to the process's exit, as in
+    _communicator._destroy_all."""
     for ch in list(_open_channels):
         try:
-            ch.close()
+            if not ch._use.busy:
+                ch.close()
         except Exception:
             pass

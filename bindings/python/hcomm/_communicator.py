@@ -4,7 +4,9 @@ A Communicator owns one hcomm_comm_t; a Request owns one hcomm_request_t.
 Both are closed explicitly (destroy()/close(), or a `with` block); their
 finalizers only catch what was forgotten. A closed handle is dropped (set to
 None), so a later call raises InvalidArgumentError instead of touching freed
-memory.
+memory; and every call uses the handle inside an in-use section
+(_handle.Handle), so a destroy or close on another thread waits for the
+calls in progress instead of freeing the handle under them.
 """
 
 import enum
@@ -14,6 +16,7 @@ import weakref
 
 from . import _native as _n
 from . import _tensors
+from ._handle import Handle, c_string
 from .errors import HcommError, Status, TimeoutError, _invalid
 
 ANY_SOURCE = _n.HCOMM_ANY_SOURCE
@@ -75,12 +78,13 @@ class Request:
     raises its error, if any; is_completed() never blocks. After completion,
     `source` (for a send: the destination), `tag` and `count` (elements)
     describe the message. The tensor must stay untouched until completion;
-    the request keeps it alive meanwhile.
+    the request keeps it alive meanwhile. Any thread may call any method;
+    close() waits for a wait() in progress on another thread.
     """
 
     def __init__(self, comm, handle, keep):
         self._comm = comm
-        self._handle = handle
+        self._use = Handle(handle, "the request has been closed")
         self._keep = keep  # memoryviews: the tensors stay alive and unresizable.
         self._lock = threading.Lock()
         self._done = False
@@ -89,28 +93,36 @@ class Request:
         self.tag = None
         self.count = None
 
-    def _live_handle(self):
-        h = self._handle
-        if h is None:
-            raise _invalid("the request has been closed")
-        return h
-
-    def _finish(self, error):
+    def _end(self, h, error):
+        """Records how the operation ended (inside a section on h); the first
+        thread to see the end records it."""
         with self._lock:
             if self._done:
                 return
-            h = self._handle
-            if error is None and h is not None:
+            if error is None:
                 try:
                     self.source, self.tag, self.count = _n.hcomm_request_info(h)
                 except HcommError:
                     pass
-            self._done = True
             self._error = error
-            self._handle = None
             self._keep = None
-        if h is not None:
-            _n.hcomm_request_free(h)
+            self._done = True
+
+    def _free(self, h):
+        """Releases h (for Handle.close). The memory of an operation that has
+        not ended goes to the communicator: C may still write it."""
+        keep, self._keep = self._keep, None
+        if not self._done and keep is not None and self._comm is not None:
+            self._comm._orphan(keep)
+        _n.hcomm_request_free(h)
+
+    def _enter(self):
+        """A section on the handle, or None when the request has ended (and
+        been freed meanwhile); InvalidArgumentError when it was closed."""
+        h = self._use.enter()
+        if h is None and not self._done:
+            raise _invalid("the request has been closed")
+        return h
 
     def wait(self):
         """Blocks until the operation is done; returns True or raises its error.
@@ -119,15 +131,20 @@ class Request:
         be called again.
         """
         if not self._done:
-            h = self._live_handle()
-            try:
-                _n.hcomm_wait(h)
-            except TimeoutError:
-                raise
-            except HcommError as e:
-                self._finish(e)
-                raise
-            self._finish(None)
+            h = self._enter()
+            if h is not None:
+                try:
+                    try:
+                        _n.hcomm_wait(h)
+                    except TimeoutError:
+                        raise
+                    except HcommError as e:
+                        self._end(h, e)
+                    else:
+                        self._end(h, None)
+                finally:
+                    self._use.exit()
+                self._use.close(self._free)  # Done: the C request is no longer needed.
         if self._error is not None:
             raise self._error
         return True
@@ -136,32 +153,31 @@ class Request:
         """True once the operation has ended (successfully or not). Never blocks."""
         if self._done:
             return True
-        h = self._live_handle()
+        h = self._enter()
+        if h is None:
+            return True
         try:
-            done = _n.hcomm_test(h)
-        except HcommError as e:
-            if e.status == Status.ERR_INVALID_ARGUMENT:
-                raise
-            self._finish(e)  # Ended with an error; wait() raises it.
-            return True
+            try:
+                done = _n.hcomm_test(h)
+            except HcommError as e:
+                if e.status == Status.ERR_INVALID_ARGUMENT:
+                    raise
+                self._end(h, e)  # Ended with an error; wait() raises it.
+                done = True
+            else:
+                if done:
+                    self._end(h, None)
+        finally:
+            self._use.exit()
         if done:
-            self._finish(None)
-            return True
-        return False
+            self._use.close(self._free)
+        return bool(done)
 
     def close(self):
         """Releases the request. A pending one is cancelled if no data reached it;
         otherwise it completes in the background and its tensor is kept alive
         until the communicator is destroyed."""
-        with self._lock:
-            h, keep, done = self._handle, self._keep, self._done
-            self._handle = None
-            self._keep = None
-        if h is None:
-            return
-        if not done and keep is not None and self._comm is not None:
-            self._comm._orphan(keep)
-        _n.hcomm_request_free(h)
+        self._use.close(self._free)
 
     def __enter__(self):
         return self
@@ -176,7 +192,7 @@ class Request:
             pass
 
     def __repr__(self):
-        state = "done" if self._done else ("closed" if self._handle is None else "pending")
+        state = "done" if self._done else ("closed" if self._use.closed else "pending")
         return "<hcomm.Request %s>" % state
 
 
@@ -186,12 +202,13 @@ class Communicator:
     Made by hcomm.init() (all ranks of the job), new_group() or split().
     Every operation of the module (hcomm.send, hcomm.all_reduce, ...) is a
     method here without the `group` argument. destroy() (or a `with` block)
-    releases it; groups made from it are destroyed first.
+    releases it; groups made from it are destroyed first. Calls may come
+    from several threads (collectives one at a time); destroy() waits for
+    calls in progress, and abort() ends them early.
     """
 
     def __init__(self, handle, parent=None):
-        self._handle = handle
-        self._lock = threading.Lock()
+        self._use = Handle(handle, "the communicator has been destroyed")
         self._parent = parent  # Groups use their parent's connections.
         self._children = weakref.WeakSet()
         self._orphans = []
@@ -215,7 +232,8 @@ class Communicator:
                 value = ",".join(str(v) for v in value)
             elif isinstance(value, bool):
                 value = "1" if value else "0"
-            cfg_items.append((str(key), str(value)))
+            key = c_string(str(key), "config key %r" % (key,))
+            cfg_items.append((key, c_string(str(value), "config value of %r" % key)))
         if not cfg_items:
             return cls(_n.hcomm_comm_init(None))
         cfg = _n.hcomm_config_create()
@@ -229,63 +247,91 @@ class Communicator:
 
     # ---- state -------------------------------------------------------------
 
+    def _live(self, value):
+        if self._use.closed:
+            raise _invalid("the communicator has been destroyed")
+        return value
+
     @property
     def rank(self):
         """This process's rank in the group."""
-        return self._rank
+        return self._live(self._rank)
 
     @property
     def size(self):
         """The number of ranks in the group."""
-        return self._size
+        return self._live(self._size)
 
     def get_rank(self):
-        return self._rank
+        return self._live(self._rank)
 
     def get_world_size(self):
-        return self._size
+        return self._live(self._size)
 
     @property
     def closed(self):
-        return self._handle is None
+        """True once destroy() has begun."""
+        return self._use.closed
 
-    def _h(self):
-        h = self._handle
-        if h is None:
-            raise _invalid("the communicator has been destroyed")
-        return h
+    @property
+    def _handle(self):
+        """The native handle, None once released (tests only: calls go
+        through `with self._use as h`)."""
+        return self._use.raw
+
+    def _busy(self):
+        """True while a call is in progress here or in a group made from here."""
+        return self._use.busy or any(child._busy() for child in list(self._children))
 
     def _orphan(self, keep):
-        if self._handle is not None:
+        if not self._use.closed:
             self._orphans.append(keep)
 
     def set_timeout(self, timeout_ms):
         """Changes timeout_ms for calls started afterwards."""
-        _n.hcomm_comm_set(self._h(), "timeout_ms", str(_int(timeout_ms, "timeout_ms", 0)))
+        value = str(_int(timeout_ms, "timeout_ms", 0))
+        with self._use as h:
+            _n.hcomm_comm_set(h, "timeout_ms", value)
 
     def transport(self, peer):
         """The transport to rank peer: "shm", "tcp", or "self"."""
-        return _n.hcomm_comm_transport(self._h(), _int(peer, "peer"))
+        peer = _int(peer, "peer")
+        with self._use as h:
+            return _n.hcomm_comm_transport(h, peer)
 
     def abort(self):
-        """Every pending and later operation fails with AbortedError. Any thread."""
-        _n.hcomm_comm_abort(self._h())
+        """Every pending and later operation fails with AbortedError. Any thread,
+        also while destroy() waits for the calls that this ends."""
+        h = self._use.enter(while_closing=True)
+        if h is None:
+            raise _invalid("the communicator has been destroyed")
+        try:
+            _n.hcomm_comm_abort(h)
+        finally:
+            self._use.exit()
 
     def destroy(self):
         """Releases the communicator (local; waits up to timeout_ms for this
-        rank's sends to be delivered). Groups made from it go first. Calling
+        rank's sends to be delivered). Calls begun after it raise
+        InvalidArgumentError; calls in progress on other threads are waited
+        for (abort() ends them early). Groups made from it go first. Calling
         it again does nothing."""
-        with self._lock:
-            h = self._handle
-            if h is None:
-                return
-            children = list(self._children)
-        for child in children:
-            child.destroy()
-        with self._lock:
-            if self._handle is None:
-                return
-            self._handle = None
+        self._use.close(self._release, before=self._destroy_children)
+
+    def _destroy_children(self):
+        # After this communicator's calls have ended, so no split() or
+        # new_group() is still adding a child. One that fails to destroy
+        # (it is released anyway) does not keep the others alive.
+        first = None
+        for child in list(self._children):
+            try:
+                child.destroy()
+            except HcommError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    def _release(self, h):
         try:
             _n.hcomm_comm_destroy(h)
         finally:
@@ -307,7 +353,7 @@ class Communicator:
             pass
 
     def __repr__(self):
-        if self._handle is None:
+        if self._use.closed:
             return "<hcomm.Communicator destroyed>"
         return "<hcomm.Communicator rank %d of %d>" % (self._rank, self._size)
 
@@ -320,22 +366,27 @@ class Communicator:
         if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
             raise _invalid("ranks must be a list of ints, not %s" % type(ranks).__name__)
         ranks = [_int(r, "rank") for r in ranks]
-        handle = _n.hcomm_comm_create_group(self._h(), ranks)
-        return None if handle is None else Communicator(handle, parent=self)
+        with self._use as h:  # The child is made before destroy() can look for it.
+            handle = _n.hcomm_comm_create_group(h, ranks)
+            return None if handle is None else Communicator(handle, parent=self)
 
     def split(self, color, key=0):
         """Ranks passing the same color form a group, ordered by (key, rank).
         Collective. Returns None for color None or hcomm.UNDEFINED."""
         color = UNDEFINED if color is None else _int(color, "color")
-        handle = _n.hcomm_comm_split(self._h(), color, _int(key, "key"))
-        return None if handle is None else Communicator(handle, parent=self)
+        key = _int(key, "key")
+        with self._use as h:
+            handle = _n.hcomm_comm_split(h, color, key)
+            return None if handle is None else Communicator(handle, parent=self)
 
     # ---- point-to-point ----------------------------------------------------
 
     def send(self, tensor, dst, tag=0):
         """Sends tensor to rank dst (blocking until the buffer may be reused)."""
         b = _tensors.as_buffer(tensor, False, "send")
-        _n.hcomm_send(b.obj, b.count, b.dtype, _int(dst, "dst"), _int(tag, "tag"), self._h())
+        dst, tag = _int(dst, "dst"), _int(tag, "tag")
+        with self._use as h:
+            _n.hcomm_send(b.obj, b.count, b.dtype, dst, tag, h)
 
     def recv(self, tensor, src=None, tag=0):
         """Receives into tensor (its size is the capacity) from src (None: any
@@ -343,32 +394,36 @@ class Communicator:
         b = _tensors.as_buffer(tensor, True, "recv")
         src = _src(src)
         tag = _recv_tag(tag)
-        h = self._h()
-        if src != ANY_SOURCE:
-            _n.hcomm_recv(b.obj, b.count, b.dtype, src, tag, h)
-            return src
-        req = Request(self, _n.hcomm_irecv(b.obj, b.count, b.dtype, src, tag, h), (b.keep(),))
-        try:
-            req.wait()
-        finally:
-            req.close()
-        return req.source
+        with self._use as h:
+            if src != ANY_SOURCE:
+                _n.hcomm_recv(b.obj, b.count, b.dtype, src, tag, h)
+                return src
+            # Only a request tells the source; destroy() waits for it as for
+            # any other call.
+            req = Request(self, _n.hcomm_irecv(b.obj, b.count, b.dtype, src, tag, h),
+                          (b.keep(),))
+            try:
+                req.wait()
+            finally:
+                req.close()
+            return req.source
 
     def isend(self, tensor, dst, tag=0):
         """Starts sending tensor to dst; returns a Request."""
         b = _tensors.as_buffer(tensor, False, "isend")
         keep = (b.keep(),)
-        h = _n.hcomm_isend(b.obj, b.count, b.dtype, _int(dst, "dst"), _int(tag, "tag"),
-                           self._h())
-        return Request(self, h, keep)
+        dst, tag = _int(dst, "dst"), _int(tag, "tag")
+        with self._use as h:
+            return Request(self, _n.hcomm_isend(b.obj, b.count, b.dtype, dst, tag, h), keep)
 
     def irecv(self, tensor, src=None, tag=0):
         """Starts receiving into tensor from src (None: any source); returns a
         Request whose `source` says who sent it once it is done."""
         b = _tensors.as_buffer(tensor, True, "irecv")
         keep = (b.keep(),)
-        h = _n.hcomm_irecv(b.obj, b.count, b.dtype, _src(src), _recv_tag(tag), self._h())
-        return Request(self, h, keep)
+        src, tag = _src(src), _recv_tag(tag)
+        with self._use as h:
+            return Request(self, _n.hcomm_irecv(b.obj, b.count, b.dtype, src, tag, h), keep)
 
     # ---- collectives (in place) -------------------------------------------
 
@@ -379,22 +434,28 @@ class Communicator:
         op = _op(op)
         if async_op:
             keep = (b.keep(),)
-            h = _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op, self._h())
-            return Request(self, h, keep)
-        _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, self._h())
+            with self._use as h:
+                return Request(self, _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op, h),
+                               keep)
+        with self._use as h:
+            _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, h)
         return None
 
     def broadcast(self, tensor, src):
         """Every rank's tensor = rank src's tensor."""
         b = _tensors.as_buffer(tensor, True, "broadcast")
-        _n.hcomm_broadcast(b.obj, b.count, b.dtype, _int(src, "src"), self._h())
+        src = _int(src, "src")
+        with self._use as h:
+            _n.hcomm_broadcast(b.obj, b.count, b.dtype, src, h)
 
     def reduce(self, tensor, dst, op=ReduceOp.SUM):
         """Rank dst's tensor = op over every rank's tensor (others unchanged)."""
         dst = _int(dst, "dst")
         b = _tensors.as_buffer(tensor, dst == self._rank, "reduce")
         recv = b.obj if dst == self._rank else None
-        _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, _op(op), dst, self._h())
+        op = _op(op)
+        with self._use as h:
+            _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, op, dst, h)
 
     def all_gather(self, out, tensor):
         """out (size * len(tensor) elements) = every rank's tensor, in rank
@@ -403,7 +464,8 @@ class Communicator:
         t = _tensors.as_buffer(tensor, False, "all_gather (tensor)")
         self._check_blocks("all_gather", o, t, "out", "tensor")
         send = self._in_place(o, t, self._rank * t.nbytes, "all_gather")
-        _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, self._h())
+        with self._use as h:
+            _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, h)
 
     def reduce_scatter(self, out, inp, op=ReduceOp.SUM):
         """out (len(inp) / size elements) on rank r = op over every rank's block
@@ -412,13 +474,13 @@ class Communicator:
         i = _tensors.as_buffer(inp, False, "reduce_scatter (inp)")
         self._check_blocks("reduce_scatter", i, o, "inp", "out")
         op = _op(op)
+        recv = o
         if self._overlap(i, o):
             if i.address() != o.address():
                 raise _invalid("reduce_scatter: out overlaps inp but is not its first block")
-            i = _tensors.as_buffer(inp, True, "reduce_scatter (inp)")
-            _n.hcomm_reduce_scatter(i.obj, i.obj, o.count, o.dtype, op, self._h())
-            return
-        _n.hcomm_reduce_scatter(i.obj, o.obj, o.count, o.dtype, op, self._h())
+            i = recv = _tensors.as_buffer(inp, True, "reduce_scatter (inp)")  # In place.
+        with self._use as h:
+            _n.hcomm_reduce_scatter(i.obj, recv.obj, o.count, o.dtype, op, h)
 
     def all_to_all(self, out, inp):
         """Block j of inp goes to rank j; block i of out comes from rank i.
@@ -434,7 +496,8 @@ class Communicator:
                            % (i.count, self._size))
         if self._overlap(o, i):
             raise _invalid("all_to_all: out and inp must not overlap")
-        _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, self._h())
+        with self._use as h:
+            _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, h)
 
     def gather(self, tensor, out=None, dst=0):
         """Rank dst's out (size * len(tensor) elements) = every rank's tensor in
@@ -450,7 +513,8 @@ class Communicator:
             self._check_blocks("gather", o, t, "out", "tensor")
             send = self._in_place(o, t, self._rank * t.nbytes, "gather")
             recv = o.obj
-        _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, self._h())
+        with self._use as h:
+            _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, h)
 
     def scatter(self, out, inp=None, src=0):
         """Block r of rank src's inp (size * len(out) elements) goes to rank r's
@@ -466,11 +530,13 @@ class Communicator:
             if self._overlap(i, o):
                 raise _invalid("scatter: out and inp must not overlap")
             send = i.obj
-        _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, self._h())
+        with self._use as h:
+            _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, h)
 
     def barrier(self):
         """Returns once every rank of the group has entered the barrier."""
-        _n.hcomm_barrier(self._h())
+        with self._use as h:
+            _n.hcomm_barrier(h)
 
     # ---- checks ------------------------------------------------------------
 
@@ -504,9 +570,14 @@ class Communicator:
 
 
 def _destroy_all():
-    """atexit: destroys communicators the program forgot (children first)."""
+    """atexit: destroys communicators the program forgot (children first).
+    One with a call still in progress, which only a daemon thread can have
+    now, is left to the process's exit: destroy() would wait for the call
+    (up to timeout_ms), and an abort would make that thread raise while the
+    interpreter shuts down."""
     for comm in list(_roots):
         try:
-            comm.destroy()
+            if not comm._busy():
+                comm.destroy()
         except Exception:
             pass

@@ -3,10 +3,11 @@
 Run by Bazel, this file is the driver (unittest): it starts itself as 4
 ranks (`hcomm_run -n 4 -- python3 multirank_test.py --worker`), each of
 which runs every check in CHECKS in order and prints "ok: NAME"; there is
-one test method per check. Two further runs start their ranks by hand
+one test method per check. Three further runs start their ranks by hand
 (HCOMM_RANK/HCOMM_WORLD_SIZE/HCOMM_STORE_ADDR/HCOMM_JOB_TOKEN): a peer that
-exits mid-job (PeerFailureError) and a rank with the wrong job token
-(PermissionDeniedError).
+exits mid-job (PeerFailureError), a rank with the wrong job token
+(PermissionDeniedError), and a communicator destroyed while a thread is
+blocked in its barrier.
 """
 
 import builtins
@@ -14,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -273,6 +275,52 @@ def peer_failure_worker():
     hcomm.destroy()
 
 
+def destroy_during_barrier_worker():
+    """Rank 0: a thread blocks in barrier() (rank 1 never enters it) while the
+    main thread destroys the communicator: destroy() waits for the barrier
+    until abort() ends it. Rank 1 waits in a recv that rank 0's abort ends."""
+    comm = hcomm.init(timeout_ms=20000)
+    if comm.rank == 1:
+        try:
+            comm.recv(np.zeros(1), src=0, tag=9)  # Nobody sends it.
+        except (hcomm.PeerFailureError, hcomm.AbortedError):
+            pass
+        hcomm.destroy()
+        return
+    got = {}
+
+    def barrier():
+        try:
+            comm.barrier()
+        except hcomm.HcommError as e:
+            got["barrier"] = e
+
+    def until(predicate):
+        deadline = time.monotonic() + 10
+        while not predicate():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.001)
+
+    barrier_thread = threading.Thread(target=barrier)
+    barrier_thread.start()
+    until(lambda: comm._use.busy)
+    destroy_thread = threading.Thread(target=hcomm.destroy)
+    destroy_thread.start()
+    until(lambda: comm.closed)
+    try:
+        comm.barrier()
+        raise AssertionError("a barrier begun after destroy() did not raise")
+    except hcomm.InvalidArgumentError as e:
+        assert "destroyed" in str(e), e
+    assert destroy_thread.is_alive(), "destroy() did not wait for the barrier"
+    comm.abort()
+    barrier_thread.join(10)
+    destroy_thread.join(10)
+    assert not destroy_thread.is_alive(), "destroy() still waits after abort()"
+    assert isinstance(got.get("barrier"), hcomm.AbortedError), got
+    print("ok: the barrier ended with AbortedError", flush=True)
+
+
 def bad_token_worker():
     try:
         hcomm.init(timeout_ms=3000)
@@ -378,6 +426,11 @@ class Failures(unittest.TestCase):
         self.assertEqual(outs[0][0], 0, outs)
         self.assertIn("ok: PeerFailureError", outs[0][1])
 
+    def test_destroy_during_barrier(self):
+        outs = _start_by_hand("--destroy-during-barrier", ["t0ken-b", "t0ken-b"])
+        self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
+        self.assertIn("ok: the barrier ended with AbortedError", outs[0][1])
+
     def test_wrong_job_token(self):
         outs = _start_by_hand("--bad-token", ["right-token", "wrong-token"])
         self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
@@ -389,6 +442,8 @@ if __name__ == "__main__":
         worker()
     elif "--peer-failure" in sys.argv:
         peer_failure_worker()
+    elif "--destroy-during-barrier" in sys.argv:
+        destroy_during_barrier_worker()
     elif "--bad-token" in sys.argv:
         bad_token_worker()
     else:

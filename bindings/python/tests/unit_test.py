@@ -11,6 +11,8 @@ import builtins
 import os
 import pickle
 import socket
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -35,6 +37,21 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_until(predicate, what, seconds=10):
+    """Polls predicate until it is true; fails the test after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting until " + what)
+        time.sleep(0.001)
+
+
+def start_thread(target):
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    return th
 
 
 class InitTest(unittest.TestCase):
@@ -70,6 +87,35 @@ class InitTest(unittest.TestCase):
     def test_bad_config_value(self):
         with self.assertRaisesRegex(hcomm.InvalidArgumentError, "timeout_ms"):
             hcomm.Communicator.from_config(rank=0, world_size=1, timeout_ms="soon")
+
+    def test_nul_in_config_is_invalid(self):
+        # C would read "timeout_ms" and "tok": the NUL must not cut them.
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "config key.*NUL"):
+            hcomm.Communicator.from_config(rank=0, world_size=1, **{"timeout_ms\0x": 5})
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError,
+                                    "config value of 'job_token' contains a NUL"):
+            hcomm.Communicator.from_config(rank=0, world_size=1, job_token="tok\0en")
+
+    def test_destroyed_communicator_has_no_rank_or_size(self):
+        g = hcomm.new_group([0])
+        hcomm.destroy(g)
+        for what, get in [("rank", lambda: g.rank), ("size", lambda: g.size),
+                          ("get_rank", g.get_rank), ("get_world_size", g.get_world_size),
+                          ("hcomm.get_rank", lambda: hcomm.get_rank(group=g)),
+                          ("hcomm.get_world_size", lambda: hcomm.get_world_size(group=g))]:
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "destroyed", msg=what):
+                get()
+
+    def test_default_group_destroyed(self):
+        global COMM
+        hcomm.destroy()
+        try:
+            for get in (hcomm.get_rank, hcomm.get_world_size, hcomm.barrier):
+                with self.assertRaisesRegex(hcomm.InvalidArgumentError,
+                                            r"init\(\) was not called.*destroyed"):
+                    get()
+        finally:
+            COMM = hcomm.init(rank=0, world_size=1, timeout_ms=5000)
 
     def test_store_unreachable_is_unavailable(self):
         port = free_port()
@@ -319,6 +365,75 @@ class ErrorTest(unittest.TestCase):
         np.testing.assert_array_equal(small, 0)  # Nothing written.
 
 
+class ThreadsTest(unittest.TestCase):
+    """Closing a handle while another thread is in a call on it: the close
+    waits for the call (C must not free the handle under it), calls begun
+    after the close raise, and abort() still ends the waited-for call."""
+
+    def test_destroy_waits_for_a_blocked_call_and_abort_ends_it(self):
+        c = hcomm.Communicator.from_config(rank=0, world_size=1, timeout_ms=10000)
+        got = {}
+
+        def receiver():
+            try:
+                c.recv(np.zeros(1), src=0, tag=4242)  # Nobody sends it.
+            except hcomm.HcommError as e:
+                got["recv"] = e
+
+        recv_thread = start_thread(receiver)
+        wait_until(lambda: c._use.busy, "the receive has begun")
+        destroy_thread = start_thread(c.destroy)
+        wait_until(lambda: c.closed, "destroy() has begun")
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "destroyed"):
+            c.barrier()
+        self.assertTrue(destroy_thread.is_alive())  # Waits for the receive.
+        self.assertIsNotNone(c._handle)
+        c.abort()
+        recv_thread.join(5)
+        destroy_thread.join(5)
+        self.assertFalse(destroy_thread.is_alive())
+        self.assertIsInstance(got.get("recv"), hcomm.AbortedError)
+        self.assertIsNone(c._handle)
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "destroyed"):
+            c.abort()
+
+    def test_request_close_waits_for_a_wait(self):
+        buf = np.zeros(3, np.int32)
+        req = hcomm.irecv(buf, src=0, tag=4343)
+        got = {}
+        wait_thread = start_thread(lambda: got.setdefault("wait", req.wait()))
+        wait_until(lambda: req._use.busy, "wait() has begun")
+        close_thread = start_thread(req.close)
+        wait_until(lambda: req._use.closed, "close() has begun")
+        self.assertTrue(close_thread.is_alive())  # Waits for the wait.
+        hcomm.send(np.array([4, 5, 6], np.int32), 0, tag=4343)
+        wait_thread.join(5)
+        close_thread.join(5)
+        self.assertFalse(close_thread.is_alive())
+        self.assertIs(got.get("wait"), True)
+        np.testing.assert_array_equal(buf, [4, 5, 6])
+        self.assertEqual(req.source, 0)
+
+    def test_forgotten_communicator_with_a_blocked_call_at_exit(self):
+        # A daemon thread still in a call when the program ends: the at-exit
+        # safety net leaves that communicator to the process's exit instead
+        # of waiting for the call (60 s here).
+        script = (
+            "import threading, numpy as np, hcomm\n"
+            "c = hcomm.init(rank=0, world_size=1, timeout_ms=60000)\n"
+            "recv = lambda: c.recv(np.zeros(1), src=0, tag=1)\n"
+            "threading.Thread(target=recv, daemon=True).start()\n"
+            "while not c._use.busy: pass\n"
+            "print('exiting', flush=True)\n")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(hcomm.__file__)))
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=50)
+        self.assertEqual((p.returncode, p.stdout), (0, "exiting\n"))
+        self.assertLess(time.monotonic() - t0, 30)
+
+
 class BufferTest(unittest.TestCase):
     DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
               np.float32, np.float64]
@@ -485,6 +600,31 @@ class ChannelTest(unittest.TestCase):
             buf = bytearray(16)
             self.assertEqual(ch.read_into(buf), 10)
             self.assertEqual(bytes(buf[:10]), b"0123456789")
+
+    def test_close_waits_for_a_read(self):
+        name = self.name()
+        with hcomm.SharedMemoryChannel(name, 4096, create=True) as writer:
+            reader = hcomm.SharedMemoryChannel(name, 0, timeout_ms=10000)
+            got = {}
+            read_thread = start_thread(lambda: got.setdefault("read", reader.read()))
+            wait_until(lambda: reader._use.busy, "read() has begun")
+            close_thread = start_thread(reader.close)
+            wait_until(lambda: reader.closed, "close() has begun")
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "closed"):
+                reader.read(timeout_ms=0)
+            self.assertTrue(close_thread.is_alive())  # Waits for the read.
+            writer.write(b"ends the read")
+            read_thread.join(5)
+            close_thread.join(5)
+            self.assertFalse(close_thread.is_alive())
+            self.assertEqual(got.get("read"), b"ends the read")
+
+    def test_nul_in_name_is_invalid(self):
+        # C would read "<name>" alone and make that channel.
+        name = self.name()
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "channel name.*NUL"):
+            hcomm.SharedMemoryChannel(name + "\0more", 64, create=True)
+        self.assertFalse(os.path.exists("/dev/shm/hcomm-ch-" + name))
 
     def test_errors(self):
         name = self.name()
