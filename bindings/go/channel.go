@@ -3,6 +3,7 @@ package hcomm
 import (
 	"errors"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type Channel struct {
 // opening ignores size and fails with StatusNoDevice if no creator has it
 // open.
 func OpenChannel(name string, size int, create bool) (*Channel, error) {
+	if err := cstring("OpenChannel", "name "+strconv.Quote(name), name); err != nil {
+		return nil, err
+	}
 	if size < 0 {
 		return nil, invalid("OpenChannel %q: size %d is negative", name, size)
 	}

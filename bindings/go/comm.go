@@ -24,10 +24,15 @@ type Comm struct {
 	// mu is held shared by every call that uses h and exclusively by
 	// Close, so that Close never frees the handle under a running call
 	// (it waits for them instead).
-	mu         sync.RWMutex
-	h          uintptr // hcomm_comm_t; 0 once closed
+	mu sync.RWMutex
+	// amu is held by Abort instead of mu: an RLock would queue behind
+	// Close's pending Lock, so Abort could not end the calls that Close
+	// waits for. Close takes it too to clear h, so Abort never runs during
+	// or after the destroy.
+	amu        sync.Mutex
+	h          uintptr // hcomm_comm_t; 0 once closed; written under mu and amu
 	rank, size int
-	open       atomic.Bool // h != 0, readable without mu (Rank, Size)
+	open       atomic.Bool // false once Close has begun; readable without mu
 
 	// C buffers of requests freed while still pending: hcomm may write
 	// them until the communicator is destroyed, so Close frees them.
@@ -49,6 +54,14 @@ type Comm struct {
 func Init(cfg map[string]string) (*Comm, error) {
 	var ch uintptr
 	if cfg != nil {
+		for k, v := range cfg {
+			if err := cstring("Init", "config key "+strconv.Quote(k), k); err != nil {
+				return nil, err
+			}
+			if err := cstring("Init", "config value of "+strconv.Quote(k), v); err != nil {
+				return nil, err
+			}
+		}
 		if err := fromC(capi.Hcomm_config_create(&ch)); err != nil {
 			return nil, err
 		}
@@ -112,22 +125,26 @@ func (c *Comm) Size() int {
 // Close destroys the communicator (hcomm_comm_destroy): it first waits (up
 // to timeout_ms) until this rank's sends have been delivered, then fails
 // requests still pending with StatusAborted and releases everything. It is
-// local, not collective. Close waits for calls running on c in other
-// goroutines to return; to end those early, call Abort before Close. The
-// Comm is closed even when an error is returned; closing a nil or closed
-// Comm does nothing and returns nil.
+// local, not collective. Calls begun on c after Close has begun return
+// StatusInvalidArgument; Close waits for calls already running on c in
+// other goroutines to return, and Abort (before or during Close) ends them
+// early. The Comm is closed even when an error is returned; closing a nil
+// or closed Comm does nothing and returns nil.
 func (c *Comm) Close() error {
 	if c == nil {
 		return nil
 	}
+	c.open.Store(false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.h == 0 {
 		return nil
 	}
-	c.open.Store(false)
-	err := fromC(capi.Hcomm_comm_destroy(c.h))
+	c.amu.Lock()
+	h := c.h
 	c.h = 0
+	c.amu.Unlock()
+	err := fromC(capi.Hcomm_comm_destroy(h))
 	runtime.SetFinalizer(c, nil)
 	c.omu.Lock()
 	c.closed = true
@@ -161,6 +178,9 @@ func (c *Comm) do(op string, f func(h uintptr) error) error {
 	if c == nil {
 		return invalid("%s: the Comm is nil (a NewGroup/Split result for a non-member?)", op)
 	}
+	if !c.open.Load() { // Close has begun: do not queue behind it
+		return invalid("%s: the Comm is closed", op)
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.h == 0 {
@@ -176,15 +196,30 @@ func (c *Comm) Barrier() error {
 
 // Abort aborts c (hcomm_comm_abort): every pending and later operation on
 // it fails with StatusAborted promptly. It may be called from any
-// goroutine while others are blocked on c. Close c afterwards.
+// goroutine while others are blocked on c, also while Close waits for
+// them. Close c afterwards.
 func (c *Comm) Abort() error {
-	return c.do("Abort", func(h uintptr) error { return capi.Hcomm_comm_abort(h) })
+	if c == nil {
+		return invalid("Abort: the Comm is nil (a NewGroup/Split result for a non-member?)")
+	}
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	if c.h == 0 {
+		return invalid("Abort: the Comm is closed")
+	}
+	return fromC(capi.Hcomm_comm_abort(c.h))
 }
 
 // Set changes a setting of c (hcomm_comm_set); only "timeout_ms" and
 // "algo" may be changed after Init. It applies to calls started afterwards,
 // on this rank (change "algo" at the same point on every rank).
 func (c *Comm) Set(key, value string) error {
+	if err := cstring("Set", "key "+strconv.Quote(key), key); err != nil {
+		return err
+	}
+	if err := cstring("Set", "value", value); err != nil {
+		return err
+	}
 	return c.do("Set", func(h uintptr) error { return capi.Hcomm_comm_set(h, key, value) })
 }
 

@@ -150,6 +150,41 @@ func TestInitErrors(t *testing.T) {
 	wantStatus(t, err, hcomm.StatusInvalidArgument)
 }
 
+// A NUL in a string for C would cut it there: the C side would read
+// "timeout_ms", "tok" or the channel name's prefix.
+func TestNulInStrings(t *testing.T) {
+	solo := func(k, v string) map[string]string {
+		return map[string]string{"rank": "0", "world_size": "1", k: v}
+	}
+	bad := []map[string]string{solo("timeout_ms\x00x", "5000"), solo("job_token", "tok\x00en")}
+	for _, cfg := range bad {
+		c, err := hcomm.Init(cfg)
+		if c != nil {
+			c.Close()
+		}
+		e := wantStatus(t, err, hcomm.StatusInvalidArgument)
+		if !strings.Contains(e.Message, "NUL") {
+			t.Errorf("Init(%q): message %q does not say NUL", cfg, e.Message)
+		}
+	}
+	c := initSolo(t)
+	wantStatus(t, c.Set("timeout_ms", "5000\x00x"), hcomm.StatusInvalidArgument)
+	wantStatus(t, c.Set("timeout_ms\x00x", "5000"), hcomm.StatusInvalidArgument)
+
+	name := fmt.Sprintf("hcomm-go-nul-%d", os.Getpid())
+	ch, err := hcomm.OpenChannel(name+"\x00more", 64, true)
+	if ch != nil {
+		ch.Close()
+	}
+	e := wantStatus(t, err, hcomm.StatusInvalidArgument)
+	if !strings.Contains(e.Message, "name") {
+		t.Errorf("OpenChannel: message %q does not name the argument", e.Message)
+	}
+	if _, err := os.Stat("/dev/shm/hcomm-ch-" + name); err == nil {
+		t.Errorf("OpenChannel made /dev/shm/hcomm-ch-%s", name)
+	}
+}
+
 // soloAllReduce checks every op of AllReduce, Reduce and ReduceScatter on
 // one rank (the identity, Avg included) for T.
 func soloAllReduce[T hcomm.Number](t *testing.T, c *hcomm.Comm) {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -107,6 +108,17 @@ func sameStart[T any](a, b []T) bool {
 func cint(op, what string, v int) error {
 	if v < math.MinInt32 || v > math.MaxInt32 {
 		return invalid("%s: %s %d does not fit a C int", op, what, v)
+	}
+	return nil
+}
+
+// cstring checks that s, handed to C as a NUL-terminated string, holds no
+// NUL (C would read it cut there); what names the argument in the error,
+// quoting it where that is no secret (config values may be job tokens).
+func cstring(op, what, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalid("%s: %s contains a NUL byte, which C would take as the end of the string",
+			op, what)
 	}
 	return nil
 }
