@@ -26,6 +26,24 @@ final class Buffers {
     return new HcommException(Status.INVALID_ARGUMENT, message);
   }
 
+  /**
+   * Checks {@code s}, for a {@code const char*} parameter: INVALID_ARGUMENT if
+   * it holds a NUL character, which a C string cannot (JNI would pass it as the
+   * bytes C0 80, a name that no other binding can spell). {@code what} names
+   * the argument, quoting it where that is no secret (config values may be
+   * job tokens). null passes: C rejects a NULL string itself.
+   */
+  static void checkCString(String s, String what) {
+    if (s != null && s.indexOf('\0') >= 0) {
+      throw invalid(what + " contains a NUL character, which a C string cannot hold");
+    }
+  }
+
+  /** {@code s} in double quotes, a NUL shown as \0 (for messages). */
+  static String quote(String s) {
+    return s == null ? "null" : "\"" + s.replace("\0", "\\0") + "\"";
+  }
+
   /** The dtype an array implies; {@link DType#UINT8} for a ByteBuffer. */
   static DType dtypeOf(Object buf, String what) {
     if (buf instanceof byte[]) return DType.INT8;

@@ -119,6 +119,11 @@ public final class Communicator implements AutoCloseable {
     if (config == null) {
       return init();
     }
+    for (Map.Entry<String, String> e : config.entrySet()) {
+      String key = Buffers.quote(e.getKey());
+      Buffers.checkCString(e.getKey(), "Communicator.init: config key " + key);
+      Buffers.checkCString(e.getValue(), "Communicator.init: config value of " + key);
+    }
     long cfg = HcommNative.hcomm_config_create();
     try {
       for (Map.Entry<String, String> e : config.entrySet()) {
@@ -156,6 +161,8 @@ public final class Communicator implements AutoCloseable {
    * {@code algo} may change after init. Applies to calls started afterwards.
    */
   public void set(String key, String value) {
+    Buffers.checkCString(key, "Communicator.set: key " + Buffers.quote(key));
+    Buffers.checkCString(value, "Communicator.set: value");
     long h = handle.enter();
     try {
       HcommNative.hcomm_comm_set(h, key, value);

@@ -48,6 +48,12 @@ public final class SharedMemoryChannel implements AutoCloseable {
    * when no creator has the name open.
    */
   public static SharedMemoryChannel open(String name, long capacityBytes, boolean create) {
+    Buffers.checkCString(name, "SharedMemoryChannel: name " + Buffers.quote(name));
+    if (capacityBytes < 0) {
+      // C takes a size_t: -5 would arrive as 2^64 - 5.
+      throw Buffers.invalid("SharedMemoryChannel " + Buffers.quote(name) + ": capacityBytes "
+          + capacityBytes + " is negative");
+    }
     long ch = HcommNative.hcomm_channel_open(name, capacityBytes, create ? 1 : 0);
     return new SharedMemoryChannel(ch, name);
   }

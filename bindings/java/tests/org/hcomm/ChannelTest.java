@@ -50,6 +50,13 @@ public class ChannelTest {
     expect(Status.NO_DEVICE, () -> SharedMemoryChannel.open(name));
     expect(Status.INVALID_ARGUMENT, () -> SharedMemoryChannel.create("bad/name", 64));
     expect(Status.INVALID_ARGUMENT, () -> SharedMemoryChannel.create(name, 0));
+    // Negative: not passed to C as a huge size_t.
+    HcommException neg =
+        expect(Status.INVALID_ARGUMENT, () -> SharedMemoryChannel.create(name, -5));
+    assertTrue(neg.getMessage(), neg.getMessage().contains("capacityBytes -5 is negative"));
+    HcommException nul =
+        expect(Status.INVALID_ARGUMENT, () -> SharedMemoryChannel.create(name + "\0x", 64));
+    assertTrue(nul.getMessage(), nul.getMessage().contains("NUL"));
     SharedMemoryChannel ch = SharedMemoryChannel.create(name, 64);
     expect(Status.INVALID_ARGUMENT, () -> SharedMemoryChannel.create(name, 64)); // exists
     HcommException e = expect(Status.TIMEOUT, () -> ch.read(0));

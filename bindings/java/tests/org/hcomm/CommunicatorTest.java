@@ -377,6 +377,26 @@ public class CommunicatorTest {
   }
 
   @Test
+  public void nulInStringsIsInvalidArgument() {
+    // JNI would hand C the bytes C0 80 for the NUL: "secret\0" would pass as
+    // a job token that no other binding can spell. The message does not
+    // show the token.
+    Map<String, String> token = single();
+    token.put("job_token", "secret\0");
+    HcommException e = expect(Status.INVALID_ARGUMENT, () -> Communicator.init(token));
+    assertTrue(e.getMessage(), e.getMessage().contains("job_token")
+        && e.getMessage().contains("NUL") && !e.getMessage().contains("secret"));
+    Map<String, String> key = single();
+    key.put("timeout_ms\0x", "5000");
+    e = expect(Status.INVALID_ARGUMENT, () -> Communicator.init(key));
+    assertTrue(e.getMessage(), e.getMessage().contains("config key \"timeout_ms\\0x\""));
+    e = expect(Status.INVALID_ARGUMENT, () -> comm.set("timeout_ms", "5000\0"));
+    assertTrue(e.getMessage(), e.getMessage().contains("NUL"));
+    e = expect(Status.INVALID_ARGUMENT, () -> comm.set("timeout_ms\0", "5000"));
+    assertTrue(e.getMessage(), e.getMessage().contains("NUL"));
+  }
+
+  @Test
   public void groupsAndSplit() {
     assertNull(comm.split(Communicator.UNDEFINED, 0));
     try (Communicator half = comm.split(3, 0)) {
