@@ -774,10 +774,16 @@ TEST_P(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE((*c)->Barrier().ok());  // seq 0
     if (rank == 3) {
-      // Never enters seq 1; waits until the others have timed out.
+      // Never enters seq 1; waits until the others have timed out, then
+      // lets them go (none leaves before all have timed out: a rank's
+      // goodbye would fail another's wait with PEER_FAILURE instead).
       for (int from = 0; from < 3; ++from) {
         int go = 0;
         ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, from, 5).ok());
+      }
+      for (int to = 0; to < 3; ++to) {
+        int done = 1;
+        ASSERT_TRUE((*c)->Send(&done, sizeof done, 4, to, 6).ok());
       }
       return;
     }
@@ -805,6 +811,7 @@ TEST_P(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
     ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
     int go = 1;
     ASSERT_TRUE((*c)->Send(&go, sizeof go, 4, 3, 5).ok());
+    ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, 3, 6).ok());
   });
 }
 

@@ -157,8 +157,12 @@ void Join(FakePeer* peer, int store_port) {
   peer->store = std::move(*store);
   auto job = peer->store->Get("hcomm/job_id", deadline);
   Check(job.ok(), "job id", job.status().ToString());
+  // "<id> <world size> <key>"
+  std::vector<std::string> job_parts = absl::StrSplit(*job, ' ');
   uint64_t job_id = 0;
-  Check(absl::SimpleAtoi(*job, &job_id), "job id parse");
+  Check(job_parts.size() == 3 && absl::SimpleAtoi(job_parts[0], &job_id) && job_parts[1] == "2",
+        "job id parse", *job);
+  Check(peer->store->Add("hcomm/claim/1", 1, deadline).ok(), "claim rank 1");
   Check(peer->store
             ->Set("hcomm/addr/1", absl::StrCat("127.0.0.1:1 fuzz-peer-host ", getpid()), deadline)
             .ok(),
