@@ -2145,7 +2145,9 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
       contexts_.erase(it);
     }
   }
-  for (const auto& r : sends) Withdraw(r, why);
+  // (Each ends ABORTED, or ABORTED saying the rest of it is still on its
+  // way: nobody waits for it any more.)
+  for (const auto& r : sends) Withdraw(r, why).IgnoreError();
   Flush(&out);
 }
 

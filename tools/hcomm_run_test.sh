@@ -207,13 +207,19 @@ launch --timeout 30 -n 2 -- true
 expect_rc 0
 expect_faster_than 5000
 
+# Starts a 2-rank launcher in the background (its pid in $launcher) whose
+# ranks write their pids to $TMP/pid.R and sleep; returns once both have.
+start_sleeping_ranks() {
+  rm -f "$TMP"/pid.*
+  "$RUN" -n 2 -- /bin/sh -c \
+    'echo $$ > '"$TMP"'/pid.$RANK.tmp; mv '"$TMP"'/pid.$RANK.tmp '"$TMP"'/pid.$RANK; exec sleep 60' \
+    >"$OUT" 2>"$ERR" </dev/null &
+  launcher=$!
+  for i in $(seq 1 400); do [ -s "$TMP/pid.0" ] && [ -s "$TMP/pid.1" ] && break; sleep 0.02; done
+}
+
 begin "SIGTERM to the launcher is forwarded"
-rm -f "$TMP"/pid.*
-"$RUN" -n 2 -- /bin/sh -c \
-  'echo $$ > '"$TMP"'/pid.$RANK.tmp; mv '"$TMP"'/pid.$RANK.tmp '"$TMP"'/pid.$RANK; exec sleep 60' \
-  >"$OUT" 2>"$ERR" </dev/null &
-launcher=$!
-for i in $(seq 1 400); do [ -s "$TMP/pid.0" ] && [ -s "$TMP/pid.1" ] && break; sleep 0.02; done
+start_sleeping_ranks
 t0=$(now_ms)
 kill -TERM "$launcher"
 wait "$launcher"
@@ -225,12 +231,7 @@ grep -q 'got SIGTERM' "$ERR" || fail "no message about SIGTERM"
 expect_gone "$TMP/pid.0" "$TMP/pid.1"
 
 begin "SIGKILL to the launcher kills the ranks too"
-rm -f "$TMP"/pid.*
-"$RUN" -n 2 -- /bin/sh -c \
-  'echo $$ > '"$TMP"'/pid.$RANK.tmp; mv '"$TMP"'/pid.$RANK.tmp '"$TMP"'/pid.$RANK; exec sleep 60' \
-  >"$OUT" 2>"$ERR" </dev/null &
-launcher=$!
-for i in $(seq 1 400); do [ -s "$TMP/pid.0" ] && [ -s "$TMP/pid.1" ] && break; sleep 0.02; done
+start_sleeping_ranks
 kill -KILL "$launcher"
 { wait "$launcher"; } 2>/dev/null  # no "Killed" notice from bash
 RC=$?
