@@ -1300,9 +1300,23 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, 
     if (it != matcher.unexpected().end()) {
       DeliverUnexpected(matcher, it, r, &out);
     } else {
-      // Nothing has arrived: a dead peer can no longer send it.
+      // Nothing has arrived: a dead peer can no longer send it, nor can
+      // any rank once every other has failed or left.
       absl::Status usable = CheckUsable(peer);
       if (!usable.ok()) return Annotate(usable, Describe(*r));
+      if (peer == kAnySource && size_ > 1) {
+        int up = -1;
+        for (int p = 0; p < size_ && up < 0; ++p) {
+          if (p != rank_ && peers_[p]->state == PeerState::kUp) up = p;
+        }
+        if (up < 0) {
+          const int other = rank_ == 0 ? 1 : 0;
+          return Annotate(PeerFailure(absl::StrCat("rank ", rank_,
+                                                   ": every other rank has failed or left (",
+                                                   peers_[other]->failure.message(), ")")),
+                          Describe(*r));
+        }
+      }
       if (fingerprint != 0) {
         // A message of another collective under the same tag, from anyone:
         // the ranks disagree, whoever it was meant for.

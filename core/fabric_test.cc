@@ -439,6 +439,14 @@ TEST_P(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
       ASSERT_OK(c->Recv(0, &v, sizeof v, 4, 1, 1, c->timeout()));
       EXPECT_EQ(v, 77);
       EXPECT_EQ(CodeOf(c->Send(0, &v, sizeof v, 4, 1, 1, c->timeout())), ErrorCode::kPeerFailure);
+      // With every other rank gone, an any-source receive fails at once
+      // instead of waiting out its timeout.
+      const absl::Time start = absl::Now();
+      absl::Status any = c->Recv(0, buf, sizeof buf, 1, kAnySource, 3, c->timeout());
+      EXPECT_EQ(CodeOf(any), ErrorCode::kPeerFailure) << any;
+      EXPECT_NE(any.message().find("every other rank has failed or left"), absl::string_view::npos)
+          << any;
+      EXPECT_LT(absl::Now() - start, absl::Seconds(10));
     }
   });
 }
