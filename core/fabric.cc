@@ -973,6 +973,16 @@ void Fabric::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
   if (sleepers_ > 0) cv_.SignalAll();
 }
 
+void Fabric::FailTruncated(const std::shared_ptr<Request>& r, int source, int tag,
+                           uint64_t bytes) {
+  r->out_source = source;
+  r->out_tag = tag;
+  r->out_bytes = 0;  // nothing of it arrived
+  Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", bytes, " bytes from rank ",
+                                    source, " ", TagName(tag), " exceeds the receive buffer of ",
+                                    r->bytes, " bytes")));
+}
+
 bool Fabric::Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source) {
   if (r->fingerprint == 0 || fingerprint == r->fingerprint) return false;
   absl::Status why = Mismatch(absl::StrCat("rank ", rank_, ": rank ", source,
@@ -1199,10 +1209,7 @@ void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
     recv->out_source = rank_;
     recv->out_tag = r->tag;
     if (r->bytes > recv->bytes) {
-      Complete(recv, Mismatch(absl::StrCat("rank ", rank_, ": message of ", r->bytes,
-                                           " bytes from rank ", rank_, " ", TagName(r->tag),
-                                           " exceeds the receive buffer of ", recv->bytes,
-                                           " bytes")));
+      FailTruncated(recv, rank_, r->tag, r->bytes);
     } else {
       if (r->bytes > 0) memcpy(recv->recv_buf, r->send_buf, r->bytes);
       recv->out_bytes = r->bytes;
@@ -1364,9 +1371,7 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
   switch (u.kind) {
     case Unexpected::Kind::kEager: {
       if (u.bytes > r->bytes) {
-        Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", u.bytes,
-                                          " bytes from rank ", u.source, " tag ", u.tag,
-                                          " exceeds the receive buffer of ", r->bytes, " bytes")));
+        FailTruncated(r, u.source, u.tag, u.bytes);
         if (u.complete) {
           ReleaseStaged(u, out);
           matcher.EraseUnexpected(it);
@@ -1399,9 +1404,7 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
       std::shared_ptr<Request> sender = u.sender;
       matcher.EraseUnexpected(it);
       if (sender->bytes > r->bytes) {
-        Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", sender->bytes,
-                                          " bytes from rank ", rank_, " tag ", sender->tag,
-                                          " exceeds the receive buffer of ", r->bytes, " bytes")));
+        FailTruncated(r, rank_, sender->tag, sender->bytes);
       } else {
         memcpy(r->recv_buf, sender->send_buf, sender->bytes);
         r->out_bytes = sender->bytes;
@@ -1423,9 +1426,7 @@ void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint6
   }
   if (bytes > r->bytes) {
     out->push_back({peer, Pack(MakeMeta(kReject, r->ctx, rank_, tag, bytes, send_id))});
-    Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", bytes, " bytes from rank ",
-                                      peer, " tag ", tag, " exceeds the receive buffer of ",
-                                      r->bytes, " bytes")));
+    FailTruncated(r, peer, tag, bytes);
     return;
   }
   r->phase = Request::Phase::kMatched;
@@ -1767,9 +1768,7 @@ void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
     r->out_tag = m.tag;
     r->out_bytes = payload_len;
     if (payload_len > r->bytes) {
-      Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", payload_len,
-                                        " bytes from rank ", peer, " tag ", m.tag,
-                                        " exceeds the receive buffer of ", r->bytes, " bytes")));
+      FailTruncated(r, peer, m.tag, payload_len);
       return;
     }
     memcpy(r->recv_buf, payload, payload_len);
@@ -1832,10 +1831,7 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           if (p.rx_req) {
             std::shared_ptr<Request> r = std::move(p.rx_req);
             if (p.rx_truncated) {
-              Complete(r, Mismatch(absl::StrCat("rank ", rank_, ": message of ", payload_len,
-                                                " bytes from rank ", peer, " tag ", m.tag,
-                                                " exceeds the receive buffer of ", r->bytes,
-                                                " bytes")));
+              FailTruncated(r, peer, m.tag, payload_len);
             } else {
               Complete(r, absl::OkStatus());
             }

@@ -364,6 +364,11 @@ class Fabric : public FrameSink {
   // A fresh request: one of the calling thread's recent ones when nothing
   // else holds it any more, or a new one.
   static std::shared_ptr<Request> NewRequest();
+  // Fails receive `r`, too small for the message of `bytes` bytes from
+  // world rank `source` under `tag`, with Mismatch; nothing was written, and
+  // its info names the sender and the tag with a count of 0.
+  void FailTruncated(const std::shared_ptr<Request>& r, int source, int tag, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True (and `r` completed with Mismatch) if `r` expects another
   // collective than the arriving message's fingerprint says.
   bool Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source)

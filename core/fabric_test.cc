@@ -179,9 +179,15 @@ TEST_P(FabricTest, TruncationIsMismatchAndWritesNothingPastTheBuffer) {
         ASSERT_OK(c->Send(0, m.data(), 4, 1, 1, 8, c->timeout()));
       } else {
         std::vector<char> buf(n, 'G');
-        absl::Status s = c->Recv(0, buf.data(), n / 2, 1, 0, 7, c->timeout());
+        std::shared_ptr<Request> r;
+        absl::Status s = c->Recv(0, buf.data(), n / 2, 1, kAnySource, kAnyTag, c->timeout(), &r);
         EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
         EXPECT_NE(s.message().find("exceeds the receive buffer"), absl::string_view::npos) << s;
+        // Who sent it and under which tag; nothing of it arrived.
+        ASSERT_NE(r, nullptr);
+        EXPECT_EQ(r->out_source, 0);
+        EXPECT_EQ(r->out_tag, 7);
+        EXPECT_EQ(r->out_bytes, 0u) << "n " << n;
         for (size_t i = n / 2; i < n; ++i) ASSERT_EQ(buf[i], 'G') << "byte " << i << " written";
         char small[4];
         ASSERT_OK(c->Recv(0, small, 4, 1, 0, 8, c->timeout()));  // still usable

@@ -238,8 +238,9 @@ HCOMM_API hcomm_status_t hcomm_test(hcomm_request_t req, int* done);
 HCOMM_API hcomm_status_t hcomm_waitall(int n, hcomm_request_t* reqs);
 
 /* After completion: the source (for a send: the destination), the tag and
- * the element count that arrived (for a send: the count sent). Any out
- * pointer may be NULL. Errors: INVALID_ARGUMENT (NULL request, or a request
+ * the element count that arrived (for a send: the count sent; for a receive
+ * that failed with HCOMM_ERR_MISMATCH, too small for the message: its
+ * sender, its tag and 0). Any out pointer may be NULL. Errors: INVALID_ARGUMENT (NULL request, or a request
  * that has not completed). */
 HCOMM_API hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag,
                                             size_t* count);
