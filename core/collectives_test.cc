@@ -388,6 +388,16 @@ TEST(GroupsTest, SplitAndCreateGroupHaveTheirOwnMessageSpace) {
   });
 }
 
+// Tests run once per transport mode (set before each).
+class ByTransport : public ::testing::TestWithParam<testing::TransportMode> {
+ protected:
+  void SetUp() override { testing::SetTransportMode(GetParam()); }
+};
+
+std::string ModeName(const ::testing::TestParamInfo<testing::TransportMode>& info) {
+  return testing::TransportModeName(info.param);
+}
+
 // Groups of one split get context ids alike: each still gets a shared
 // segment of its own (their names once clashed, and all but one group fell
 // back to messages).
@@ -436,10 +446,9 @@ TEST(GroupsTest, GroupsOutliveTheWorld) {
 // Destroying a group (local) fails what is pending on it at once, and
 // nothing sent to it afterwards, or left unreceived in it, reaches a buffer
 // or keeps a sender waiting; the parent's pending operations carry on.
-class GroupDestroyTest : public ::testing::TestWithParam<testing::TransportMode> {};
+class GroupDestroyTest : public ByTransport {};
 
 TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
-  testing::SetTransportMode(GetParam());
   testing::RunRanks(2, [](int rank, const Options& o) {
     auto world = Communicator::Init(o);
     ASSERT_TRUE(world.ok()) << world.status();
@@ -509,9 +518,7 @@ TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
 INSTANTIATE_TEST_SUITE_P(Transports, GroupDestroyTest,
                          ::testing::Values(testing::TransportMode::kShm,
                                            testing::TransportMode::kTcp),
-                         [](const ::testing::TestParamInfo<testing::TransportMode>& info) {
-                           return std::string(testing::TransportModeName(info.param));
-                         });
+                         ModeName);
 
 TEST(GroupsTest, CreateGroupWithDifferentListsIsMismatch) {
   testing::RunRanks(3, [](int rank, const Options& o) {
@@ -765,10 +772,9 @@ namespace {
 // Every rank that times out collects a report at the same moment; each
 // must still answer the others' (a rank once answered none while it waited
 // for its own report's answers, and showed as "did not answer").
-class HangReportTest : public ::testing::TestWithParam<testing::TransportMode> {};
+class HangReportTest : public ByTransport {};
 
 TEST_P(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
-  testing::SetTransportMode(GetParam());
   testing::RunRanks(4, [](int rank, const Options& o) {
     auto c = Communicator::Init(o);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -818,9 +824,7 @@ TEST_P(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
 INSTANTIATE_TEST_SUITE_P(Transports, HangReportTest,
                          ::testing::Values(testing::TransportMode::kShm,
                                            testing::TransportMode::kTcp),
-                         [](const ::testing::TestParamInfo<testing::TransportMode>& info) {
-                           return std::string(testing::TransportModeName(info.param));
-                         });
+                         ModeName);
 
 }  // namespace
 }  // namespace hcomm

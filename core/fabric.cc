@@ -1115,6 +1115,15 @@ void Fabric::ReserveContexts(uint32_t first, uint32_t count) {
 // ---------------------------------------------------------------------------
 // Posting
 
+void Fabric::EraseMatcherLocked(
+    absl::flat_hash_map<uint32_t, std::unique_ptr<Matcher>>::iterator it) {
+  if (last_ctx_ == it->first) {
+    last_ctx_ = UINT32_MAX;
+    last_matcher_ = nullptr;
+  }
+  contexts_.erase(it);
+}
+
 Matcher& Fabric::MatcherFor(uint32_t ctx) {
   if (ctx == last_ctx_) return *last_matcher_;
   std::unique_ptr<Matcher>& m = contexts_[ctx];
@@ -1124,9 +1133,13 @@ Matcher& Fabric::MatcherFor(uint32_t ctx) {
   return *m;
 }
 
+absl::Status Fabric::Destroyed() const {
+  return Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+}
+
 absl::Status Fabric::CheckUsable(int peer) {
   if (aborted_) return Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
-  if (destroyed_) return Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+  if (destroyed_) return Destroyed();
   if (peer != kAnySource && peer != rank_ && peers_[peer]->state != PeerState::kUp) {
     return peers_[peer]->failure;
   }
@@ -2090,8 +2103,7 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
     }
   }
   // 2. Fail what is pending, drop what arrived unreceived.
-  const absl::Status why =
-      Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+  const absl::Status why = Destroyed();
   std::vector<std::shared_ptr<Request>> sends;
   std::vector<Outgoing> out;
   {
@@ -2147,12 +2159,7 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
         ReleaseStaged(*u, &out);
         u = m.unexpected().erase(u);
       }
-      if (keep) continue;
-      if (last_ctx_ == c) {
-        last_ctx_ = UINT32_MAX;
-        last_matcher_ = nullptr;
-      }
-      contexts_.erase(it);
+      if (!keep) EraseMatcherLocked(it);
     }
   }
   // (Each ends ABORTED, or ABORTED saying the rest of it is still on its
@@ -2170,20 +2177,14 @@ bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoin
       // close: into a receive (left to finish), or into the queue.
       if (p.rx_req) {
         std::shared_ptr<Request> r = std::move(p.rx_req);
-        Complete(r, p.rx_truncated ? Aborted(absl::StrCat("rank ", rank_,
-                                                          ": the communicator was destroyed"))
-                                   : absl::OkStatus());
+        Complete(r, p.rx_truncated ? Destroyed() : absl::OkStatus());
       }
       if (p.rx_unexpected != nullptr) {
         auto it = contexts_.find(m.comm_id);
         if (it != contexts_.end()) {
           it->second->EraseUnexpected(p.rx_unexpected);
           if (it->second->unexpected().empty() && it->second->posted().empty()) {
-            if (last_ctx_ == m.comm_id) {
-              last_ctx_ = UINT32_MAX;
-              last_matcher_ = nullptr;
-            }
-            contexts_.erase(it);
+            EraseMatcherLocked(it);
           }
         }
       }
@@ -2293,7 +2294,7 @@ absl::Status Fabric::Destroy() {
   {
     absl::MutexLock l(&mu_);
     destroyed_ = true;
-    absl::Status why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
+    absl::Status why = Destroyed();
     for (auto& [ctx, matcher] : contexts_) {
       for (auto& r : matcher->posted()) Complete(r, why);
       matcher->posted().clear();

@@ -347,6 +347,12 @@ class Fabric : public FrameSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delivers an unexpected arrival to a matching receive.
   Matcher& MatcherFor(uint32_t ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets a context's matching state (CloseContexts), and the cache of
+  // the last one used if it was that.
+  void EraseMatcherLocked(absl::flat_hash_map<uint32_t, std::unique_ptr<Matcher>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ABORTED: "the communicator was destroyed", for what it leaves pending.
+  absl::Status Destroyed() const;
   void DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it, const std::shared_ptr<Request>& r,
                          std::vector<Outgoing>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint64_t fingerprint,

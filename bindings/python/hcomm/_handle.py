@@ -45,17 +45,13 @@ class Handle:
         self._closed_message = closed_message
 
     def __enter__(self):
-        with self._lock:
-            if self._state != _OPEN:
-                raise _invalid(self._closed_message)
-            self._calls += 1
-            return self._h
+        h = self.enter()
+        if h is None:
+            raise _invalid(self._closed_message)
+        return h
 
     def __exit__(self, *exc):
-        with self._lock:
-            self._calls -= 1
-            if not self._calls and self._state != _OPEN:
-                self._cv.notify_all()
+        self.exit()
 
     def enter(self, while_closing=False):
         """Starts a section and returns the handle, or returns None (starting
