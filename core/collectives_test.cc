@@ -7,6 +7,7 @@
 #include <functional>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -516,6 +517,96 @@ TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, GroupDestroyTest,
+                         ::testing::Values(testing::TransportMode::kShm,
+                                           testing::TransportMode::kTcp),
+                         ModeName);
+
+// Aborting a group ends that group alone: on the aborting rank its pending
+// and later operations fail with ABORTED; its members' operations with that
+// rank, and the group's collectives, fail with PEER_FAILURE at once rather
+// than at their timeout; the world and point-to-point among the others go on.
+class GroupAbortTest : public ByTransport {};
+
+TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    Communicator& w = **world;
+    auto split = w.Split(0, rank);
+    ASSERT_TRUE(split.ok()) << split.status();
+    std::unique_ptr<Communicator> g = std::move(*split);
+    ASSERT_TRUE(w.Barrier().ok());  // every rank's split has returned
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    const absl::Duration prompt = absl::Seconds(10);  // the timeout is 20 s
+    int token = 0;
+    if (rank == 1) {
+      int from_0 = -1, from_2 = -1;
+      auto pending = g->Irecv(&from_0, sizeof from_0, 4, 0, 1);
+      auto pending_world = w.Irecv(&from_2, sizeof from_2, 4, 2, 8);
+      ASSERT_TRUE(pending.ok() && pending_world.ok());
+      absl::Status in_collective;
+      std::thread collective([&] {
+        int v = 1, sum = 0;
+        in_collective = g->AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum);
+      });
+      absl::SleepFor(absl::Milliseconds(200));  // both are waiting
+      const absl::Time start = absl::Now();
+      g->Abort();
+      collective.join();
+      EXPECT_LT(absl::Now() - start, prompt);
+      EXPECT_EQ(CodeOf(in_collective), ErrorCode::kAborted) << in_collective;
+      absl::Status s = g->Wait(pending->get(), deadline);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
+      g->Release(*pending);
+      int v = 5;
+      EXPECT_EQ(CodeOf(g->Send(&v, sizeof v, 4, 2, 1)), ErrorCode::kAborted);
+      EXPECT_EQ(CodeOf(g->Send(&v, sizeof v, 4, 1, 1)), ErrorCode::kAborted);  // to itself
+      EXPECT_EQ(CodeOf(g->Barrier()), ErrorCode::kAborted);
+      g->Abort();  // again: nothing more happens
+      // The world is untouched: its pending receive still completes.
+      for (int peer : {0, 2}) ASSERT_TRUE(w.Send(&token, sizeof token, 4, peer, 7).ok());
+      EXPECT_TRUE(w.Wait(pending_world->get(), deadline).ok());
+      EXPECT_EQ(from_2, 22);
+      w.Release(*pending_world);
+    } else {
+      // The token follows the group's abort on the same connection.
+      ASSERT_TRUE(w.Recv(&token, sizeof token, 4, 1, 7).ok());
+      const absl::Time start = absl::Now();
+      int v = rank, got = -1;
+      if (rank == 0) {
+        absl::Status s = g->Recv(&got, sizeof got, 4, 1, 3);
+        EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
+        EXPECT_NE(s.message().find("aborted the communicator"), std::string::npos) << s;
+        s = g->Send(&v, sizeof v, 4, 1, 3);
+        EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
+        ASSERT_TRUE(g->Send(&v, sizeof v, 4, 2, 4).ok());
+      } else {
+        ASSERT_TRUE(g->Recv(&got, sizeof got, 4, 0, 4).ok());
+        EXPECT_EQ(got, 0);
+        int mine = 22;
+        ASSERT_TRUE(w.Send(&mine, sizeof mine, 4, 1, 8).ok());
+      }
+      absl::Status s = g->AllReduce(&v, &got, 1, DataType::kInt32, ReduceOp::kSum);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << "rank " << rank << ": " << s;
+      EXPECT_LT(absl::Now() - start, prompt);
+    }
+    int v = rank, sum = 0;
+    ASSERT_TRUE(w.AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, 3);
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(g->Destroy().ok());
+    EXPECT_LT(absl::Now() - start, prompt);
+    // The way back: a new group from the world.
+    auto again = w.Split(0, rank);
+    ASSERT_TRUE(again.ok()) << again.status();
+    sum = 0;
+    ASSERT_TRUE((*again)->AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, 3);
+    ASSERT_TRUE(w.Barrier().ok());
+  }, /*timeout_ms=*/20000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, GroupAbortTest,
                          ::testing::Values(testing::TransportMode::kShm,
                                            testing::TransportMode::kTcp),
                          ModeName);

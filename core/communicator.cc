@@ -577,6 +577,11 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
                                       ReduceOp rop, int root, size_t count, Body body,
                                       const ShmArgs* shm) {
   absl::Status usable = fabric_->Usable();
+  if (usable.ok()) {
+    // Aborted, or broken by a member's failure: even a collective that
+    // would send nothing (one rank) fails.
+    usable = fabric_->PoisonedStatus(coll_ctx_, static_cast<int>(ticket & kCollectiveTagMask));
+  }
   if (!usable.ok()) {
     FinishTurn();
     return Annotate(usable, CollectiveOpName(op));
@@ -968,6 +973,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGroup(
   std::vector<int> world;
   for (int r : ranks) world.push_back(group_to_world_[r]);
   return MakeChild(std::move(world), static_cast<uint32_t>(ctx));
+}
+
+void Communicator::Abort() {
+  if (p2p_ctx_ == 0) {  // the world's contexts are 0 and 1
+    fabric_->Abort();
+  } else {
+    fabric_->AbortCommunicator(p2p_ctx_, coll_ctx_, group_to_world_);
+  }
 }
 
 absl::Status Communicator::Destroy() {

@@ -108,8 +108,12 @@ class Communicator {
   // become ranks 0..k-1 of a new communicator; non-members get nullptr.
   absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(const std::vector<int>& ranks);
 
-  // Fails every pending and later operation of the whole job's fabric.
-  void Abort() { fabric_->Abort(); }
+  // Fails every pending and later operation with Aborted. The world's
+  // abort tears the job's connections down (Fabric::Abort), so every group
+  // made from it fails too; a group's ends that group alone
+  // (Fabric::AbortCommunicator: its members' operations with this rank
+  // there fail with PEER_FAILURE).
+  void Abort();
   // Local. The last communicator of the fabric (the world, or a group made
   // from it) shuts it down in order (see Fabric::Destroy); others end their
   // two contexts (Fabric::CloseContexts), so that groups outlive the world.

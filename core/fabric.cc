@@ -47,6 +47,8 @@ enum Kind : uint8_t {
   kNotice = 9,     // a collective clash: id = culprit fp, id2 = reporter fp,
                    // size = culprit rank; fails (ctx, tag) everywhere
   kCredit = 10,    // size = bytes of credited eager messages handed back
+  kAbandon = 11,   // the sender aborted the communicator whose contexts are
+                   // comm_id (point-to-point) and id (collectives)
 };
 
 struct Meta {
@@ -1057,24 +1059,57 @@ void Fabric::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
     if (broken_.contains(ctx) || std::find(members.begin(), members.end(), peer) == members.end()) {
       continue;
     }
-    const absl::Status broken = PeerFailure(
-        absl::StrCat("a rank of this communicator failed: ", why.message()));
-    broken_[ctx] = broken;
-    any_poisoned_.store(true, std::memory_order_release);
-    if (auto it = contexts_.find(ctx); it != contexts_.end()) {
-      for (auto& r : it->second->posted()) Complete(r, Annotate(broken, Describe(*r)));
-      it->second->posted().clear();
+    BreakContextLocked(ctx, PeerFailure(absl::StrCat("a rank of this communicator failed: ",
+                                                     why.message())));
+  }
+}
+
+void Fabric::BreakContextLocked(uint32_t ctx, const absl::Status& broken) {
+  broken_[ctx] = broken;
+  any_poisoned_.store(true, std::memory_order_release);
+  if (auto it = contexts_.find(ctx); it != contexts_.end()) {
+    for (auto& r : it->second->posted()) Complete(r, Annotate(broken, Describe(*r)));
+    it->second->posted().clear();
+  }
+  // Sends waiting for a receive (nothing of them has left; a late CTS is
+  // answered with DATA_ABORT). Those already moving are left to finish.
+  for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
+    std::shared_ptr<Request> r = it->second;
+    if (r->ctx == ctx) {
+      awaiting_cts_.erase(it++);
+      Complete(r, Annotate(broken, Describe(*r)));
+    } else {
+      ++it;
     }
-    // Sends waiting for a receive (nothing of them has left; a late CTS is
-    // answered with DATA_ABORT). Those already moving are left to finish.
-    for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
-      std::shared_ptr<Request> r = it->second;
-      if (r->ctx == ctx) {
-        awaiting_cts_.erase(it++);
-        Complete(r, Annotate(broken, Describe(*r)));
+  }
+}
+
+void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) {
+  const absl::Status why = PeerFailure(absl::StrCat(
+      "world rank ", peer, " aborted the communicator (hcomm_comm_abort)"));
+  // No collective of it can complete any more, whatever it waits for.
+  if (!broken_.contains(coll_ctx)) BreakContextLocked(coll_ctx, why);
+  // Point-to-point with the others goes on; with `peer`, nothing will.
+  abandoned_[{p2p_ctx, peer}] = why;
+  any_poisoned_.store(true, std::memory_order_release);
+  if (auto it = contexts_.find(p2p_ctx); it != contexts_.end()) {
+    auto& posted = it->second->posted();
+    for (auto r = posted.begin(); r != posted.end();) {
+      if ((*r)->peer == peer) {
+        Complete(*r, Annotate(why, Describe(**r)));
+        r = posted.erase(r);
       } else {
-        ++it;
+        ++r;
       }
+    }
+  }
+  for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
+    std::shared_ptr<Request> r = it->second;
+    if (r->ctx == p2p_ctx && r->peer == peer) {
+      awaiting_cts_.erase(it++);
+      Complete(r, Annotate(why, Describe(*r)));
+    } else {
+      ++it;
     }
   }
 }
@@ -1175,6 +1210,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
     }
     if (any_poisoned_.load(std::memory_order_relaxed)) {
       HCOMM_RETURN_IF_ERROR(RefusedLocked(ctx, tag));
+      if (absl::Status a = AbandonedLocked(ctx, peer); !a.ok()) return Annotate(a, Describe(*r));
     }
     if (peer == rank_) {
       SelfSend(r);
@@ -1317,6 +1353,10 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, 
     }
     Matcher& matcher = MatcherFor(ctx);
     auto it = matcher.FindUnexpected(peer, tag);
+    if (it == matcher.unexpected().end() && any_poisoned_.load(std::memory_order_relaxed)) {
+      // What it sent before aborting the communicator is still delivered.
+      if (absl::Status a = AbandonedLocked(ctx, peer); !a.ok()) return Annotate(a, Describe(*r));
+    }
     if (it != matcher.unexpected().end()) {
       DeliverUnexpected(matcher, it, r, &out);
     } else {
@@ -1962,6 +2002,12 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           PoisonLocked(m.comm_id, m.tag, why);
           break;
         }
+        case kAbandon: {
+          if (m.id <= UINT32_MAX && m.id != m.comm_id) {
+            PeerAbandonedLocked(peer, m.comm_id, static_cast<uint32_t>(m.id));
+          }
+          break;
+        }
         case kGoodbye: {
           p.got_goodbye = true;
           if (p.state == PeerState::kUp) {
@@ -2088,11 +2134,11 @@ bool Fabric::InFlightLocked(uint32_t first, uint32_t count) {
 void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) {
   auto ours = [&](uint32_t ctx) { return ctx - first < count; };
   // 1. As Destroy does for the whole job: our sends reach their peers, and
-  //    messages already landing land.
+  //    messages already landing land (not after an abort of them).
   for (;;) {
     {
       absl::MutexLock l(&mu_);
-      if (aborted_ || destroyed_ || !InFlightLocked(first, count)) break;
+      if (aborted_ || destroyed_ || ClosedLocked(first) || !InFlightLocked(first, count)) break;
     }
     if (absl::Now() >= deadline) break;
     if (!transports_.empty() && progress_mu_.TryLock()) {
@@ -2113,59 +2159,105 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
       members_.erase(c);
       broken_.erase(c);
     }
-    for (const auto* table : {&awaiting_cts_, &sending_}) {
-      for (const auto& [id, r] : *table) {
-        if (ours(r->ctx)) sends.push_back(r);
-      }
-    }
-    auto landing = [&](const std::shared_ptr<Request>& r) {
-      for (const auto& p : peers_) {
-        if (p->rx_req == r) return true;
-      }
-      return false;
-    };
-    // A receive whose payload is landing finishes with it (its buffer is
-    // being written); one whose payload has not begun gives it up (the
-    // DATA frame then finds no receive and is discarded).
-    for (auto it = awaiting_data_.begin(); it != awaiting_data_.end();) {
-      std::shared_ptr<Request> r = it->second;
-      if (ours(r->ctx) && !landing(r)) {
-        awaiting_data_.erase(it++);
-        Complete(r, why);
+    for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+      if (ours(it->first.first)) {
+        abandoned_.erase(it++);
       } else {
         ++it;
       }
     }
-    for (uint32_t c = first; ours(c); ++c) {
-      auto it = contexts_.find(c);
-      if (it == contexts_.end()) continue;
-      Matcher& m = *it->second;
-      for (auto& r : m.posted()) Complete(r, why);
-      m.posted().clear();
-      bool keep = false;  // an arrival still landing: its end drops it
-      for (auto u = m.unexpected().begin(); u != m.unexpected().end();) {
-        if (u->claimed) Complete(u->claimed, why);
-        u->claimed.reset();
-        if (u->kind == Unexpected::Kind::kEager && !u->complete) {
-          keep = true;
-          ++u;
-          continue;
-        }
-        if (u->sender) Complete(u->sender, why);
-        if (u->kind == Unexpected::Kind::kRts) {
-          out.push_back({u->source,
-                         Pack(MakeMeta(kReject, c, rank_, u->tag, u->bytes, u->send_id))});
-        }
-        ReleaseStaged(*u, &out);
-        u = m.unexpected().erase(u);
-      }
-      if (!keep) EraseMatcherLocked(it);
-    }
+    poisoned_.erase(std::remove_if(poisoned_.begin(), poisoned_.end(),
+                                   [&](const auto& p) { return ours(p.first.first); }),
+                    poisoned_.end());
+    // With nothing refused any more, operations take their fast paths again
+    // (also after this group was aborted or broken by a member's failure).
+    any_poisoned_.store(!poisoned_.empty() || !broken_.empty() || !abandoned_.empty(),
+                        std::memory_order_release);
+    EndContextsLocked(first, count, why, &sends, &out);
   }
   // (Each ends ABORTED, or ABORTED saying the rest of it is still on its
   // way: nobody waits for it any more.)
   for (const auto& r : sends) Withdraw(r, why).IgnoreError();
   Flush(&out);
+}
+
+void Fabric::AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx,
+                               const std::vector<int>& members) {
+  const uint32_t first = std::min(p2p_ctx, coll_ctx);
+  const uint32_t count = std::max(p2p_ctx, coll_ctx) - first + 1;
+  std::vector<std::shared_ptr<Request>> sends;
+  std::vector<Outgoing> out;
+  const absl::Status why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
+  {
+    absl::MutexLock l(&mu_);
+    if (aborted_ || destroyed_ || ClosedLocked(p2p_ctx)) return;
+    for (uint32_t c : {p2p_ctx, coll_ctx}) {
+      closed_contexts_.insert(c);
+      broken_[c] = why;  // later operations there fail at once
+    }
+    any_poisoned_.store(true, std::memory_order_release);
+    EndContextsLocked(first, count, why, &sends, &out);
+    for (int p : members) {
+      if (p == rank_ || peers_[p]->state != PeerState::kUp) continue;
+      out.push_back({p, Pack(MakeMeta(kAbandon, p2p_ctx, rank_, 0, 0, coll_ctx))});
+    }
+  }
+  for (const auto& r : sends) Withdraw(r, why).IgnoreError();
+  Flush(&out);
+}
+
+void Fabric::EndContextsLocked(uint32_t first, uint32_t count, const absl::Status& why,
+                               std::vector<std::shared_ptr<Request>>* sends,
+                               std::vector<Outgoing>* out) {
+  auto ours = [&](uint32_t ctx) { return ctx - first < count; };
+  for (const auto* table : {&awaiting_cts_, &sending_}) {
+    for (const auto& [id, r] : *table) {
+      if (ours(r->ctx)) sends->push_back(r);
+    }
+  }
+  auto landing = [&](const std::shared_ptr<Request>& r) {
+    for (const auto& p : peers_) {
+      if (p->rx_req == r) return true;
+    }
+    return false;
+  };
+  // A receive whose payload is landing finishes with it (its buffer is
+  // being written); one whose payload has not begun gives it up (the DATA
+  // frame then finds no receive and is discarded).
+  for (auto it = awaiting_data_.begin(); it != awaiting_data_.end();) {
+    std::shared_ptr<Request> r = it->second;
+    if (ours(r->ctx) && !landing(r)) {
+      awaiting_data_.erase(it++);
+      Complete(r, why);
+    } else {
+      ++it;
+    }
+  }
+  for (uint32_t c = first; ours(c); ++c) {
+    auto it = contexts_.find(c);
+    if (it == contexts_.end()) continue;
+    Matcher& m = *it->second;
+    for (auto& r : m.posted()) Complete(r, why);
+    m.posted().clear();
+    bool keep = false;  // an arrival still landing: its end drops it
+    for (auto u = m.unexpected().begin(); u != m.unexpected().end();) {
+      if (u->claimed) Complete(u->claimed, why);
+      u->claimed.reset();
+      if (u->kind == Unexpected::Kind::kEager && !u->complete) {
+        keep = true;
+        ++u;
+        continue;
+      }
+      if (u->sender) Complete(u->sender, why);
+      if (u->kind == Unexpected::Kind::kRts) {
+        out->push_back({u->source, Pack(MakeMeta(kReject, c, rank_, u->tag, u->bytes,
+                                                 u->send_id))});
+      }
+      ReleaseStaged(*u, out);
+      u = m.unexpected().erase(u);
+    }
+    if (!keep) EraseMatcherLocked(it);
+  }
 }
 
 bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoing>* out) {
@@ -2199,6 +2291,7 @@ bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoin
       return true;
     case kCancelRts:
     case kNotice:
+    case kAbandon:
       return true;
     default:
       return false;

@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -230,6 +231,16 @@ class Fabric : public FrameSink {
   // Fails every pending and later operation with Aborted and tears the
   // connections down. Any thread, any time.
   void Abort();
+  // Aborts one communicator made by Split/CreateGroup, of contexts
+  // `p2p_ctx` and `coll_ctx` and world ranks `members`: fails every pending
+  // and later operation there with Aborted (a receive whose message is
+  // already landing completes with it; a send partly on its way is
+  // finished from a copy), drops what arrives there from now on, and tells
+  // the members: there, collectives of the communicator fail with
+  // PEER_FAILURE (pending and later), and so do point-to-point operations
+  // with this rank. The connections, and every other communicator, stay.
+  // Any thread, any time; a second call does nothing.
+  void AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx, const std::vector<int>& members);
 
   // Communicators over this fabric: each joins once made and leaves when
   // destroyed; LeaveCommunicator is true for the last to leave, which then
@@ -406,6 +417,31 @@ class Fabric : public FrameSink {
   // World rank `peer` failed: breaks every watched context it belongs to.
   void BreakCollectivesOfLocked(int peer, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails what is pending in `ctx`, and everything posted there later, with
+  // `broken` (a send already moving is left to finish).
+  void BreakContextLocked(uint32_t ctx, const absl::Status& broken)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // World rank `peer` aborted the communicator of contexts `p2p_ctx` and
+  // `coll_ctx` (a kAbandon frame): breaks its collectives, and fails its
+  // point-to-point operations with `peer`, pending and later.
+  void PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why an operation with world rank `peer` in `ctx` fails at once because
+  // the peer aborted the communicator there, or OK.
+  absl::Status AbandonedLocked(uint32_t ctx, int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (abandoned_.empty()) return absl::OkStatus();
+    auto it = abandoned_.find({ctx, peer});
+    return it == abandoned_.end() ? absl::OkStatus() : it->second;
+  }
+  // Contexts [first, first + count) end (destroyed or aborted) with `why`:
+  // fails what is pending there, except receives whose message is landing,
+  // drops what arrived there unreceived (answering rendezvous senders as
+  // by a receive too small), and collects into `sends` this rank's sends
+  // there that are queued or moving, for the caller to Withdraw once mu_ is
+  // released.
+  void EndContextsLocked(uint32_t first, uint32_t count, const absl::Status& why,
+                         std::vector<std::shared_ptr<Request>>* sends,
+                         std::vector<Outgoing>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why operations in `ctx` fail at once (poisoned for `tag`, or broken),
   // or OK.
   absl::Status RefusedLocked(uint32_t ctx, int tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -488,7 +524,8 @@ class Fabric : public FrameSink {
   std::atomic<bool> aborted_flag_{false};
   std::atomic<bool> closing_{false};        // Destroy has begun
   std::atomic<int> communicators_{0};       // see JoinCommunicator
-  std::atomic<bool> any_poisoned_{false};   // poisoned_ is not empty
+  // poisoned_, broken_ or abandoned_ is not empty (operations check them).
+  std::atomic<bool> any_poisoned_{false};
   // The matcher of the context used last (only CloseContexts removes one).
   uint32_t last_ctx_ ABSL_GUARDED_BY(mu_) = UINT32_MAX;
   Matcher* last_matcher_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -498,8 +535,12 @@ class Fabric : public FrameSink {
   // broken by a member's failure, with why.
   absl::flat_hash_map<uint32_t, std::vector<int>> members_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, absl::Status> broken_ ABSL_GUARDED_BY(mu_);
-  // Contexts ended by CloseContexts: whatever arrives in them is dropped.
+  // Contexts ended by CloseContexts or AbortCommunicator: whatever arrives
+  // in them is dropped.
   absl::flat_hash_set<uint32_t> closed_contexts_ ABSL_GUARDED_BY(mu_);
+  // (context, world rank) pairs whose peer aborted the communicator there
+  // (PeerAbandonedLocked), with the status operations with it fail with.
+  absl::flat_hash_map<std::pair<uint32_t, int>, absl::Status> abandoned_ ABSL_GUARDED_BY(mu_);
   // (ctx, tag) pairs failed by Poison, newest last (bounded).
   std::deque<std::pair<std::pair<uint32_t, int>, absl::Status>> poisoned_ ABSL_GUARDED_BY(mu_);
 

@@ -238,7 +238,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const bool honest = in.U8() < 128;
         Meta m;
         memset(&m, 0, sizeof m);
-        m.kind = in.U8() % 10;
+        m.kind = in.U8() % 12;
         m.flags = in.U8();
         m.comm_id = in.U8() % 3;
         m.tag = static_cast<int8_t>(in.U8());

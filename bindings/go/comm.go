@@ -197,7 +197,9 @@ func (c *Comm) Barrier() error {
 // Abort aborts c (hcomm_comm_abort): every pending and later operation on
 // it fails with StatusAborted promptly. It may be called from any
 // goroutine while others are blocked on c, also while Close waits for
-// them. Close c afterwards.
+// them. Close c afterwards. Aborting the world fails its groups too;
+// aborting a group ends that group alone (its members' calls on it with
+// this rank fail with StatusPeerFailure).
 func (c *Comm) Abort() error {
 	if c == nil {
 		return invalid("Abort: the Comm is nil (a NewGroup/Split result for a non-member?)")

@@ -22,8 +22,9 @@
  * Then, once: groups (split by parity with reversed keys, HCOMM_UNDEFINED,
  * create_group of {0, 2} and {2, 0}, collectives on the children under every
  * algorithm, p2p with sub-communicator ranks in hcomm_request_info, parent
- * and child messages with one tag never matching each other) and bad
- * arguments (INVALID_ARGUMENT with a message, the communicator still usable).
+ * and child messages with one tag never matching each other), the abort of
+ * a group (that group alone fails; its members are told) and bad arguments
+ * (INVALID_ARGUMENT with a message, the communicator still usable).
  *
  * Every rank prints "ok: <check>" after each check and "ok: all" at the very
  * end. The first failure prints "FAIL: <check>: ..." (with hcomm_last_error()
@@ -1070,6 +1071,75 @@ static void check_groups(void) {
   check_done();
 }
 
+/* Aborting a group ends that group alone. The last rank aborts a group of
+ * every rank with a receive pending there: that receive and its later calls
+ * on the group fail with ABORTED; every
+ * other rank, told through the world after the abort, sees the group's
+ * allreduce and a receive from the aborting rank fail with PEER_FAILURE
+ * (not TIMEOUT), while p2p among the others in the group still works; then
+ * everyone destroys the group, and the world and a new group work. */
+static void check_group_abort(void) {
+  set_check("abort of a group: that group alone fails, its members are told");
+  const int aborter = g_size - 1;
+  hcomm_comm_t grp = NULL;
+  CALL(hcomm_comm_split(g_comm, 0, g_rank, &grp));
+  if (grp == NULL) fail("hcomm_comm_split gave NULL to a member");
+  /* A split returns on each rank when its own part is done: an abort before
+   * another rank's split returned would fail that split (PEER_FAILURE). */
+  barrier();
+  int32_t v = 1, sum = 0;
+  const double start = now_s();
+  if (g_rank == aborter) {
+    int32_t in = -1;
+    hcomm_request_t pending = NULL;
+    CALL(hcomm_irecv(&in, 1, HCOMM_INT32, 0, 5, grp, &pending));
+    CALL(hcomm_comm_abort(grp));
+    expect_status("hcomm_wait(irecv pending at the abort)", hcomm_wait(pending),
+                  HCOMM_ERR_ABORTED);
+    CALL(hcomm_request_free(pending));
+    expect_status("hcomm_allreduce on the aborted group",
+                  hcomm_allreduce(&v, &sum, 1, HCOMM_INT32, HCOMM_SUM, grp), HCOMM_ERR_ABORTED);
+    expect_status("hcomm_send to itself on the aborted group",
+                  hcomm_send(&v, 1, HCOMM_INT32, g_rank, 1, grp), HCOMM_ERR_ABORTED);
+    for (int r = 0; r < g_size; ++r) {
+      if (r != g_rank) CALL(hcomm_send(&v, 1, HCOMM_INT32, r, 30010, g_comm));
+    }
+  } else {
+    /* The world's message follows the abort's notice on one connection. */
+    int32_t token = 0;
+    CALL(hcomm_recv(&token, 1, HCOMM_INT32, aborter, 30010, g_comm));
+    expect_status("hcomm_recv from the aborting rank on its group",
+                  hcomm_recv(&token, 1, HCOMM_INT32, aborter, 6, grp), HCOMM_ERR_PEER_FAILURE);
+    if (strstr(hcomm_last_error(), "aborted the communicator") == NULL) {
+      fail("the receive's error does not say the peer aborted: %s", hcomm_last_error());
+    }
+    if (g_size > 2 && g_rank < 2) {
+      /* Group ranks 0 and 1 (not the aborter): p2p between them goes on. */
+      int32_t out = 40 + g_rank, got = -1;
+      hcomm_request_t r = NULL;
+      CALL(hcomm_irecv(&got, 1, HCOMM_INT32, 1 - g_rank, 7, grp, &r));
+      CALL(hcomm_send(&out, 1, HCOMM_INT32, 1 - g_rank, 7, grp));
+      CALL(hcomm_wait(r));
+      CALL(hcomm_request_free(r));
+      if (got != 41 - g_rank) fail("p2p in the group after the abort gave %d", got);
+    }
+    expect_status("hcomm_allreduce on a group another rank aborted",
+                  hcomm_allreduce(&v, &sum, 1, HCOMM_INT32, HCOMM_SUM, grp),
+                  HCOMM_ERR_PEER_FAILURE);
+  }
+  /* The job's timeout is far longer: nothing here waited it out. */
+  if (now_s() - start > 20) fail("the abort took %.1f s to be seen", now_s() - start);
+  CALL(hcomm_comm_destroy(grp));
+  CALL(hcomm_allreduce(&v, &sum, 1, HCOMM_INT32, HCOMM_SUM, g_comm));
+  if (sum != g_size) fail("world allreduce after a group's abort gave %d", sum);
+  CALL(hcomm_comm_split(g_comm, 0, g_rank, &grp));
+  sum = 0;
+  CALL(hcomm_allreduce(&v, &sum, 1, HCOMM_INT32, HCOMM_SUM, grp));
+  if (sum != g_size) fail("a new group's allreduce gave %d", sum);
+  CALL(hcomm_comm_destroy(grp));
+  check_done();
+}
+
 /* ------------------------------------------------------------------------ */
 /* Bad arguments                                                            */
 
@@ -1215,6 +1285,7 @@ int main(void) {
   }
   g_algo = "auto";
   check_groups();
+  check_group_abort();
   check_invalid_arguments();
 
   set_check("destroy");

@@ -301,7 +301,9 @@ class Communicator:
 
     def abort(self):
         """Every pending and later operation fails with AbortedError. Any thread,
-        also while destroy() waits for the calls that this ends."""
+        also while destroy() waits for the calls that this ends. Aborting the
+        world fails its groups too; aborting a group ends that group alone
+        (its members' calls on it with this rank raise PeerFailureError)."""
         h = self._use.enter(while_closing=True)
         if h is None:
             raise _invalid("the communicator has been destroyed")

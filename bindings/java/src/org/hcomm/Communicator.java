@@ -188,6 +188,9 @@ public final class Communicator implements AutoCloseable {
    * Makes every pending and later operation on this communicator fail
    * promptly with {@link Status#ABORTED}. May be called from any thread,
    * also while others are blocked in calls; does nothing once closed.
+   * Aborting the world fails its groups too; aborting a group ends that
+   * group alone (its members' calls on it with this rank fail with
+   * {@link Status#PEER_FAILURE}).
    */
   public void abort() {
     long h = handle.tryEnter();
