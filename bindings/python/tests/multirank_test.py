@@ -209,6 +209,47 @@ def new_group():
 
 
 @check
+def group_abort():
+    """Rank 3 aborts a group of every rank while one of its threads waits in
+    the group's all_reduce: that call raises AbortedError; the others' calls
+    on the group raise PeerFailureError at once; the world goes on."""
+    g = hcomm.new_group(ranks=list(range(N)))
+    hcomm.barrier()  # Every rank's new_group has returned.
+    t = np.ones(4, np.float32)
+    if R == 3:
+        got = {}
+
+        def reduce():
+            try:
+                g.all_reduce(t)
+            except hcomm.HcommError as e:
+                got["e"] = e
+
+        th = threading.Thread(target=reduce)
+        th.start()
+        time.sleep(0.2)
+        g.abort()
+        th.join(10)
+        assert not th.is_alive(), "all_reduce still waits after abort()"
+        assert isinstance(got.get("e"), hcomm.AbortedError), got
+        for p in range(N - 1):
+            hcomm.send(np.zeros(1), dst=p, tag=77)
+    else:
+        hcomm.recv(np.zeros(1), src=3, tag=77)  # Sent after the abort.
+        t0 = time.monotonic()
+        try:
+            g.all_reduce(t)
+            raise AssertionError("all_reduce on the aborted group did not raise")
+        except hcomm.PeerFailureError as e:
+            assert "aborted the communicator" in str(e), e
+        assert time.monotonic() - t0 < 10
+    g.destroy()
+    w = np.array([1], np.int32)
+    hcomm.all_reduce(w)
+    assert w[0] == N, w
+
+
+@check
 def exceptions():
     try:
         hcomm.send(np.zeros(1), dst=N)
