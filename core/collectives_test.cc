@@ -740,6 +740,38 @@ TEST(CollectiveErrorsTest, AMemberThatDiesFailsEveryMembersCollective) {
   }
 }
 
+// HCOMM_CHECK_COLLECTIVES=1: ranks that disagree only on a root, which
+// over TCP may exchange no message of the other's call at all (two ranks
+// that each take themselves for the broadcast's root only send), all fail
+// with MISMATCH naming both calls; the communicator stays usable.
+TEST(CollectiveErrorsTest, CheckedCallsCatchEveryDisagreementOverTcp) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  ASSERT_EQ(setenv("HCOMM_CHECK_COLLECTIVES", "1", 1), 0);
+  for (int n : {2, 3}) {
+    testing::RunRanks(n, [n](int rank, const Options& o) {
+      auto c = Communicator::Init(o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      Communicator& comm = **c;
+      int v[4] = {rank, rank, rank, rank};
+      // Two ranks: each its own root. Three: rank 0 says 0, the others 1.
+      const int root = n == 2 ? rank : (rank == 0 ? 0 : 1);
+      absl::Status s = comm.Broadcast(v, 4, DataType::kInt32, root);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << n << " ranks, rank " << rank << ": " << s;
+      EXPECT_NE(s.message().find("broadcast(count 4 int32 root 0)"), std::string::npos) << s;
+      EXPECT_NE(s.message().find("broadcast(count 4 int32 root 1)"), std::string::npos) << s;
+      s = comm.Reduce(v, v, 4, DataType::kInt32, ReduceOp::kSum, rank == 0 ? 0 : n - 1);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << n << " ranks, rank " << rank << ": " << s;
+      int one = 1, sum = 0;
+      ASSERT_TRUE(comm.AllReduce(&one, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+      EXPECT_EQ(sum, n);
+      int b[2] = {rank, 7};
+      ASSERT_TRUE(comm.Broadcast(b, 2, DataType::kInt32, n - 1).ok());
+      EXPECT_EQ(b[0], n - 1);
+    }, /*timeout_ms=*/20000);
+  }
+  unsetenv("HCOMM_CHECK_COLLECTIVES");
+}
+
 TEST(CollectiveErrorsTest, IAllReduceKeepsCallOrder) {
   testing::RunRanks(3, [](int rank, const Options& o) {
     auto c = Communicator::Init(o);
@@ -910,6 +942,38 @@ TEST_P(HangReportTest, TimeoutNamesWhoNeverEnteredAndWhoWaitsOnWhom) {
     ASSERT_TRUE((*c)->Send(&go, sizeof go, 4, 3, 5).ok());
     ASSERT_TRUE((*c)->Recv(&go, sizeof go, 4, 3, 6).ok());
   });
+}
+
+// Ranks that disagree only on a root may wait on each other with nothing
+// that tells them (over TCP, no message of the other call reaches either):
+// the hang report names each rank's call.
+TEST(HangReportTest, NamesTheCallsOfRanksThatDisagree) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->SetOption("algo", "tree").ok());
+    // Each its own root: each waits for the other's part.
+    int v[4] = {1, 2, 3, 4};
+    absl::Status s = (*c)->Reduce(v, v, 4, DataType::kInt32, ReduceOp::kSum, rank);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(
+                  "the ranks disagree on collective seq 0 (this rank called reduce(count 4 "
+                  "int32 sum root ", rank, ")")),
+              absl::string_view::npos)
+        << "rank " << rank << ": " << s;
+    EXPECT_NE(s.message().find(absl::StrCat("rank ", 1 - rank, " called reduce(count 4 int32 sum "
+                                            "root ", 1 - rank, ") as seq 0 and waits in recv "
+                                            "from rank ", rank)),
+              absl::string_view::npos)
+        << "rank " << rank << ": " << s;
+    // Neither leaves while the other still waits (its goodbye would fail
+    // that wait with PEER_FAILURE).
+    ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+    int token = rank;
+    ASSERT_TRUE((*c)->Send(&token, sizeof token, 4, 1 - rank, 5).ok());
+    ASSERT_TRUE((*c)->Recv(&token, sizeof token, 4, 1 - rank, 5).ok());
+  }, /*timeout_ms=*/2000);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, HangReportTest,

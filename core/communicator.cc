@@ -24,6 +24,10 @@ namespace {
 // communicator's own setup exchanges use kSetupTag and up.
 constexpr int kCollectiveTagMask = 0x3fffffff;
 constexpr int kSetupTag = 0x40000000;
+// The exchange of HCOMM_CHECK_COLLECTIVES before a collective: kCheckTag and
+// the low bits of its sequence number (clear of the setup tags' few rounds).
+constexpr int kCheckTag = 0x60000000;
+constexpr int kCheckTagMask = 0x1fffffff;
 
 Algorithm ParseAlgo(const std::string& s) {
   if (s == "ring") return Algorithm::kRing;
@@ -107,7 +111,10 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   // is all there already reads none.)
   CollectivePeers(Communicator* c, int tag, uint64_t fingerprint, absl::Duration timeout,
                   CallInfo info)
-      : c_(c), tag_(tag), fp_(fingerprint), timeout_(timeout), info_(info) {}
+      : c_(c), tag_(tag), wire_tag_(tag), fp_(fingerprint), timeout_(timeout), info_(info) {}
+  // The tag its messages travel under: the collective's, or that of the
+  // check before it (CheckCall).
+  void set_wire_tag(int tag) { wire_tag_ = tag; }
   void StartClock() {
     if (clock_started_) return;
     clock_started_ = true;
@@ -118,18 +125,22 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   int size() const override { return c_->size_; }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
                                                  int peer) override {
-    auto r = c_->fabric_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_, fp_);
+    auto r = c_->fabric_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
+                                  fp_);
     if (!r.ok()) return Explain(r.status());
     return r;
   }
   bool SendNow(const void* buf, size_t bytes, int peer) override {
-    return c_->fabric_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], tag_, fp_);
+    return c_->fabric_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
+                                fp_);
   }
   bool RecvNow(void* buf, size_t bytes, int peer) override {
-    return c_->fabric_->RecvNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], tag_, fp_);
+    return c_->fabric_->RecvNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
+                                fp_);
   }
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) override {
-    auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], tag_, fp_);
+    auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
+                                  fp_);
     if (!r.ok()) return Explain(r.status());
     return r;
   }
@@ -217,7 +228,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     if (f.size() >= 4) {
       (void)absl::SimpleAtoi(f[3], &reporter);
     } else {
-      c_->fabric_->Poison(c_->coll_ctx_, tag_, c_->group_to_world_, culprit_fp, culprit,
+      c_->fabric_->Poison(c_->coll_ctx_, wire_tag_, c_->group_to_world_, culprit_fp, culprit,
                           reporter_fp);
     }
     auto g = [this](int world) {
@@ -242,7 +253,8 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
 
  private:
   Communicator* c_;
-  int tag_;
+  int tag_;  // the sequence number's
+  int wire_tag_;
   uint64_t fp_;
   bool reported_ = false;
   size_t noted_ = SIZE_MAX;  // ranks last given to NoteSegmentWait
@@ -280,6 +292,8 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> grou
       forced_algo_(ParseAlgo(opts.algo)),
       link_(LinkModelFor(fabric_->TransportName(), fabric_->oversubscribed())),
       debug_info_(DebugInfo()),
+      check_calls_(getenv("HCOMM_CHECK_COLLECTIVES") != nullptr &&
+                   strcmp(getenv("HCOMM_CHECK_COLLECTIVES"), "1") == 0),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
   fabric_->JoinCommunicator();
@@ -347,6 +361,7 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
     return r >= 0 ? absl::StrCat("rank ", r) : absl::StrCat("world rank ", world);
   };
   const bool coll = seq >= 0;
+  bool disagree = false;  // some rank is in another call under this seq
   std::vector<std::string> lines;
   for (int r = 0; r < size_; ++r) {
     const int w = group_to_world_[r];
@@ -398,6 +413,16 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
                                                     : std::string(" (no collective yet)")));
       } else if (cseq > seq) {
         lines.push_back(absl::StrCat(who, " is past seq ", seq, " (at seq ", cseq, ")"));
+      } else if (cfp != 0 && fp != 0 && cfp != fp) {
+        // Over TCP nothing may have carried the other call's fingerprint
+        // to a rank that waits (ranks that disagree only on a root).
+        disagree = true;
+        lines.push_back(absl::StrCat(
+            who, " called ", DescribeFingerprint(cfp), " as seq ", seq,
+            !in_progress ? std::string(" and finished it")
+                         : waits.empty() ? std::string()
+                                         : absl::StrCat(" and waits in ",
+                                                        absl::StrJoin(waits, ", "))));
       } else if (!in_progress) {
         lines.push_back(absl::StrCat(who, " finished seq ", seq));
       } else if (waits.empty()) {
@@ -411,7 +436,12 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
       lines.push_back(absl::StrCat(who, " has no pending point-to-point operation"));
     }
   }
-  std::string report = absl::StrCat("hang report: ", absl::StrJoin(lines, "; "));
+  std::string report = absl::StrCat(
+      "hang report: ",
+      disagree ? absl::StrCat("the ranks disagree on collective seq ", seq, " (this rank called ",
+                              DescribeFingerprint(fp), "; every rank must make the same call): ")
+               : std::string(),
+      absl::StrJoin(lines, "; "));
   if (const char* file = getenv("HCOMM_HANG_REPORT")) {
     std::string path = absl::StrCat(file, ".", fabric_->rank());
     if (FILE* f = fopen(path.c_str(), "w")) {
@@ -625,11 +655,34 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
       s = RunInSegment(op, *shm, count, t, rop, root, tag, fp, peers);
       if (!s.ok()) shm_coll_.reset();  // its counters are out of step now
     } else {
-      s = body(peers, choice.algo);
+      if (check_calls_ && fingerprints_ && size_ > 1) s = CheckCall(peers, tag);
+      if (s.ok()) s = body(peers, choice.algo);
     }
   }
   fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);
   FinishTurn();
+  return s;
+}
+
+absl::Status Communicator::CheckCall(CollectivePeers& peers, int tag) {
+  // Empty messages carrying the call's fingerprint, to and from every
+  // member: a rank whose call differs from any other's finds it in one of
+  // its receives (the fabric compares fingerprints), and so does every
+  // rank, since each has some member whose call differs from its own.
+  peers.set_wire_tag(kCheckTag | (tag & kCheckTagMask));
+  absl::Status s;
+  {
+    InFlight f(peers);
+    char none = 0;
+    for (int p = 0; p < size_ && s.ok(); ++p) {
+      if (p != rank_) s = f.Recv(&none, 0, p);
+    }
+    for (int p = 0; p < size_ && s.ok(); ++p) {
+      if (p != rank_) s = f.Send(&none, 0, p);
+    }
+    if (s.ok()) s = f.WaitAll();
+  }
+  peers.set_wire_tag(tag);
   return s;
 }
 

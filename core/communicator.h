@@ -146,6 +146,11 @@ class Communicator {
   absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
                          int root, size_t count, Body body,
                          const ShmArgs* shm = nullptr);
+  // Exchanges the call's fingerprint with every member (empty messages
+  // under the check tag of sequence number `tag`): Mismatch on every rank
+  // if any two members' calls differ. (The shared segment compares every
+  // call already.)
+  absl::Status CheckCall(CollectivePeers& peers, int tag);
   // Runs the collective in the shared-memory segment.
   absl::Status RunInSegment(CollectiveOp op, const ShmArgs& a, size_t count, DataType t,
                             ReduceOp rop, int root, uint64_t seq, uint64_t fingerprint,
@@ -219,6 +224,9 @@ class Communicator {
     Choice choice;
   } choice_cache_;
   const bool debug_info_;
+  // HCOMM_CHECK_COLLECTIVES=1: collectives that go by messages first check
+  // that every member makes the same call (CheckCall).
+  const bool check_calls_;
   const bool fingerprints_;  // collectives carry fingerprints (always, unless
                              // HCOMM_FINGERPRINTS=0 for measurement)
 
