@@ -449,14 +449,34 @@ TEST(GroupsTest, GroupsOutliveTheWorld) {
 // or keeps a sender waiting; the parent's pending operations carry on.
 class GroupDestroyTest : public ByTransport {};
 
+// The world, and a group of all its ranks split from it.
+struct WorldAndGroup {
+  std::unique_ptr<Communicator> world, group;
+  bool ok() const { return world && group; }
+};
+WorldAndGroup InitWorldAndGroup(int rank, const Options& o) {
+  WorldAndGroup wg;
+  auto world = Communicator::Init(o);
+  if (!world.ok()) {
+    ADD_FAILURE() << "rank " << rank << ": " << world.status();
+    return wg;
+  }
+  auto split = (*world)->Split(0, rank);
+  if (!split.ok()) {
+    ADD_FAILURE() << "rank " << rank << ": " << split.status();
+    return wg;
+  }
+  wg.world = std::move(*world);
+  wg.group = std::move(*split);
+  return wg;
+}
+
 TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
   testing::RunRanks(2, [](int rank, const Options& o) {
-    auto world = Communicator::Init(o);
-    ASSERT_TRUE(world.ok()) << world.status();
-    Communicator& w = **world;
-    auto split = w.Split(0, rank);
-    ASSERT_TRUE(split.ok()) << split.status();
-    std::unique_ptr<Communicator> g = std::move(*split);
+    WorldAndGroup wg = InitWorldAndGroup(rank, o);
+    ASSERT_TRUE(wg.ok());
+    Communicator& w = *wg.world;
+    std::unique_ptr<Communicator> g = std::move(wg.group);
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     constexpr size_t kBig = 1 << 20;  // goes by rendezvous
     std::vector<char> big(kBig, 'b');
@@ -529,12 +549,10 @@ class GroupAbortTest : public ByTransport {};
 
 TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
   testing::RunRanks(3, [](int rank, const Options& o) {
-    auto world = Communicator::Init(o);
-    ASSERT_TRUE(world.ok()) << world.status();
-    Communicator& w = **world;
-    auto split = w.Split(0, rank);
-    ASSERT_TRUE(split.ok()) << split.status();
-    std::unique_ptr<Communicator> g = std::move(*split);
+    WorldAndGroup wg = InitWorldAndGroup(rank, o);
+    ASSERT_TRUE(wg.ok());
+    Communicator& w = *wg.world;
+    std::unique_ptr<Communicator> g = std::move(wg.group);
     ASSERT_TRUE(w.Barrier().ok());  // every rank's split has returned
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     const absl::Duration prompt = absl::Seconds(10);  // the timeout is 20 s
