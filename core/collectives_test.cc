@@ -624,6 +624,30 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
   }, /*timeout_ms=*/20000);
 }
 
+// Members already waiting in the group's collective for the aborting rank
+// (by messages, or in the shared segment) are freed at once too.
+TEST_P(GroupAbortTest, FreesMembersWaitingInACollective) {
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    WorldAndGroup wg = InitWorldAndGroup(rank, o);
+    ASSERT_TRUE(wg.ok());
+    ASSERT_TRUE(wg.world->Barrier().ok());
+    std::vector<float> v(1 << 20, 1.0f);  // 4 MiB: the large path
+    if (rank == 1) {
+      absl::SleepFor(absl::Milliseconds(300));  // the others are waiting for it
+      wg.group->Abort();
+    } else {
+      const absl::Time start = absl::Now();
+      absl::Status s = wg.group->AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
+                                           ReduceOp::kSum);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << "rank " << rank << ": " << s;
+      EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << s;  // the timeout is 20 s
+    }
+    int one = 1, sum = 0;
+    ASSERT_TRUE(wg.world->AllReduce(&one, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, 3);
+  }, /*timeout_ms=*/20000);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, GroupAbortTest,
                          ::testing::Values(testing::TransportMode::kShm,
                                            testing::TransportMode::kTcp),
