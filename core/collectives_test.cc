@@ -814,6 +814,32 @@ TEST(CollectiveErrorsTest, CheckedCallsCatchEveryDisagreementOverTcp) {
   unsetenv("HCOMM_CHECK_COLLECTIVES");
 }
 
+// A rank that waits in the check (here: its peer never calls) says so.
+TEST(CollectiveErrorsTest, CheckedCallsSayWhatTheyWaitFor) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  ASSERT_EQ(setenv("HCOMM_CHECK_COLLECTIVES", "1", 1), 0);
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    int token = 0;
+    if (rank == 1) {
+      ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+      ASSERT_TRUE((*c)->Recv(&token, sizeof token, 4, 0, 5).ok());
+      return;
+    }
+    int v = 1;
+    absl::Status s = (*c)->AllReduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+    EXPECT_NE(s.message().find("waits in recv from rank 1 for the call check "
+                               "(HCOMM_CHECK_COLLECTIVES)"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("rank 1 never entered allreduce"), std::string::npos) << s;
+    ASSERT_TRUE((*c)->Send(&token, sizeof token, 4, 1, 5).ok());
+  }, /*timeout_ms=*/2000);
+  unsetenv("HCOMM_CHECK_COLLECTIVES");
+}
+
 TEST(CollectiveErrorsTest, IAllReduceKeepsCallOrder) {
   testing::RunRanks(3, [](int rank, const Options& o) {
     auto c = Communicator::Init(o);

@@ -386,8 +386,12 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
       int peer = -1, tag = -1;
       (void)absl::SimpleAtoi(f[2], &peer);
       (void)absl::SimpleAtoi(f[3], &tag);
-      if (coll && tag != seq) continue;
-      std::string tagtxt = coll ? "" : absl::StrCat(tag < 0 ? " any tag" : absl::StrCat(" tag ", tag));
+      // A collective's own messages, or those of the check before it.
+      const bool check = coll && tag == (kCheckTag | (seq & kCheckTagMask));
+      if (coll && tag != seq && !check) continue;
+      std::string tagtxt =
+          check ? " for the call check (HCOMM_CHECK_COLLECTIVES)"
+                : coll ? "" : absl::StrCat(tag < 0 ? " any tag" : absl::StrCat(" tag ", tag));
       if (f[0] == "R") {
         waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4], " bytes)"));
       } else if (f[0] == "X") {
@@ -404,6 +408,7 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
       }
     }
     std::string who = absl::StrCat("rank ", r, r == rank_ ? " (this rank)" : "");
+    if (cfp == 0) cseq = -1;  // no collective yet (every call's fingerprint is non-zero)
     if (coll) {
       if (cseq < seq) {
         lines.push_back(absl::StrCat(who, " never entered ", DescribeFingerprint(fp), " seq ",
