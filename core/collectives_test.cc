@@ -2,6 +2,8 @@
 // process; shared memory, and some rank counts over TCP and a mix), in place and out of place, every root, counts
 // {0, 1, 7, 1023} and 1M+3 for float32 (and 2.5 MiB of every type where two
 // ranks take the ring); results checked against a reference.
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -553,6 +555,15 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
     ASSERT_TRUE(wg.ok());
     Communicator& w = *wg.world;
     std::unique_ptr<Communicator> g = std::move(wg.group);
+    // A rendezvous to rank 1 that it will never receive: its sender must
+    // not be told it was delivered.
+    std::vector<char> big(1 << 20, 'b');
+    std::shared_ptr<Request> unreceived;
+    if (rank == 0) {
+      auto r = g->Isend(big.data(), big.size(), 1, 1, 12);
+      ASSERT_TRUE(r.ok()) << r.status();
+      unreceived = *r;
+    }
     ASSERT_TRUE(w.Barrier().ok());  // every rank's split has returned
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     const absl::Duration prompt = absl::Seconds(10);  // the timeout is 20 s
@@ -592,6 +603,9 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
       const absl::Time start = absl::Now();
       int v = rank, got = -1;
       if (rank == 0) {
+        absl::Status u = g->Wait(unreceived.get(), deadline);
+        EXPECT_EQ(CodeOf(u), ErrorCode::kPeerFailure) << u;
+        g->Release(unreceived);
         absl::Status s = g->Recv(&got, sizeof got, 4, 1, 3);
         EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
         EXPECT_NE(s.message().find("aborted the communicator"), std::string::npos) << s;
@@ -811,6 +825,21 @@ TEST(CollectiveErrorsTest, CheckedCallsCatchEveryDisagreementOverTcp) {
       EXPECT_EQ(b[0], n - 1);
     }, /*timeout_ms=*/20000);
   }
+  // Counts that differ by 2^32 (a rank's buffer mapped, never touched: the
+  // check fails first).
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const size_t count = rank == 0 ? 16 : (size_t{1} << 32) + 16;
+    void* buf = mmap(nullptr, count, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(buf, MAP_FAILED);
+    absl::Status s = (*c)->Broadcast(buf, count, DataType::kInt8, 0);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << "rank " << rank << ": " << s;
+    EXPECT_NE(s.message().find("broadcast(count 4294967312 int8 root 0)"), std::string::npos)
+        << s;
+    munmap(buf, count);
+  }, /*timeout_ms=*/20000);
   unsetenv("HCOMM_CHECK_COLLECTIVES");
 }
 
@@ -1041,6 +1070,31 @@ TEST(HangReportTest, NamesTheCallsOfRanksThatDisagree) {
     int token = rank;
     ASSERT_TRUE((*c)->Send(&token, sizeof token, 4, 1 - rank, 5).ok());
     ASSERT_TRUE((*c)->Recv(&token, sizeof token, 4, 1 - rank, 5).ok());
+  }, /*timeout_ms=*/2000);
+}
+
+// A large collective has a receive pending per chunk: the report counts
+// them rather than listing each (it once ran to tens of kilobytes).
+TEST(HangReportTest, CountsTheChunksALargeCollectiveWaitsFor) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    int token = 0;
+    if (rank == 2) {  // the root never comes; it lets the others go at the end
+      ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+      for (int from : {0, 1}) ASSERT_TRUE((*c)->Recv(&token, sizeof token, 4, from, 5).ok());
+      for (int to : {0, 1}) ASSERT_TRUE((*c)->Send(&token, sizeof token, 4, to, 6).ok());
+      return;
+    }
+    std::vector<char> v(16 << 20);
+    absl::Status s = (*c)->Broadcast(v.data(), v.size(), DataType::kInt8, 2);
+    EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+    EXPECT_NE(s.message().find(" x recv from rank "), std::string::npos) << s;
+    EXPECT_LT(s.message().size(), 2000u) << s;
+    ASSERT_TRUE((*c)->SetOption("timeout_ms", "30000").ok());
+    ASSERT_TRUE((*c)->Send(&token, sizeof token, 4, 2, 5).ok());
+    ASSERT_TRUE((*c)->Recv(&token, sizeof token, 4, 2, 6).ok());
   }, /*timeout_ms=*/2000);
 }
 

@@ -50,11 +50,13 @@ std::string Bytes(size_t b) {
 }
 
 // A collective's fingerprint: what this rank is doing, sent with every
-// message of the call. Bit 63 marks it; then op (4 bits), dtype (4),
-// reduce op (3), root + 1 (17) and the low 32 bits of the count.
+// message of the call. Bit 63 marks it; then bits 32-34 of the count (3),
+// op (4 bits), dtype (4), reduce op (3), root + 1 (17) and the low 32 bits
+// of the count: counts below 2^35 are told apart exactly.
 uint64_t Fingerprint(CollectiveOp op, size_t count, DataType t, ReduceOp rop, int root) {
-  return (uint64_t{1} << 63) | (static_cast<uint64_t>(op) & 0xf) << 56 |
-         (static_cast<uint64_t>(t) & 0xf) << 52 | (static_cast<uint64_t>(rop) & 0x7) << 49 |
+  return (uint64_t{1} << 63) | (static_cast<uint64_t>(count >> 32) & 0x7) << 60 |
+         (static_cast<uint64_t>(op) & 0xf) << 56 | (static_cast<uint64_t>(t) & 0xf) << 52 |
+         (static_cast<uint64_t>(rop) & 0x7) << 49 |
          (static_cast<uint64_t>(root + 1) & 0x1ffff) << 32 | (count & 0xffffffffu);
 }
 
@@ -64,7 +66,8 @@ std::string DescribeFingerprint(uint64_t fp) {
   auto t = static_cast<DataType>((fp >> 52) & 0xf);
   auto rop = static_cast<ReduceOp>((fp >> 49) & 0x7);
   int root = static_cast<int>((fp >> 32) & 0x1ffff) - 1;
-  std::string out = absl::StrCat(CollectiveOpName(op), "(count ", fp & 0xffffffffu);
+  const uint64_t count = ((fp >> 60) & 0x7) << 32 | (fp & 0xffffffffu);
+  std::string out = absl::StrCat(CollectiveOpName(op), "(count ", count);
   if (op != CollectiveOp::kBarrier) absl::StrAppend(&out, " ", DataTypeName(t));
   if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
       op == CollectiveOp::kReduceScatter) {
@@ -206,6 +209,11 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     return Explain(s);
   }
   bool ShareCpu() const override { return c_->fabric_->oversubscribed(); }
+  absl::Status Interrupted() override {
+    absl::Status s = c_->fabric_->Usable();  // aborted (the world) or destroyed
+    if (s.ok()) s = c_->fabric_->PoisonedStatus(c_->coll_ctx_, tag_);  // aborted, broken
+    return s.ok() ? s : Explain(s);
+  }
   absl::Status Explain(const absl::Status& s) {
     if (CodeOf(s) == ErrorCode::kMismatch && s.GetPayload(kClashUrl)) return Clash(s);
     if (CodeOf(s) == ErrorCode::kTimeout && !report_.empty()) {
@@ -372,7 +380,18 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
     }
     int64_t cseq = -1, in_progress = 0;
     uint64_t cfp = 0;
-    std::vector<std::string> waits;
+    // What the rank waits in, each kind once with how many of it (a large
+    // collective has a request pending per chunk).
+    std::vector<std::pair<std::string, int>> pending;
+    auto wait_in = [&pending](std::string what) {
+      for (auto& [w, n] : pending) {
+        if (w == what) {
+          ++n;
+          return;
+        }
+      }
+      pending.push_back({std::move(what), 1});
+    };
     for (absl::string_view line : absl::StrSplit(it->second, '\n', absl::SkipEmpty())) {
       std::vector<std::string> f = absl::StrSplit(line, ' ');
       uint32_t lctx = 0;
@@ -393,19 +412,23 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
           check ? " for the call check (HCOMM_CHECK_COLLECTIVES)"
                 : coll ? "" : absl::StrCat(tag < 0 ? " any tag" : absl::StrCat(" tag ", tag));
       if (f[0] == "R") {
-        waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4], " bytes)"));
+        wait_in(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4], " bytes)"));
       } else if (f[0] == "X") {
-        waits.push_back(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4],
+        wait_in(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4],
                                      " bytes, arriving)"));
       } else if (f[0] == "M") {
-        waits.push_back(absl::StrCat("the shared-memory ",
+        wait_in(absl::StrCat("the shared-memory ",
                                      CollectiveOpName(static_cast<CollectiveOp>((fp >> 56) & 0xf)),
                                      " for ", g(peer), " (", f[4], " bytes)"));
       } else if (f[0] == "S") {
         bool w_ = f.size() > 5 && f[5] == "w";
-        waits.push_back(absl::StrCat("send to ", g(peer), tagtxt, " (", f[4], " bytes",
+        wait_in(absl::StrCat("send to ", g(peer), tagtxt, " (", f[4], " bytes",
                                      w_ ? ", no matching receive yet)" : ", in transfer)"));
       }
+    }
+    std::vector<std::string> waits;
+    for (const auto& [w, n] : pending) {
+      waits.push_back(n == 1 ? w : absl::StrCat(n, " x ", w));
     }
     std::string who = absl::StrCat("rank ", r, r == rank_ ? " (this rank)" : "");
     if (cfp == 0) cseq = -1;  // no collective yet (every call's fingerprint is non-zero)
@@ -612,11 +635,6 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
                                       ReduceOp rop, int root, size_t count, Body body,
                                       const ShmArgs* shm) {
   absl::Status usable = fabric_->Usable();
-  if (usable.ok()) {
-    // Aborted, or broken by a member's failure: even a collective that
-    // would send nothing (one rank) fails.
-    usable = fabric_->PoisonedStatus(coll_ctx_, static_cast<int>(ticket & kCollectiveTagMask));
-  }
   if (!usable.ok()) {
     FinishTurn();
     return Annotate(usable, CollectiveOpName(op));
@@ -656,11 +674,16 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
   {
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
     CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, timeout(), info);
+    // Aborted, broken by a member's failure, or found clashing by another
+    // rank already: even a collective that would send nothing (one rank)
+    // fails.
+    s = peers.Interrupted();
     if (use_shm) {
-      s = RunInSegment(op, *shm, count, t, rop, root, tag, fp, peers);
-      if (!s.ok()) shm_coll_.reset();  // its counters are out of step now
+      if (s.ok()) s = RunInSegment(op, *shm, count, t, rop, root, tag, fp, peers);
+      // Its counters are out of step now (as the others', which failed too).
+      if (!s.ok()) shm_coll_.reset();
     } else {
-      if (check_calls_ && fingerprints_ && size_ > 1) s = CheckCall(peers, tag);
+      if (s.ok() && check_calls_ && fingerprints_ && size_ > 1) s = CheckCall(peers, tag);
       if (s.ok()) s = body(peers, choice.algo);
     }
   }

@@ -1092,6 +1092,18 @@ void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) 
   // Point-to-point with the others goes on; with `peer`, nothing will.
   abandoned_[{p2p_ctx, peer}] = why;
   any_poisoned_.store(true, std::memory_order_release);
+  // Receives that answered its request-to-send: their data will not come
+  // (unless it is landing already, or comes anyway and is then dropped).
+  for (auto it = awaiting_data_.begin(); it != awaiting_data_.end();) {
+    std::shared_ptr<Request> r = it->second;
+    if ((r->ctx == p2p_ctx || r->ctx == coll_ctx) && r->out_source == peer &&
+        peers_[peer]->rx_req != r) {
+      awaiting_data_.erase(it++);
+      Complete(r, Annotate(why, Describe(*r)));
+    } else {
+      ++it;
+    }
+  }
   if (auto it = contexts_.find(p2p_ctx); it != contexts_.end()) {
     auto& posted = it->second->posted();
     for (auto r = posted.begin(); r != posted.end();) {
@@ -1991,7 +2003,8 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
             awaiting_data_.erase(it);
             Complete(r, PeerFailure(absl::StrCat("rank ", peer, " withdrew the message (",
                                                  r->out_bytes, " bytes, tag ", r->out_tag,
-                                                 ") after its send timed out")));
+                                                 ") it had announced: its send timed out, "
+                                                 "failed or was aborted")));
           }
           break;
         }
@@ -2196,14 +2209,18 @@ void Fabric::AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx,
       broken_[c] = why;  // later operations there fail at once
     }
     any_poisoned_.store(true, std::memory_order_release);
-    EndContextsLocked(first, count, why, &sends, &out);
+    // The members hear of the abort before anything else of it: a sender
+    // whose request-to-send is refused below then fails with the abort's
+    // reason first, rather than completing as if a receive had been too
+    // small.
     for (int p : members) {
       if (p == rank_ || peers_[p]->state != PeerState::kUp) continue;
       out.push_back({p, Pack(MakeMeta(kAbandon, p2p_ctx, rank_, 0, 0, coll_ctx))});
     }
+    EndContextsLocked(first, count, why, &sends, &out);
   }
-  for (const auto& r : sends) Withdraw(r, why).IgnoreError();
   Flush(&out);
+  for (const auto& r : sends) Withdraw(r, why).IgnoreError();
 }
 
 void Fabric::EndContextsLocked(uint32_t first, uint32_t count, const absl::Status& why,

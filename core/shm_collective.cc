@@ -250,6 +250,7 @@ absl::Status ShmCollective::WaitAll(int which, uint64_t gen, uint64_t seq, uint6
 
 absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
                                          uint64_t fingerprint, ShmWaiter& waiter) {
+  HCOMM_RETURN_IF_ERROR(waiter.Interrupted());
   auto counter = [&](int j) -> const std::atomic<uint64_t>& {
     return which == 0 ? lines_[j].arrived : lines_[j].reduced;
   };

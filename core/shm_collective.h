@@ -64,6 +64,10 @@ class ShmWaiter {
   virtual absl::Status Clash(int rank, uint64_t their_fp) = 0;
   // Whether to give the CPU away between looks (ranks outnumber CPUs).
   virtual bool ShareCpu() const = 0;
+  // Called before every round's wait, so that a collective moving much data
+  // stops within a round of an abort, or of a member's failure, instead of
+  // running to its end: non-OK ends the collective with it. Cheap.
+  virtual absl::Status Interrupted() = 0;
 };
 
 class ShmCollective {

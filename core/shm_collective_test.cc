@@ -54,8 +54,16 @@ class TestWaiter : public ShmWaiter {
   // The test's ranks share 2 cores; false takes the paths of ranks with
   // CPUs of their own.
   bool ShareCpu() const override { return share_cpu; }
+  // Aborted from the `interrupt_at`-th call on (0: never).
+  absl::Status Interrupted() override {
+    ++interrupted_calls;
+    if (interrupt_at > 0 && interrupted_calls >= interrupt_at) return Aborted("interrupted");
+    return absl::OkStatus();
+  }
 
   bool share_cpu = true;
+  int interrupt_at = 0;
+  int interrupted_calls = 0;
   std::vector<int> last_missing;
   std::string last_phase;
   int clash_rank = -1;
@@ -693,6 +701,31 @@ TEST(ShmCollectiveTest, AWaitEndsWhenTheWaiterSaysSoAndNamesWhoIsMissing) {
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
   EXPECT_EQ(w.last_missing, std::vector<int>{1});
   EXPECT_EQ(w.last_phase, "arrive");
+}
+
+// A collective of many rounds asks its waiter before each round's wait
+// whether to stop (an abort): it stops there, not at its end. The other
+// rank, left waiting for it, ends when its own waiter gives up.
+TEST(ShmCollectiveTest, ALargeCollectiveStopsWithinARoundOfAnInterruption) {
+  auto segs = MapAll(2);
+  segs[0]->Enter(0, 42);
+  segs[1]->Enter(0, 42);
+  // 64 rounds at least, whatever the slots' size.
+  std::vector<float> v(64 * segs[0]->slot_bytes() / sizeof(float), 1.0f), v2 = v;
+  TestWaiter w(/*give_up_after=*/5000);  // (no test waits forever)
+  w.interrupt_at = 3;
+  absl::Status s1;
+  std::thread other([&] {
+    TestWaiter patient(/*give_up_after=*/1000);
+    s1 = segs[1]->AllReduce(v2.data(), v2.data(), v2.size(), DataType::kFloat32,
+                            ReduceOp::kSum, 0, 42, patient);
+  });
+  absl::Status s = segs[0]->AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
+                                      ReduceOp::kSum, 0, 42, w);
+  other.join();
+  EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
+  EXPECT_EQ(w.interrupted_calls, 3);
+  EXPECT_EQ(CodeOf(s1), ErrorCode::kTimeout) << s1;
 }
 
 TEST(ShmCollectiveTest, OpenRefusesAMissingOrDifferentSegment) {
