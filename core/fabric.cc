@@ -1085,8 +1085,17 @@ void Fabric::BreakContextLocked(uint32_t ctx, const absl::Status& broken) {
 }
 
 void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) {
-  const absl::Status why = PeerFailure(absl::StrCat(
-      "world rank ", peer, " aborted the communicator (hcomm_comm_abort)"));
+  // Named by its rank in the communicator where this rank knows it (the
+  // members, in group order, of a communicator it has made).
+  std::string who = absl::StrCat("world rank ", peer);
+  if (auto m = members_.find(coll_ctx); m != members_.end()) {
+    auto at = std::find(m->second.begin(), m->second.end(), peer);
+    if (at != m->second.end()) {
+      who = absl::StrCat("rank ", at - m->second.begin(), " (world rank ", peer, ")");
+    }
+  }
+  const absl::Status why =
+      PeerFailure(absl::StrCat(who, " aborted the communicator (hcomm_comm_abort)"));
   // No collective of it can complete any more, whatever it waits for.
   if (!broken_.contains(coll_ctx)) BreakContextLocked(coll_ctx, why);
   // Point-to-point with the others goes on; with `peer`, nothing will.
