@@ -337,9 +337,11 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   const bool shm_allowed = std::find(allowed.begin(), allowed.end(), "shm") != allowed.end();
   const absl::Status shm_probe =
       shm_allowed ? ShmTransport::Probe(job_key_, rank_) : absl::OkStatus();
-  // Which /dev/shm we see ("-": none we can use): ranks of one host_id
-  // share segments only where it is the same one.
-  const std::string my_shm = shm_allowed && shm_probe.ok() ? ShmTransport::Domain() : "-";
+  // Which /dev/shm we see ("-": none we can use; "off": shm is not in our
+  // transports): ranks of one host_id share segments only where it is the
+  // same one.
+  const std::string my_shm =
+      !shm_allowed ? "off" : shm_probe.ok() ? ShmTransport::Domain() : "-";
   HCOMM_RETURN_IF_ERROR(store_client_->Set(
       absl::StrCat("hcomm/addr/", rank_),
       absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid(), " ",
@@ -392,7 +394,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     const bool same_host = host_of[r] == host_id_;
     for (const std::string& t : allowed) {
       if (t == "shm" && same_host) {
-        if (my_shm == "-" || shm_of[r] == "-") {
+        if (my_shm == "-" || shm_of[r] == "-" || shm_of[r] == "off") {
           shm_refused = true;
           continue;
         }
@@ -415,6 +417,8 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // Why shared memory does not reach rank u of our host_id (a usable
   // /dev/shm that the peer lacks is the peer's to report).
   auto no_shm = [&](int u) {
+    if (!shm_allowed) return std::string("shm is not in this rank's transports");
+    if (shm_of[u] == "off") return absl::StrCat("shm is not in rank ", u, "'s transports");
     if (!shm_probe.ok()) {
       return absl::StrCat("this rank cannot use shared memory: ", shm_probe.message());
     }

@@ -605,6 +605,29 @@ TEST(FabricInitTest, AnotherRanksFailedInitEndsEveryRanksInitAtOnce) {
   }
 }
 
+// A rank of this host that shared memory cannot reach because a transports
+// list leaves shm out is told so, not that the rank "cannot use" it.
+TEST(FabricInitTest, ShmLeftOutOfTransportsIsNamedAsSuch) {
+  std::vector<absl::Status> got(2);
+  RunRanks(2, [&](int rank, const Options& base) {
+    Options o = base;
+    o.transports = {rank == 0 ? "tcp" : "shm"};
+    got[rank] = Fabric::Init(o).status();
+  }, 30000);
+  EXPECT_EQ(CodeOf(got[1]), ErrorCode::kNoDevice) << got[1];
+  EXPECT_NE(got[1].message().find("shm is not in rank 0's transports"), absl::string_view::npos)
+      << got[1];
+  RunRanks(2, [&](int rank, const Options& base) {
+    Options o = base;
+    if (rank == 1) o.transports = {"ibverbs"};
+    got[rank] = Fabric::Init(o).status();
+  }, 30000);
+  EXPECT_EQ(CodeOf(got[1]), ErrorCode::kNoDevice) << got[1];
+  EXPECT_NE(got[1].message().find("shm is not in this rank's transports"),
+            absl::string_view::npos)
+      << got[1];
+}
+
 // Ranks started with different world sizes fail at once, saying so,
 // instead of waiting out their timeout for a rank that never comes.
 TEST(FabricInitTest, DifferentWorldSizesAreNamed) {

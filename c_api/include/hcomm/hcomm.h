@@ -146,9 +146,12 @@ HCOMM_API hcomm_status_t hcomm_config_destroy(hcomm_config_t cfg);
  * NULL (everything from the environment); it is not retained.
  * BLOCKS until every rank has joined or `timeout_ms` passes. COLLECTIVE over
  * all ranks of the job.
- * Errors: INVALID_ARGUMENT (bad or missing rank/world_size/store_addr),
- * UNAVAILABLE ("k of n ranks joined; missing: ..."), PERMISSION_DENIED (the
- * store or a peer refused our job token), NO_DEVICE (no allowed transport).
+ * Errors: INVALID_ARGUMENT (bad or missing rank/world_size/store_addr, a
+ * world_size other than rank 0's, a rank another process claimed first, a
+ * TCP congestion control the kernel refuses), UNAVAILABLE ("k of n ranks
+ * joined; missing: ..."), PERMISSION_DENIED (the store or a peer refused our
+ * job token), NO_DEVICE (no allowed transport), PEER_FAILURE (another
+ * rank's init failed; its error is quoted).
  * THREAD SAFETY: safe from any thread; each call makes a new communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out);
 
