@@ -300,8 +300,7 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> grou
       forced_algo_(ParseAlgo(opts.algo)),
       link_(LinkModelFor(fabric_->TransportName(), fabric_->oversubscribed())),
       debug_info_(DebugInfo()),
-      check_calls_(getenv("HCOMM_CHECK_COLLECTIVES") != nullptr &&
-                   strcmp(getenv("HCOMM_CHECK_COLLECTIVES"), "1") == 0),
+      check_calls_(fabric_->check_collectives()),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
   fabric_->JoinCommunicator();

@@ -224,8 +224,9 @@ class Communicator {
     Choice choice;
   } choice_cache_;
   const bool debug_info_;
-  // HCOMM_CHECK_COLLECTIVES=1: collectives that go by messages first check
-  // that every member makes the same call (CheckCall).
+  // HCOMM_CHECK_COLLECTIVES=1 on rank 0 (Fabric::check_collectives):
+  // collectives that go by messages first check that every member makes
+  // the same call (CheckCall).
   const bool check_calls_;
   const bool fingerprints_;  // collectives carry fingerprints (always, unless
                              // HCOMM_FINGERPRINTS=0 for measurement)

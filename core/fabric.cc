@@ -270,12 +270,17 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // the job's size: ranks started with different sizes, or two processes
   // given one rank, fail at once saying so (else the job waits for ranks
   // that never come and times out with a misleading message).
+  // "<id> <world size> <key> <HCOMM_CHECK_COLLECTIVES 0|1>"
   uint64_t job_id = 0;
+  const char* check_env = getenv("HCOMM_CHECK_COLLECTIVES");
+  const bool check_here = check_env != nullptr && strcmp(check_env, "1") == 0;
   if (rank_ == 0) {
     HCOMM_ASSIGN_OR_RETURN(job_id, RandomU64());
     HCOMM_ASSIGN_OR_RETURN(job_key_, NewJobKey(job_id));
+    check_collectives_ = check_here;
     HCOMM_RETURN_IF_ERROR(store_client_->Set(
-        "hcomm/job_id", absl::StrCat(job_id, " ", size_, " ", job_key_), deadline));
+        "hcomm/job_id",
+        absl::StrCat(job_id, " ", size_, " ", job_key_, " ", check_here ? 1 : 0), deadline));
   } else {
     auto v = store_client_->Get("hcomm/job_id", deadline);
     if (!v.ok()) {
@@ -284,9 +289,16 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     std::vector<std::string> parts = absl::StrSplit(*v, ' ');
     int job_size = 0;
-    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &job_id) ||
-        !absl::SimpleAtoi(parts[1], &job_size)) {
+    if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &job_id) ||
+        !absl::SimpleAtoi(parts[1], &job_size) || (parts[3] != "0" && parts[3] != "1")) {
       return Internal(absl::StrCat("store holds a malformed job id: ", *v));
+    }
+    check_collectives_ = parts[3] == "1";
+    if (check_collectives_ != check_here) {
+      fprintf(stderr,
+              "hcomm WARN: rank %d: HCOMM_CHECK_COLLECTIVES is %s here but %s on rank 0, "
+              "whose setting the job follows\n",
+              rank_, check_here ? "1" : "unset (or not 1)", check_collectives_ ? "1" : "not 1");
     }
     job_key_ = parts[2];
     if (job_key_.empty() || job_key_.size() > 40 ||

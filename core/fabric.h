@@ -116,6 +116,10 @@ class Fabric : public FrameSink {
   const std::string& job_key() const { return job_key_; }
   // More ranks on this host than CPUs they may use (waits then yield).
   bool oversubscribed() const { return oversubscribed_; }
+  // HCOMM_CHECK_COLLECTIVES=1 as rank 0 read it at init: the whole job
+  // follows rank 0, so that its ranks agree on whether collectives are
+  // checked first (Communicator::CheckCall).
+  bool check_collectives() const { return check_collectives_; }
   // The status collectives under (ctx, tag) fail with after Poison, or
   // after a member's failure broke ctx (WatchMembers); OK if neither.
   absl::Status PoisonedStatus(uint32_t ctx, int tag) {
@@ -488,6 +492,7 @@ class Fabric : public FrameSink {
   // the only transport spins in Poll by itself (shm), so Wait need not.
   bool oversubscribed_ = false;
   std::string job_key_;
+  bool check_collectives_ = false;
   bool transport_spins_ = false;
   // Two transports (shm and TCP) that block in one wait (PollAll).
   bool one_wait_ = false;

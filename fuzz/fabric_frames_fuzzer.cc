@@ -157,10 +157,10 @@ void Join(FakePeer* peer, int store_port) {
   peer->store = std::move(*store);
   auto job = peer->store->Get("hcomm/job_id", deadline);
   Check(job.ok(), "job id", job.status().ToString());
-  // "<id> <world size> <key>"
+  // "<id> <world size> <key> <check 0|1>"
   std::vector<std::string> job_parts = absl::StrSplit(*job, ' ');
   uint64_t job_id = 0;
-  Check(job_parts.size() == 3 && absl::SimpleAtoi(job_parts[0], &job_id) && job_parts[1] == "2",
+  Check(job_parts.size() == 4 && absl::SimpleAtoi(job_parts[0], &job_id) && job_parts[1] == "2",
         "job id parse", *job);
   Check(peer->store->Add("hcomm/claim/1", 1, deadline).ok(), "claim rank 1");
   Check(peer->store

@@ -3,11 +3,11 @@
 Run by Bazel, this file is the driver (unittest): it starts itself as 4
 ranks (`hcomm_run -n 4 -- python3 multirank_test.py --worker`), each of
 which runs every check in CHECKS in order and prints "ok: NAME"; there is
-one test method per check. Three further runs start their ranks by hand
+one test method per check. Four further runs start their ranks by hand
 (HCOMM_RANK/HCOMM_WORLD_SIZE/HCOMM_STORE_ADDR/HCOMM_JOB_TOKEN): a peer that
 exits mid-job (PeerFailureError), a rank with the wrong job token
-(PermissionDeniedError), and a communicator destroyed while a thread is
-blocked in its barrier.
+(PermissionDeniedError), a communicator destroyed while a thread is
+blocked in its barrier, and HCOMM_CHECK_COLLECTIVES set on rank 0 only.
 """
 
 import builtins
@@ -362,6 +362,22 @@ def destroy_during_barrier_worker():
     print("ok: the barrier ended with AbortedError", flush=True)
 
 
+def check_follows_rank_0_worker():
+    """HCOMM_CHECK_COLLECTIVES=1 on rank 0 only, over TCP: rank 1 follows
+    rank 0 (and says so on stderr), so a broadcast where each rank takes
+    itself for the root fails on both with MismatchError instead of
+    returning on both."""
+    comm = hcomm.init(timeout_ms=20000)
+    try:
+        comm.broadcast(np.zeros(4, np.int32), src=comm.rank)
+        print("broadcast returned", flush=True)
+        sys.exit(1)
+    except hcomm.MismatchError as e:
+        assert "root 0" in str(e) and "root 1" in str(e), e
+        print("ok: MismatchError:", e, flush=True)
+    hcomm.destroy()
+
+
 def bad_token_worker():
     try:
         hcomm.init(timeout_ms=3000)
@@ -438,13 +454,14 @@ for _fn in CHECKS:
     _add_check_test(_fn.__name__)
 
 
-def _start_by_hand(mode, tokens):
+def _start_by_hand(mode, tokens, extra_env=None):
     port = _free_port()
     procs = []
     for rank, token in enumerate(tokens):
         env = _child_env()
         env.update(HCOMM_RANK=str(rank), HCOMM_WORLD_SIZE=str(len(tokens)),
                    HCOMM_STORE_ADDR="127.0.0.1:%d" % port, HCOMM_JOB_TOKEN=token)
+        env.update((extra_env or [{}] * len(tokens))[rank])
         procs.append(subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), mode], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -472,6 +489,17 @@ class Failures(unittest.TestCase):
         self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
         self.assertIn("ok: the barrier ended with AbortedError", outs[0][1])
 
+    def test_check_collectives_follows_rank_0(self):
+        outs = _start_by_hand(
+            "--check-follows-rank-0", ["t0ken-c", "t0ken-c"],
+            [{"HCOMM_CHECK_COLLECTIVES": "1", "HCOMM_TRANSPORTS": "tcp"},
+             {"HCOMM_TRANSPORTS": "tcp"}])
+        self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
+        for _, out in outs:
+            self.assertIn("ok: MismatchError", out)
+        self.assertIn("HCOMM_CHECK_COLLECTIVES is unset (or not 1) here but 1 on rank 0",
+                      outs[1][1])
+
     def test_wrong_job_token(self):
         outs = _start_by_hand("--bad-token", ["right-token", "wrong-token"])
         self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
@@ -487,5 +515,7 @@ if __name__ == "__main__":
         destroy_during_barrier_worker()
     elif "--bad-token" in sys.argv:
         bad_token_worker()
+    elif "--check-follows-rank-0" in sys.argv:
+        check_follows_rank_0_worker()
     else:
         unittest.main(verbosity=2)
