@@ -413,16 +413,15 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
       if (f[0] == "R") {
         wait_in(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4], " bytes)"));
       } else if (f[0] == "X") {
-        wait_in(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4],
-                                     " bytes, arriving)"));
+        wait_in(absl::StrCat("recv from ", g(peer), tagtxt, " (", f[4], " bytes, arriving)"));
       } else if (f[0] == "M") {
         wait_in(absl::StrCat("the shared-memory ",
-                                     CollectiveOpName(static_cast<CollectiveOp>((fp >> 56) & 0xf)),
-                                     " for ", g(peer), " (", f[4], " bytes)"));
+                             CollectiveOpName(static_cast<CollectiveOp>((fp >> 56) & 0xf)),
+                             " for ", g(peer), " (", f[4], " bytes)"));
       } else if (f[0] == "S") {
         bool w_ = f.size() > 5 && f[5] == "w";
         wait_in(absl::StrCat("send to ", g(peer), tagtxt, " (", f[4], " bytes",
-                                     w_ ? ", no matching receive yet)" : ", in transfer)"));
+                             w_ ? ", no matching receive yet)" : ", in transfer)"));
       }
     }
     std::vector<std::string> waits;
@@ -440,7 +439,7 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
                                                     : std::string(" (no collective yet)")));
       } else if (cseq > seq) {
         lines.push_back(absl::StrCat(who, " is past seq ", seq, " (at seq ", cseq, ")"));
-      } else if (cfp != 0 && fp != 0 && cfp != fp) {
+      } else if (fp != 0 && cfp != fp) {  // (cfp is not 0 here: cseq would be -1)
         // Over TCP nothing may have carried the other call's fingerprint
         // to a rank that waits (ranks that disagree only on a root).
         disagree = true;

@@ -1033,21 +1033,34 @@ void Fabric::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
   poisoned_.push_back({{ctx, tag}, why});
   any_poisoned_.store(true, std::memory_order_release);
   if (poisoned_.size() > 64) poisoned_.pop_front();
-  Matcher& matcher = MatcherFor(ctx);
-  for (auto it = matcher.posted().begin(); it != matcher.posted().end();) {
-    if ((*it)->tag == tag) {
-      std::shared_ptr<Request> r = *it;
-      it = matcher.posted().erase(it);
-      Complete(r, why);
-    } else {
-      ++it;
+  FailWaitingLocked(ctx, [tag](const Request& r) { return r.tag == tag; }, why,
+                    /*describe=*/false);
+}
+
+void Fabric::FailWaitingLocked(uint32_t ctx, absl::FunctionRef<bool(const Request&)> pick,
+                               const absl::Status& why, bool describe) {
+  auto fail = [&](const std::shared_ptr<Request>& r) {
+    Complete(r, describe ? Annotate(why, Describe(*r)) : why);
+  };
+  if (auto m = contexts_.find(ctx); m != contexts_.end()) {
+    auto& posted = m->second->posted();
+    for (auto it = posted.begin(); it != posted.end();) {
+      if (pick(**it)) {
+        std::shared_ptr<Request> r = *it;
+        it = posted.erase(it);
+        fail(r);
+      } else {
+        ++it;
+      }
     }
   }
+  // Sends waiting for a receive: nothing of them has left (a late CTS is
+  // answered with DATA_ABORT). Those already moving are left to finish.
   for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
     std::shared_ptr<Request> r = it->second;
-    if (r->ctx == ctx && r->tag == tag) {
+    if (r->ctx == ctx && pick(*r)) {
       awaiting_cts_.erase(it++);
-      Complete(r, why);
+      fail(r);
     } else {
       ++it;
     }
@@ -1083,21 +1096,7 @@ void Fabric::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
 void Fabric::BreakContextLocked(uint32_t ctx, const absl::Status& broken) {
   broken_[ctx] = broken;
   any_poisoned_.store(true, std::memory_order_release);
-  if (auto it = contexts_.find(ctx); it != contexts_.end()) {
-    for (auto& r : it->second->posted()) Complete(r, Annotate(broken, Describe(*r)));
-    it->second->posted().clear();
-  }
-  // Sends waiting for a receive (nothing of them has left; a late CTS is
-  // answered with DATA_ABORT). Those already moving are left to finish.
-  for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
-    std::shared_ptr<Request> r = it->second;
-    if (r->ctx == ctx) {
-      awaiting_cts_.erase(it++);
-      Complete(r, Annotate(broken, Describe(*r)));
-    } else {
-      ++it;
-    }
-  }
+  FailWaitingLocked(ctx, [](const Request&) { return true; }, broken, /*describe=*/true);
 }
 
 void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) {
@@ -1129,26 +1128,8 @@ void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) 
       ++it;
     }
   }
-  if (auto it = contexts_.find(p2p_ctx); it != contexts_.end()) {
-    auto& posted = it->second->posted();
-    for (auto r = posted.begin(); r != posted.end();) {
-      if ((*r)->peer == peer) {
-        Complete(*r, Annotate(why, Describe(**r)));
-        r = posted.erase(r);
-      } else {
-        ++r;
-      }
-    }
-  }
-  for (auto it = awaiting_cts_.begin(); it != awaiting_cts_.end();) {
-    std::shared_ptr<Request> r = it->second;
-    if (r->ctx == p2p_ctx && r->peer == peer) {
-      awaiting_cts_.erase(it++);
-      Complete(r, Annotate(why, Describe(*r)));
-    } else {
-      ++it;
-    }
-  }
+  FailWaitingLocked(p2p_ctx, [peer](const Request& r) { return r.peer == peer; }, why,
+                    /*describe=*/true);
 }
 
 void Fabric::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,

@@ -418,11 +418,17 @@ class Fabric : public FrameSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails with `why` (`describe`: annotated with each request) the receives
+  // posted in `ctx` and this rank's sends there waiting for a receive that
+  // `pick` selects.
+  void FailWaitingLocked(uint32_t ctx, absl::FunctionRef<bool(const Request&)> pick,
+                         const absl::Status& why, bool describe)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // World rank `peer` failed: breaks every watched context it belongs to.
   void BreakCollectivesOfLocked(int peer, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails what is pending in `ctx`, and everything posted there later, with
-  // `broken` (a send already moving is left to finish).
+  // `broken` (FailWaitingLocked: a send already moving is left to finish).
   void BreakContextLocked(uint32_t ctx, const absl::Status& broken)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // World rank `peer` aborted the communicator of contexts `p2p_ctx` and
