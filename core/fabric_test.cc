@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/barrier.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
@@ -555,9 +556,14 @@ TEST_P(FabricTest, UnknownTcpCongestionControlIsNamed) {
   unsetenv("HCOMM_TCP_CONGESTION");
 }
 
+// The rank with the wrong token dials first (it retries until rank 0's
+// store is up), so that it reaches the store within rank 0's 1.5 s however
+// late this machine starts a thread.
 TEST_P(FabricTest, WrongTokenIsRefused) {
   int port = testing::FreePort();
+  absl::Notification dialing;
   std::thread good([&] {
+    dialing.WaitForNotification();
     auto c = Fabric::Init(testing::RankOptions(0, 2, port, 1500, "right"));
     EXPECT_EQ(CodeOf(c.status()), ErrorCode::kUnavailable) << c.status();
     if (!c.ok()) {
@@ -567,7 +573,8 @@ TEST_P(FabricTest, WrongTokenIsRefused) {
           << c.status();
     }
   });
-  auto bad = Fabric::Init(testing::RankOptions(1, 2, port, 1500, "wrong"));
+  dialing.Notify();
+  auto bad = Fabric::Init(testing::RankOptions(1, 2, port, 5000, "wrong"));
   EXPECT_EQ(CodeOf(bad.status()), ErrorCode::kPermissionDenied) << bad.status();
   good.join();
 }
@@ -648,16 +655,20 @@ TEST(FabricInitTest, DifferentWorldSizesAreNamed) {
 
 // Two processes given one rank: the second to join is told so. (The first
 // and the others may have finished init with it already; if not, they fail
-// naming the reason.)
+// naming the reason.) Each keeps its communicator until all three have an
+// answer: rank 0's store lives as long as its communicator, and a duplicate
+// that comes after a job has ended finds no store to be told by.
 TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
   const int port = testing::FreePort();
   std::vector<absl::Status> got(3);
+  absl::Barrier answered(3);
   const absl::Time start = absl::Now();
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
       auto f = Fabric::Init(testing::RankOptions(i == 0 ? 0 : 1, 2, port, 20000));
       got[i] = f.status();
+      answered.Block();
     });
   }
   for (auto& t : threads) t.join();
