@@ -228,6 +228,19 @@ hcomm_status_t CheckRoot(const char* fn, hcomm_comm_t comm, int root) {
     if (hcomm_c_st_ != HCOMM_SUCCESS) return hcomm_c_st_; \
   } while (0)
 
+// A collective's check of its arguments once `comm` itself checked out: a
+// call refused here still takes its turn among the communicator's
+// collectives (Communicator::RejectCollective), so that the other ranks'
+// calls of it fail at once and later calls stay paired.
+#define HCOMM_C_CHECK_ARGS(op, expr)                                   \
+  do {                                                                \
+    hcomm_status_t hcomm_c_st_ = (expr);                              \
+    if (hcomm_c_st_ != HCOMM_SUCCESS) {                               \
+      comm->impl->RejectCollective(hcomm::CollectiveOp::op);          \
+      return hcomm_c_st_;                                             \
+    }                                                                 \
+  } while (0)
+
 hcomm::DataType DT(hcomm_dtype_t d) { return static_cast<hcomm::DataType>(d); }
 hcomm::ReduceOp OP(hcomm_reduce_op_t o) { return static_cast<hcomm::ReduceOp>(o); }
 
@@ -475,11 +488,15 @@ hcomm_status_t hcomm_request_free(hcomm_request_t req) {
 hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key, hcomm_comm_t* out) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckComm("hcomm_comm_split", comm));
-    if (out == nullptr) return BadArg("hcomm_comm_split: out is NULL");
+    // Split runs an allgather over `comm`.
+    HCOMM_C_CHECK_ARGS(kAllGather,
+                       out == nullptr ? BadArg("hcomm_comm_split: out is NULL") : HCOMM_SUCCESS);
     *out = nullptr;
     if (color < 0 && color != HCOMM_UNDEFINED) {
-      return BadArg(absl::StrCat("hcomm_comm_split on rank ", comm->impl->rank(), ": color ",
-                                 color, " is negative (use HCOMM_UNDEFINED to opt out)"));
+      HCOMM_C_CHECK_ARGS(
+          kAllGather, BadArg(absl::StrCat("hcomm_comm_split on rank ", comm->impl->rank(),
+                                          ": color ", color,
+                                          " is negative (use HCOMM_UNDEFINED to opt out)")));
     }
     auto child = comm->impl->Split(color, key);
     if (!child.ok()) return ToC(child.status());
@@ -492,13 +509,19 @@ hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* ranks, int 
                                        hcomm_comm_t* out) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckComm("hcomm_comm_create_group", comm));
-    if (out == nullptr) return BadArg("hcomm_comm_create_group: out is NULL");
+    // create_group runs an allgather over `comm`.
+    HCOMM_C_CHECK_ARGS(kAllGather, out == nullptr
+                                       ? BadArg("hcomm_comm_create_group: out is NULL")
+                                       : HCOMM_SUCCESS);
     *out = nullptr;
     if (nranks < 0) {
-      return BadArg(absl::StrCat("hcomm_comm_create_group: nranks is ", nranks));
+      HCOMM_C_CHECK_ARGS(kAllGather,
+                         BadArg(absl::StrCat("hcomm_comm_create_group: nranks is ", nranks)));
     }
     if (nranks > 0 && ranks == nullptr) {
-      return BadArg(absl::StrCat("hcomm_comm_create_group: ranks is NULL with nranks ", nranks));
+      HCOMM_C_CHECK_ARGS(kAllGather, BadArg(absl::StrCat(
+                                         "hcomm_comm_create_group: ranks is NULL with nranks ",
+                                         nranks)));
     }
     std::vector<int> list(ranks, ranks + nranks);
     auto child = comm->impl->CreateGroup(list);
@@ -517,9 +540,9 @@ hcomm_status_t hcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,
     const char* fn = "hcomm_allreduce";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
     return ToC(comm->impl->AllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op)));
   });
 }
@@ -530,9 +553,9 @@ hcomm_status_t hcomm_broadcast(void* buf, size_t count, hcomm_dtype_t dtype, int
     const char* fn = "hcomm_broadcast";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, buf, "buf", count, es));
+    HCOMM_C_CHECK_ARGS(kBroadcast, CheckTypes(fn, comm, dtype, kNoOp, &es));
+    HCOMM_C_CHECK_ARGS(kBroadcast, CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK_ARGS(kBroadcast, CheckBuf(fn, comm, buf, "buf", count, es));
     return ToC(comm->impl->Broadcast(buf, count, DT(dtype), root));
   });
 }
@@ -544,11 +567,11 @@ hcomm_status_t hcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
     const char* fn = "hcomm_reduce";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
+    HCOMM_C_CHECK_ARGS(kReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
+    HCOMM_C_CHECK_ARGS(kReduce, CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK_ARGS(kReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
     if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", count, es));
+      HCOMM_C_CHECK_ARGS(kReduce, CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", count, es));
     }
     return ToC(comm->impl->Reduce(sendbuf, recvbuf, count, DT(dtype), OP(op), root));
   });
@@ -560,9 +583,9 @@ hcomm_status_t hcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendco
     const char* fn = "hcomm_allgather";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kAllGather, CheckTypes(fn, comm, dtype, kNoOp, &es));
+    HCOMM_C_CHECK_ARGS(kAllGather, CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
+    HCOMM_C_CHECK_ARGS(kAllGather, CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
     return ToC(comm->impl->AllGather(sendbuf, recvbuf, sendcount, DT(dtype)));
   });
 }
@@ -574,9 +597,9 @@ hcomm_status_t hcomm_reduce_scatter(const void* sendbuf, void* recvbuf, size_t r
     const char* fn = "hcomm_reduce_scatter";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
+    HCOMM_C_CHECK_ARGS(kReduceScatter, CheckTypes(fn, comm, dtype, RawValue(op), &es));
+    HCOMM_C_CHECK_ARGS(kReduceScatter, CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kReduceScatter, CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
     return ToC(comm->impl->ReduceScatter(sendbuf, recvbuf, recvcount, DT(dtype), OP(op)));
   });
 }
@@ -587,9 +610,9 @@ hcomm_status_t hcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
     const char* fn = "hcomm_alltoall";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kAllToAll, CheckTypes(fn, comm, dtype, kNoOp, &es));
+    HCOMM_C_CHECK_ARGS(kAllToAll, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kAllToAll, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
     return ToC(comm->impl->AllToAll(sendbuf, recvbuf, count, DT(dtype)));
   });
 }
@@ -600,11 +623,11 @@ hcomm_status_t hcomm_gather(const void* sendbuf, void* recvbuf, size_t sendcount
     const char* fn = "hcomm_gather";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
+    HCOMM_C_CHECK_ARGS(kGather, CheckTypes(fn, comm, dtype, kNoOp, &es));
+    HCOMM_C_CHECK_ARGS(kGather, CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK_ARGS(kGather, CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
     if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", sendcount, es,
+      HCOMM_C_CHECK_ARGS(kGather, CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", sendcount, es,
                              comm->impl->size()));
     }
     return ToC(comm->impl->Gather(sendbuf, recvbuf, sendcount, DT(dtype), root));
@@ -617,13 +640,13 @@ hcomm_status_t hcomm_scatter(const void* sendbuf, void* recvbuf, size_t recvcoun
     const char* fn = "hcomm_scatter";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK(CheckRoot(fn, comm, root));
+    HCOMM_C_CHECK_ARGS(kScatter, CheckTypes(fn, comm, dtype, kNoOp, &es));
+    HCOMM_C_CHECK_ARGS(kScatter, CheckRoot(fn, comm, root));
     if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,
+      HCOMM_C_CHECK_ARGS(kScatter, CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,
                              comm->impl->size()));
     }
-    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
+    HCOMM_C_CHECK_ARGS(kScatter, CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
     return ToC(comm->impl->Scatter(sendbuf, recvbuf, recvcount, DT(dtype), root));
   });
 }
@@ -642,10 +665,11 @@ hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count
     const char* fn = "hcomm_iallreduce";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    if (req == nullptr) return BadArg("hcomm_iallreduce: req is NULL");
-    HCOMM_C_CHECK(CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
-    HCOMM_C_CHECK(CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, req == nullptr ? BadArg("hcomm_iallreduce: req is NULL")
+                                                  : HCOMM_SUCCESS);
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
     auto r = comm->impl->IAllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op));
     if (!r.ok()) return ToC(r.status());
     return NewRequest(std::move(r).value(), *comm->impl, req);

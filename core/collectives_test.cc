@@ -918,6 +918,62 @@ TEST(CollectiveErrorsTest, DifferentCollectivesFailEveryRankWithBothCallsNamed) 
   testing::SetTransportMode(testing::TransportMode::kDefault);
 }
 
+// A call that one rank refuses for its arguments still uses up its
+// sequence number there: the others' call fails at once naming that rank,
+// and every later call meets the same call on every rank. (It used to
+// pair with the next call of the others, and equal calls returned each
+// other's data with SUCCESS from then on.) In the shared segment and by
+// messages (an algorithm forced), and for create_group, which runs an
+// allgather.
+TEST(CollectiveErrorsTest, ARanksRejectedCallKeepsTheCallsPaired) {
+  for (auto mode : {testing::TransportMode::kShm, testing::TransportMode::kTcp}) {
+    testing::SetTransportMode(mode);
+    for (const char* algo : {"auto", "ring"}) {
+      testing::RunRanks(3, [&](int rank, const Options& o) {
+        auto c = Communicator::Init(o);
+        ASSERT_TRUE(c.ok()) << c.status();
+        ASSERT_TRUE((*c)->SetOption("algo", algo).ok());
+        // Ranks whose part of the call is done (a broadcast's root, and a
+        // rank the root sends to directly; a reduce's senders) may return
+        // before they hear of the rejection; the others fail at once.
+        auto check = [&](const absl::Status& s, bool may_succeed, absl::Time t0) {
+          if (rank == 1) {
+            EXPECT_EQ(CodeOf(s), ErrorCode::kInvalidArgument) << s;
+          } else if (!(may_succeed && s.ok())) {
+            EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << "rank " << rank << ": " << s;
+            EXPECT_NE(s.message().find("rank 1 rejected its call"), absl::string_view::npos)
+                << s;
+            EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "rank " << rank;
+          }
+        };
+        int32_t v = 10 + rank;
+        absl::Time t0 = absl::Now();
+        absl::Status s = (*c)->Broadcast(&v, 1, DataType::kInt32, rank == 1 ? 3 : 0);
+        check(s, true, t0);
+        if (rank != 1 && s.ok()) {
+          EXPECT_EQ(v, 10);
+        }
+        t0 = absl::Now();
+        s = (*c)->Reduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum, rank == 1 ? 3 : 0);
+        check(s, rank != 0, t0);  // the root needs rank 1's part
+        for (int k = 0; k < 3; ++k) {
+          int32_t x = 100 * k + rank;
+          ASSERT_TRUE((*c)->AllReduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum).ok());
+          EXPECT_EQ(x, 300 * k + 3) << "rank " << rank << ", " << algo << ", call " << k;
+        }
+        auto g = (*c)->CreateGroup(rank == 2 ? std::vector<int>{0, 0} : std::vector<int>{0, 1});
+        EXPECT_EQ(CodeOf(g.status()),
+                  rank == 2 ? ErrorCode::kInvalidArgument : ErrorCode::kMismatch)
+            << "rank " << rank << ": " << g.status();
+        int32_t y = rank;
+        ASSERT_TRUE((*c)->AllReduce(&y, &y, 1, DataType::kInt32, ReduceOp::kSum).ok());
+        EXPECT_EQ(y, 3) << "rank " << rank << ", " << algo;
+      });
+    }
+  }
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
 }  // namespace
 }  // namespace hcomm
 

@@ -60,8 +60,13 @@ uint64_t Fingerprint(CollectiveOp op, size_t count, DataType t, ReduceOp rop, in
          (static_cast<uint64_t>(root + 1) & 0x1ffff) << 32 | (count & 0xffffffffu);
 }
 
+// The fingerprint of a call that its rank rejected for its arguments
+// (RejectCollective): an op no collective has.
+constexpr uint64_t kRejectedFingerprint = uint64_t{1} << 63 | uint64_t{0xf} << 56;
+
 // "allreduce(count 10 float32 sum)", "broadcast(count 10 int32 root 1)".
 std::string DescribeFingerprint(uint64_t fp) {
+  if (fp == kRejectedFingerprint) return "a call with invalid arguments (rejected there)";
   auto op = static_cast<CollectiveOp>((fp >> 56) & 0xf);
   auto t = static_cast<DataType>((fp >> 52) & 0xf);
   auto rop = static_cast<ReduceOp>((fp >> 49) & 0x7);
@@ -244,6 +249,12 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
                  ? (*c_->world_to_group_)[world]
                  : world;
     };
+    if (culprit_fp == kRejectedFingerprint) {
+      return Mismatch(absl::StrCat(
+          "seq ", tag_, ": rank ", g(culprit), " rejected its call of this collective for its ",
+          "arguments (INVALID_ARGUMENT there, whose error says why); this rank (", c_->rank_,
+          ") called ", DescribeFingerprint(fp_), ". Later collectives still pair up"));
+    }
     std::string msg = absl::StrCat("seq ", tag_, ": rank ", g(culprit), " called ",
                                    DescribeFingerprint(culprit_fp), ", rank ", g(reporter),
                                    " called ", DescribeFingerprint(reporter_fp));
@@ -501,6 +512,28 @@ char* Communicator::ScratchSlot(int slot, size_t bytes) {
   s.data = static_cast<char*>(p);
   s.capacity = cap;
   return s.data;
+}
+
+void Communicator::RejectCollective(CollectiveOp op) {
+  const uint64_t ticket = TakeTicket();
+  WaitTurn(ticket);
+  if (size_ > 1 && fabric_->Usable().ok()) {
+    const int tag = static_cast<int>(ticket & kCollectiveTagMask);
+    if (shm_coll_ != nullptr) {
+      shm_coll_->Enter(tag, kRejectedFingerprint);
+      // Where the call runs in the shared segment, the others' runs there
+      // fail and leave it (RunServing): so does this rank.
+      if (!ChooseCached(op, 0, forced_algo_.load()).forced) shm_coll_.reset();
+    }
+    const int me = group_to_world_[rank_];
+    fabric_->Poison(coll_ctx_, tag, group_to_world_, kRejectedFingerprint, me,
+                    kRejectedFingerprint);
+    if (check_calls_ && fingerprints_) {  // the others may wait in CheckCall
+      fabric_->Poison(coll_ctx_, kCheckTag | (tag & kCheckTagMask), group_to_world_,
+                      kRejectedFingerprint, me, kRejectedFingerprint);
+    }
+  }
+  FinishTurn();
 }
 
 absl::Status Communicator::CheckRoot(const char* what, int root) const {
@@ -816,7 +849,10 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
 }
 
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {
-  HCOMM_RETURN_IF_ERROR(CheckRoot("broadcast", root));
+  if (absl::Status bad = CheckRoot("broadcast", root); !bad.ok()) {
+    RejectCollective(CollectiveOp::kBroadcast);
+    return bad;
+  }
   size_t bytes = count * DataTypeSize(t);
   const ShmArgs shm{buf, buf};
   return RunCollective(CollectiveOp::kBroadcast, bytes, t, ReduceOp::kSum, root, count,
@@ -832,7 +868,10 @@ absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int ro
 
 absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, DataType t,
                                   ReduceOp op, int root) {
-  HCOMM_RETURN_IF_ERROR(CheckRoot("reduce", root));
+  if (absl::Status bad = CheckRoot("reduce", root); !bad.ok()) {
+    RejectCollective(CollectiveOp::kReduce);
+    return bad;
+  }
   size_t bytes = count * DataTypeSize(t);
   const ShmArgs shm{send, recv};
   auto run = [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
@@ -895,7 +934,10 @@ absl::Status Communicator::AllToAll(const void* send, void* recv, size_t count, 
 
 absl::Status Communicator::Gather(const void* send, void* recv, size_t sendcount, DataType t,
                                   int root) {
-  HCOMM_RETURN_IF_ERROR(CheckRoot("gather", root));
+  if (absl::Status bad = CheckRoot("gather", root); !bad.ok()) {
+    RejectCollective(CollectiveOp::kGather);
+    return bad;
+  }
   size_t per = sendcount * DataTypeSize(t);
   const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kGather, per * size_, t, ReduceOp::kSum, root, sendcount,
@@ -908,7 +950,10 @@ absl::Status Communicator::Gather(const void* send, void* recv, size_t sendcount
 
 absl::Status Communicator::Scatter(const void* send, void* recv, size_t recvcount, DataType t,
                                    int root) {
-  HCOMM_RETURN_IF_ERROR(CheckRoot("scatter", root));
+  if (absl::Status bad = CheckRoot("scatter", root); !bad.ok()) {
+    RejectCollective(CollectiveOp::kScatter);
+    return bad;
+  }
   size_t per = recvcount * DataTypeSize(t);
   const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kScatter, per * size_, t, ReduceOp::kSum, root, recvcount,
@@ -1015,11 +1060,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGroup(
   for (size_t i = 0; i < ranks.size(); ++i) {
     int r = ranks[i];
     if (r < 0 || r >= size_) {
+      RejectCollective(CollectiveOp::kAllGather);  // what create_group runs
       return InvalidArgument(absl::StrCat("create_group on rank ", rank_, ": ranks[", i, "] = ", r,
                                           " is out of range for a communicator of ", size_,
                                           " ranks"));
     }
     if (seen[r]) {
+      RejectCollective(CollectiveOp::kAllGather);
       return InvalidArgument(absl::StrCat("create_group on rank ", rank_, ": rank ", r,
                                           " is listed twice"));
     }

@@ -101,6 +101,14 @@ class Communicator {
   absl::StatusOr<std::shared_ptr<Request>> IAllReduce(const void* send, void* recv, size_t count,
                                                       DataType t, ReduceOp op);
 
+  // A collective call `op` that this rank refuses for its arguments before
+  // it starts (the caller returns INVALID_ARGUMENT): it still uses up the
+  // call's sequence number, as the other ranks' calls of it do, and fails
+  // theirs at once with MISMATCH naming this rank, so that every later
+  // collective still meets the same call on every rank (without this, each
+  // rank's next call would pair with another rank's call after it).
+  void RejectCollective(CollectiveOp op);
+
   // Collective over this communicator. Members with the same color form a
   // new communicator ordered by (key, rank); color < 0 yields nullptr.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);

@@ -1255,6 +1255,30 @@ static void check_invalid_arguments(void) {
   allreduce_case(HCOMM_INT32, HCOMM_SUM, 1023, 0);
   allreduce_case(HCOMM_FLOAT16, HCOMM_MAX, 7, 1);
   CALL(hcomm_barrier(g_comm));
+
+  /* One rank alone passes a bad argument: its call still takes its turn,
+   * the others' call fails at once naming it, and the calls after it stay
+   * paired (equal calls used to pair one apart and return each other's
+   * sums with SUCCESS). */
+  if (n > 1) {
+    const int bad_rank = n - 1;
+    int32_t v = 1;
+    hcomm_status_t st = hcomm_allreduce(&v, &v, 1, g_rank == bad_rank ? bad_t : HCOMM_INT32,
+                                        HCOMM_SUM, g_comm);
+    char message[2048];
+    snprintf(message, sizeof message, "%s", hcomm_last_error());
+    expect_status("hcomm_allreduce (a bad dtype on the last rank alone)", st,
+                  g_rank == bad_rank ? HCOMM_ERR_INVALID_ARGUMENT : HCOMM_ERR_MISMATCH);
+    if (g_rank != bad_rank && strstr(message, "rejected its call") == NULL) {
+      fail("the others' call failed without naming the rejected call: %s", message);
+    }
+    for (int k = 0; k < 3; ++k) {
+      int32_t x = 100 * k + g_rank;
+      CALL(hcomm_allreduce(&x, &x, 1, HCOMM_INT32, HCOMM_SUM, g_comm));
+      const int32_t want = 100 * k * n + n * (n - 1) / 2;
+      if (x != want) fail("allreduce %d after a rejected call: %d, expected %d", k, x, want);
+    }
+  }
   check_done();
 }
 

@@ -383,8 +383,10 @@ HCOMM_API hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* r
  * BLOCKS until this rank's part is done or timeout_ms passes.
  * Errors: INVALID_ARGUMENT (NULL comm, NULL buffer with count > 0, unknown
  * dtype/op, root out of range), TIMEOUT (names the collective and its
- * sequence number), MISMATCH (ranks disagree on the sizes), PEER_FAILURE,
- * ABORTED.
+ * sequence number), MISMATCH (ranks disagree on the call, or another rank
+ * refused its call with INVALID_ARGUMENT), PEER_FAILURE, ABORTED. A call
+ * refused with INVALID_ARGUMENT on a valid comm still takes its turn among
+ * the collectives, so that later calls stay paired across ranks.
  * THREAD SAFETY: one collective at a time per communicator. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], i < count, on every rank. */
