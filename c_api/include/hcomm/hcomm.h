@@ -231,9 +231,10 @@ HCOMM_API hcomm_status_t hcomm_irecv(void* buf, size_t count, hcomm_dtype_t dtyp
                                      hcomm_request_t* req);
 
 /* Waits for a request and returns the operation's own status. BLOCKS up to
- * the communicator's timeout_ms; on HCOMM_ERR_TIMEOUT the request is still
- * pending and may be waited on again. The request stays valid until
- * hcomm_request_free. */
+ * the communicator's timeout_ms as it was when the request was started (a
+ * later hcomm_comm_set does not change it); on HCOMM_ERR_TIMEOUT the
+ * request is still pending and may be waited on again. The request stays
+ * valid until hcomm_request_free. */
 HCOMM_API hcomm_status_t hcomm_wait(hcomm_request_t req);
 
 /* Never blocks. Sets *done to 1 once the operation has ended and then returns
