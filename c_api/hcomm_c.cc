@@ -96,7 +96,9 @@ size_t DtypeSize(int d) {
 ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
     const char* fn, const void* buf, size_t count, const hcomm_dtype_t& dtype, int peer, int tag,
     hcomm_comm_t comm, bool is_recv, size_t* bytes) {
-  if (comm == nullptr || !comm->impl) return BadArg(absl::StrCat(fn, ": comm is NULL"));
+  if (comm == nullptr || !comm->impl) {
+    return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
+  }
   const int rank = comm->impl->rank();
   const int size = comm->impl->size();
   size_t esize = DtypeSize(RawValue(dtype));
@@ -156,7 +158,7 @@ hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Commun
 // The checks of the calls below inline into each call at a few
 // instructions; a failed one builds its message out of line.
 ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t NullComm(const char* fn) {
-  return BadArg(absl::StrCat(fn, ": comm is NULL"));
+  return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
 }
 
 inline hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
@@ -285,7 +287,9 @@ hcomm_status_t hcomm_config_create(hcomm_config_t* out) {
 
 hcomm_status_t hcomm_config_set(hcomm_config_t cfg, const char* key, const char* value) {
   return Guard(__func__, [&] {
-    if (cfg == nullptr) return BadArg("hcomm_config_set: cfg is NULL");
+    if (cfg == nullptr || cfg->destroyed) {
+      return BadArg("hcomm_config_set: cfg is NULL or destroyed");
+    }
     if (key == nullptr) return BadArg("hcomm_config_set: key is NULL");
     if (value == nullptr) {
       return BadArg(absl::StrCat("hcomm_config_set: value for key '", key, "' is NULL"));
@@ -294,15 +298,24 @@ hcomm_status_t hcomm_config_set(hcomm_config_t cfg, const char* key, const char*
   });
 }
 
+// Destroyed handles keep their few bytes (and are never reused), so that a
+// later call with one is told so (INVALID_ARGUMENT, as API.md says) instead
+// of reading freed memory; what they held is released.
 hcomm_status_t hcomm_config_destroy(hcomm_config_t cfg) {
-  delete cfg;
-  return HCOMM_SUCCESS;
+  if (cfg == nullptr) return HCOMM_SUCCESS;
+  return Guard(__func__, [&] {
+    if (cfg->destroyed) return BadArg("hcomm_config_destroy: cfg was destroyed already");
+    cfg->impl = hcomm::Config();
+    cfg->destroyed = true;
+    return HCOMM_SUCCESS;
+  });
 }
 
 hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out) {
   return Guard(__func__, [&] {
     if (out == nullptr) return BadArg("hcomm_comm_init: out is NULL");
     *out = nullptr;
+    if (cfg != nullptr && cfg->destroyed) return BadArg("hcomm_comm_init: cfg was destroyed");
     hcomm::Config empty;
     const hcomm::Config& config = cfg != nullptr ? cfg->impl : empty;
     auto opts = config.Resolve();
@@ -315,14 +328,14 @@ hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out) {
 }
 
 hcomm_status_t hcomm_comm_rank(hcomm_comm_t comm, int* rank) {
-  if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_rank: comm is NULL");
+  HCOMM_C_CHECK(CheckComm("hcomm_comm_rank", comm));
   if (rank == nullptr) return BadArg("hcomm_comm_rank: rank is NULL");
   *rank = comm->impl->rank();
   return HCOMM_SUCCESS;
 }
 
 hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size) {
-  if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_size: comm is NULL");
+  HCOMM_C_CHECK(CheckComm("hcomm_comm_size", comm));
   if (size == nullptr) return BadArg("hcomm_comm_size: size is NULL");
   *size = comm->impl->size();
   return HCOMM_SUCCESS;
@@ -330,7 +343,7 @@ hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size) {
 
 hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key, const char* value) {
   return Guard(__func__, [&] {
-    if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_set: comm is NULL");
+    HCOMM_C_CHECK(CheckComm("hcomm_comm_set", comm));
     if (key == nullptr) return BadArg("hcomm_comm_set: key is NULL");
     if (value == nullptr) {
       return BadArg(absl::StrCat("hcomm_comm_set: value for key '", key, "' is NULL"));
@@ -340,7 +353,7 @@ hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key, const char* va
 }
 
 hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const char** name) {
-  if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_transport: comm is NULL");
+  HCOMM_C_CHECK(CheckComm("hcomm_comm_transport", comm));
   if (name == nullptr) return BadArg("hcomm_comm_transport: name is NULL");
   if (peer < 0 || peer >= comm->impl->size()) {
     return BadArg(absl::StrCat("hcomm_comm_transport on rank ", comm->impl->rank(), ": peer ",
@@ -353,7 +366,7 @@ hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const char** na
 
 hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm) {
   return Guard(__func__, [&] {
-    if (comm == nullptr || !comm->impl) return BadArg("hcomm_comm_abort: comm is NULL");
+    HCOMM_C_CHECK(CheckComm("hcomm_comm_abort", comm));
     comm->impl->Abort();
     return HCOMM_SUCCESS;
   });
@@ -362,8 +375,9 @@ hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm) {
 hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm) {
   if (comm == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
-    absl::Status s = comm->impl ? comm->impl->Destroy() : absl::OkStatus();
-    delete comm;
+    if (!comm->impl) return BadArg("hcomm_comm_destroy: comm was destroyed already");
+    absl::Status s = comm->impl->Destroy();
+    comm->impl.reset();  // the handle stays, destroyed (see hcomm_config_destroy)
     return ToC(s);
   });
 }
@@ -585,7 +599,8 @@ hcomm_status_t hcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendco
     HCOMM_C_CHECK(CheckComm(fn, comm));
     HCOMM_C_CHECK_ARGS(kAllGather, CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK_ARGS(kAllGather, CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
-    HCOMM_C_CHECK_ARGS(kAllGather, CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kAllGather,
+                       CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
     return ToC(comm->impl->AllGather(sendbuf, recvbuf, sendcount, DT(dtype)));
   });
 }
@@ -598,7 +613,8 @@ hcomm_status_t hcomm_reduce_scatter(const void* sendbuf, void* recvbuf, size_t r
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
     HCOMM_C_CHECK_ARGS(kReduceScatter, CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK_ARGS(kReduceScatter, CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kReduceScatter,
+                       CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
     HCOMM_C_CHECK_ARGS(kReduceScatter, CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
     return ToC(comm->impl->ReduceScatter(sendbuf, recvbuf, recvcount, DT(dtype), OP(op)));
   });
@@ -611,8 +627,10 @@ hcomm_status_t hcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
     HCOMM_C_CHECK_ARGS(kAllToAll, CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK_ARGS(kAllToAll, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
-    HCOMM_C_CHECK_ARGS(kAllToAll, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kAllToAll,
+                       CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
+    HCOMM_C_CHECK_ARGS(kAllToAll,
+                       CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
     return ToC(comm->impl->AllToAll(sendbuf, recvbuf, count, DT(dtype)));
   });
 }
@@ -627,7 +645,8 @@ hcomm_status_t hcomm_gather(const void* sendbuf, void* recvbuf, size_t sendcount
     HCOMM_C_CHECK_ARGS(kGather, CheckRoot(fn, comm, root));
     HCOMM_C_CHECK_ARGS(kGather, CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
     if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK_ARGS(kGather, CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", sendcount, es,
+      HCOMM_C_CHECK_ARGS(kGather,
+                         CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", sendcount, es,
                              comm->impl->size()));
     }
     return ToC(comm->impl->Gather(sendbuf, recvbuf, sendcount, DT(dtype), root));
@@ -643,7 +662,8 @@ hcomm_status_t hcomm_scatter(const void* sendbuf, void* recvbuf, size_t recvcoun
     HCOMM_C_CHECK_ARGS(kScatter, CheckTypes(fn, comm, dtype, kNoOp, &es));
     HCOMM_C_CHECK_ARGS(kScatter, CheckRoot(fn, comm, root));
     if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK_ARGS(kScatter, CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,
+      HCOMM_C_CHECK_ARGS(kScatter,
+                         CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,
                              comm->impl->size()));
     }
     HCOMM_C_CHECK_ARGS(kScatter, CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
@@ -694,7 +714,7 @@ hcomm_status_t hcomm_channel_open(const char* name, size_t capacity_bytes, int c
 hcomm_status_t hcomm_channel_write(hcomm_channel_t ch, const void* data, size_t nbytes,
                                    int timeout_ms) {
   return Guard(__func__, [&] {
-    if (ch == nullptr || !ch->impl) return BadArg("hcomm_channel_write: ch is NULL");
+    if (ch == nullptr || !ch->impl) return BadArg("hcomm_channel_write: ch is NULL or closed");
     const std::string& name = ch->impl->name();
     if (data == nullptr && nbytes > 0) {
       return BadArg(absl::StrCat("hcomm_channel_write to channel '", name,
@@ -712,7 +732,7 @@ hcomm_status_t hcomm_channel_write(hcomm_channel_t ch, const void* data, size_t 
 hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_t cap, size_t* nbytes,
                                   int timeout_ms) {
   return Guard(__func__, [&] {
-    if (ch == nullptr || !ch->impl) return BadArg("hcomm_channel_read: ch is NULL");
+    if (ch == nullptr || !ch->impl) return BadArg("hcomm_channel_read: ch is NULL or closed");
     const std::string& name = ch->impl->name();
     if (nbytes == nullptr) {
       return BadArg(absl::StrCat("hcomm_channel_read from channel '", name, "': nbytes is NULL"));
@@ -734,8 +754,9 @@ hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_t cap, siz
 hcomm_status_t hcomm_channel_close(hcomm_channel_t ch) {
   if (ch == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
-    absl::Status s = ch->impl ? ch->impl->Close() : absl::OkStatus();
-    delete ch;
+    if (!ch->impl) return BadArg("hcomm_channel_close: ch was closed already");
+    absl::Status s = ch->impl->Close();
+    ch->impl.reset();  // the handle stays, closed (see hcomm_config_destroy)
     return ToC(hcomm::Annotate(s, "hcomm_channel_close"));
   });
 }

@@ -14,6 +14,7 @@
 
 struct hcomm_config_s {
   hcomm::Config impl;
+  bool destroyed = false;  // by hcomm_config_destroy (the handle stays)
 };
 
 struct hcomm_comm_s {

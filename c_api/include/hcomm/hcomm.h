@@ -134,7 +134,8 @@ HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
 HCOMM_API hcomm_status_t hcomm_config_set(hcomm_config_t cfg, const char* key,
                                           const char* value);
 
-/* Releases a configuration. NULL is a no-op. */
+/* Releases a configuration. NULL is a no-op. The handle keeps a few bytes
+ * so that a later call with it, destroy included, returns INVALID_ARGUMENT. */
 HCOMM_API hcomm_status_t hcomm_config_destroy(hcomm_config_t cfg);
 
 /* ------------------------------------------------------------------------ */
@@ -191,7 +192,9 @@ HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
  * this communicator stay valid handles until hcomm_request_free. Groups
  * made from a communicator outlive it: the connections they share close
  * with the last of them destroyed.
- * NULL is a no-op. The handle must not be used afterwards.
+ * NULL is a no-op. The handle keeps a few bytes so that a later call with
+ * it, destroy included, returns INVALID_ARGUMENT ("comm is NULL or
+ * destroyed").
  * THREAD SAFETY: no other thread may be using the communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm);
 
@@ -337,8 +340,9 @@ HCOMM_API hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_
  * removes the name: handles already open elsewhere keep working until they
  * are closed (messages left when the last one closes are lost); opening the
  * name afterwards is NO_DEVICE, creating it makes a new channel. Other
- * closes only unmap. NULL is a no-op. The handle is released even when an
- * error is returned and must not be used afterwards.
+ * closes only unmap. NULL is a no-op. The channel is released even when an
+ * error is returned; the handle keeps a few bytes so that a later call with
+ * it, close included, returns INVALID_ARGUMENT.
  * Errors: INTERNAL (removing the name or unmapping failed).
  * THREAD SAFETY: no other thread may be using the handle. */
 HCOMM_API hcomm_status_t hcomm_channel_close(hcomm_channel_t ch);
