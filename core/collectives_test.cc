@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "algorithms/reduce.h"
 #include "core/communicator.h"
 #include "core/status.h"
@@ -883,6 +884,35 @@ TEST(CollectiveErrorsTest, IAllReduceKeepsCallOrder) {
     ASSERT_TRUE((*c)->Wait(req->get(), (*c)->Deadline()).ok());
     EXPECT_EQ(a[999], 6);
     EXPECT_EQ(b[0], 12);
+  });
+}
+
+// A call refused behind a nonblocking collective still running takes its
+// turn after it, without waiting for it: rank 1 joins the iallreduce only
+// once rank 0's refused broadcast has returned.
+TEST(CollectiveErrorsTest, ARejectedCallDoesNotWaitForAnIAllReduceAhead) {
+  absl::Notification refused;
+  testing::RunRanks(2, [&](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    int32_t a = rank + 1, v = 5, b = rank + 10;
+    if (rank == 0) {
+      auto req = (*c)->IAllReduce(&a, &a, 1, DataType::kInt32, ReduceOp::kSum);
+      ASSERT_TRUE(req.ok()) << req.status();
+      absl::Status s = (*c)->Broadcast(&v, 1, DataType::kInt32, 7);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kInvalidArgument) << s;
+      EXPECT_FALSE((*c)->Test(req->get()));
+      refused.Notify();
+      ASSERT_TRUE((*c)->Wait(req->get(), (*c)->Deadline()).ok());
+    } else {
+      refused.WaitForNotification();
+      ASSERT_TRUE((*c)->AllReduce(&a, &a, 1, DataType::kInt32, ReduceOp::kSum).ok());
+      absl::Status s = (*c)->Broadcast(&v, 1, DataType::kInt32, 0);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
+    }
+    EXPECT_EQ(a, 3);
+    ASSERT_TRUE((*c)->AllReduce(&b, &b, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(b, 21);
   });
 }
 

@@ -516,6 +516,19 @@ char* Communicator::ScratchSlot(int slot, size_t bytes) {
 
 void Communicator::RejectCollective(CollectiveOp op) {
   const uint64_t ticket = TakeTicket();
+  if (now_serving_.load(std::memory_order_acquire) != ticket) {
+    // Nonblocking collectives ahead of it still run on the worker: the
+    // rejection takes its turn after them there, and the call returns now.
+    absl::MutexLock l(&work_mu_);
+    if (!work_stop_ && worker_.joinable()) {
+      work_.push_back([this, ticket, op] { RunRejection(ticket, op); });
+      return;
+    }
+  }
+  RunRejection(ticket, op);
+}
+
+void Communicator::RunRejection(uint64_t ticket, CollectiveOp op) {
   WaitTurn(ticket);
   if (size_ > 1 && fabric_->Usable().ok()) {
     const int tag = static_cast<int>(ticket & kCollectiveTagMask);

@@ -138,6 +138,9 @@ class Communicator {
   Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> group_to_world,
                uint32_t first_ctx, const Options& opts);
 
+  // RejectCollective's part in turn: marks `ticket` rejected here and at
+  // every member.
+  void RunRejection(uint64_t ticket, CollectiveOp op);
   // Runs `body` as collective `name` with the next sequence number, once all
   // earlier collectives of this communicator have finished.
   uint64_t TakeTicket();
