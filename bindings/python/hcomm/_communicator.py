@@ -10,6 +10,7 @@ calls in progress instead of freeing the handle under them.
 """
 
 import enum
+import functools
 import operator
 import threading
 import weakref
@@ -17,7 +18,7 @@ import weakref
 from . import _native as _n
 from . import _tensors
 from ._handle import Handle, c_string
-from .errors import HcommError, Status, TimeoutError, _invalid
+from .errors import HcommError, InvalidArgumentError, Status, TimeoutError, _invalid
 
 ANY_SOURCE = _n.HCOMM_ANY_SOURCE
 ANY_TAG = _n.HCOMM_ANY_TAG
@@ -61,6 +62,45 @@ def _int(value, what, lo=-_INT_MAX - 1, hi=_INT_MAX):
     if not lo <= v <= hi:
         raise _invalid("%s %d is out of range [%d, %d]" % (what, v, lo, hi))
     return v
+
+
+# A collective that this layer's own checks refuse (a read-only array, say)
+# never reached the library, while the other ranks' calls of it did: so
+# that it still takes its turn among the communicator's collectives there
+# (their call then fails at once with MismatchError naming this rank, and
+# later calls stay paired), the library is handed the same collective with
+# an argument it refuses in turn (hcomm.h: a refused call takes its turn).
+_REFUSE = {
+    "all_reduce": lambda h: _n.hcomm_allreduce(None, None, 0, -1, 0, h),
+    "broadcast": lambda h: _n.hcomm_broadcast(None, 0, -1, 0, h),
+    "reduce": lambda h: _n.hcomm_reduce(None, None, 0, -1, 0, 0, h),
+    "all_gather": lambda h: _n.hcomm_allgather(None, None, 0, -1, h),
+    "reduce_scatter": lambda h: _n.hcomm_reduce_scatter(None, None, 0, -1, 0, h),
+    "all_to_all": lambda h: _n.hcomm_alltoall(None, None, 0, -1, h),
+    "gather": lambda h: _n.hcomm_gather(None, None, 0, -1, 0, h),
+    "scatter": lambda h: _n.hcomm_scatter(None, None, 0, -1, 0, h),
+    "split": lambda h: _n.hcomm_comm_split(h, -2, 0),
+    "new_group": lambda h: _n.hcomm_comm_create_group(h, [-1]),
+}
+
+
+def _collective(method):
+    refuse = _REFUSE[method.__name__]
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except InvalidArgumentError as e:
+            if getattr(e, "_refused_by_python", False) and not self._use.closed:
+                try:
+                    with self._use as h:
+                        refuse(h)
+                except HcommError:
+                    pass  # the refusal expected (or the communicator gone meanwhile)
+            raise
+
+    return call
 
 
 def _src(src):
@@ -361,6 +401,7 @@ class Communicator:
 
     # ---- groups ------------------------------------------------------------
 
+    @_collective
     def new_group(self, ranks):
         """A group of `ranks` (ranks of this communicator, no duplicates); its
         rank i is ranks[i]. Collective: every rank calls it with the same list.
@@ -372,6 +413,7 @@ class Communicator:
             handle = _n.hcomm_comm_create_group(h, ranks)
             return None if handle is None else Communicator(handle, parent=self)
 
+    @_collective
     def split(self, color, key=0):
         """Ranks passing the same color form a group, ordered by (key, rank).
         Collective. Returns None for color None or hcomm.UNDEFINED."""
@@ -429,6 +471,7 @@ class Communicator:
 
     # ---- collectives (in place) -------------------------------------------
 
+    @_collective
     def all_reduce(self, tensor, op=ReduceOp.SUM, async_op=False):
         """tensor = op over every rank's tensor, on every rank. With
         async_op=True, returns a Request (iallreduce)."""
@@ -443,6 +486,7 @@ class Communicator:
             _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, h)
         return None
 
+    @_collective
     def broadcast(self, tensor, src):
         """Every rank's tensor = rank src's tensor."""
         b = _tensors.as_buffer(tensor, True, "broadcast")
@@ -450,6 +494,7 @@ class Communicator:
         with self._use as h:
             _n.hcomm_broadcast(b.obj, b.count, b.dtype, src, h)
 
+    @_collective
     def reduce(self, tensor, dst, op=ReduceOp.SUM):
         """Rank dst's tensor = op over every rank's tensor (others unchanged)."""
         dst = _int(dst, "dst")
@@ -459,6 +504,7 @@ class Communicator:
         with self._use as h:
             _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, op, dst, h)
 
+    @_collective
     def all_gather(self, out, tensor):
         """out (size * len(tensor) elements) = every rank's tensor, in rank
         order. tensor may be this rank's block of out (in place)."""
@@ -469,6 +515,7 @@ class Communicator:
         with self._use as h:
             _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, h)
 
+    @_collective
     def reduce_scatter(self, out, inp, op=ReduceOp.SUM):
         """out (len(inp) / size elements) on rank r = op over every rank's block
         r of inp. out may be inp's first block (in place)."""
@@ -484,6 +531,7 @@ class Communicator:
         with self._use as h:
             _n.hcomm_reduce_scatter(i.obj, recv.obj, o.count, o.dtype, op, h)
 
+    @_collective
     def all_to_all(self, out, inp):
         """Block j of inp goes to rank j; block i of out comes from rank i.
         Both have size * count elements."""
@@ -501,6 +549,7 @@ class Communicator:
         with self._use as h:
             _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, h)
 
+    @_collective
     def gather(self, tensor, out=None, dst=0):
         """Rank dst's out (size * len(tensor) elements) = every rank's tensor in
         rank order; out is only needed (and used) on dst."""
@@ -518,6 +567,7 @@ class Communicator:
         with self._use as h:
             _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, h)
 
+    @_collective
     def scatter(self, out, inp=None, src=0):
         """Block r of rank src's inp (size * len(out) elements) goes to rank r's
         out; inp is only needed (and used) on src."""

@@ -250,6 +250,28 @@ def group_abort():
 
 
 @check
+def refused_on_one_rank():
+    """Rank 2 alone passes a read-only array to all_reduce: it raises
+    InvalidArgumentError, the others' call raises MismatchError naming rank
+    2, and the calls after it still pair up (the refusal took its turn in
+    the library too)."""
+    t = np.array([R + 1], np.int32)
+    if R == 2:
+        t.flags.writeable = False
+    try:
+        hcomm.all_reduce(t)
+        raise AssertionError("all_reduce did not raise")
+    except hcomm.InvalidArgumentError as e:
+        assert R == 2 and "read-only" in str(e), (R, e)
+    except hcomm.MismatchError as e:
+        assert R != 2 and "rank 2 rejected its call" in str(e), (R, e)
+    for k in range(3):
+        w = np.array([100 * k + R], np.int32)
+        hcomm.all_reduce(w)
+        assert w[0] == 100 * k * N + N * (N - 1) // 2, (k, w)
+
+
+@check
 def exceptions():
     try:
         hcomm.send(np.zeros(1), dst=N)
