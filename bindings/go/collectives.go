@@ -16,7 +16,9 @@ import (
 // element by element (hcomm_allreduce, in place).
 func AllReduce[T Number](c *Comm, buf []T, op Op) error {
 	if err := opArg("AllReduce", op); err != nil {
-		return err
+		return c.refuse("AllReduce", err, func(h uintptr) error {
+			return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
+		})
 	}
 	dt := dtypeOf[T]()
 	return c.do("AllReduce", func(h uintptr) error {
@@ -28,7 +30,9 @@ func AllReduce[T Number](c *Comm, buf []T, op Op) error {
 // Broadcast copies root's buf to every rank's buf (hcomm_broadcast).
 func Broadcast[T Number](c *Comm, buf []T, root int) error {
 	if err := cint("Broadcast", "root", root); err != nil {
-		return err
+		return c.refuse("Broadcast", err, func(h uintptr) error {
+			return capi.Hcomm_broadcast(nil, 0, badDtype, 0, h)
+		})
 	}
 	dt := dtypeOf[T]()
 	return c.do("Broadcast", func(h uintptr) error {
@@ -39,11 +43,14 @@ func Broadcast[T Number](c *Comm, buf []T, root int) error {
 // Reduce replaces root's buf with op over all ranks' buf (hcomm_reduce, in
 // place at the root); the other ranks' buf is left as it was.
 func Reduce[T Number](c *Comm, buf []T, op Op, root int) error {
-	if err := opArg("Reduce", op); err != nil {
-		return err
+	err := opArg("Reduce", op)
+	if err == nil {
+		err = cint("Reduce", "root", root)
 	}
-	if err := cint("Reduce", "root", root); err != nil {
-		return err
+	if err != nil {
+		return c.refuse("Reduce", err, func(h uintptr) error {
+			return capi.Hcomm_reduce(nil, nil, 0, badDtype, 0, 0, h)
+		})
 	}
 	dt := dtypeOf[T]()
 	return c.do("Reduce", func(h uintptr) error {
@@ -63,6 +70,7 @@ func AllGather[T Number](c *Comm, send, recv []T) error {
 	dt := dtypeOf[T]()
 	return c.do("AllGather", func(h uintptr) error {
 		if len(recv) != c.size*len(send) {
+			_ = capi.Hcomm_allgather(nil, nil, 0, badDtype, h) // refused: see badDtype
 			return invalid("AllGather on rank %d: recv has %d elements, want Size*len(send) = %d*%d",
 				c.rank, len(recv), c.size, len(send))
 		}
@@ -80,11 +88,14 @@ func AllGather[T Number](c *Comm, send, recv []T) error {
 // send[:len(recv)]: that is done in place.
 func ReduceScatter[T Number](c *Comm, send, recv []T, op Op) error {
 	if err := opArg("ReduceScatter", op); err != nil {
-		return err
+		return c.refuse("ReduceScatter", err, func(h uintptr) error {
+			return capi.Hcomm_reduce_scatter(nil, nil, 0, badDtype, 0, h)
+		})
 	}
 	dt := dtypeOf[T]()
 	return c.do("ReduceScatter", func(h uintptr) error {
 		if len(send) != c.size*len(recv) {
+			_ = capi.Hcomm_reduce_scatter(nil, nil, 0, badDtype, 0, h) // refused: see badDtype
 			return invalid("ReduceScatter on rank %d: send has %d elements, want Size*len(recv) = %d*%d",
 				c.rank, len(send), c.size, len(recv))
 		}
@@ -100,6 +111,7 @@ func AllToAll[T Number](c *Comm, send, recv []T) error {
 	dt := dtypeOf[T]()
 	return c.do("AllToAll", func(h uintptr) error {
 		if len(send) != len(recv) || len(send)%c.size != 0 {
+			_ = capi.Hcomm_alltoall(nil, nil, 0, badDtype, h) // refused: see badDtype
 			return invalid("AllToAll on rank %d: send has %d elements and recv %d; want equal lengths, a multiple of Size %d",
 				c.rank, len(send), len(recv), c.size)
 		}
@@ -112,13 +124,16 @@ func AllToAll[T Number](c *Comm, send, recv []T) error {
 // recv is not used (nil is fine).
 func Gather[T Number](c *Comm, send, recv []T, root int) error {
 	if err := cint("Gather", "root", root); err != nil {
-		return err
+		return c.refuse("Gather", err, func(h uintptr) error {
+			return capi.Hcomm_gather(nil, nil, 0, badDtype, 0, h)
+		})
 	}
 	dt := dtypeOf[T]()
 	return c.do("Gather", func(h uintptr) error {
 		sp, rp := ptr(send), ptr(recv)
 		if c.rank == root {
 			if len(recv) != c.size*len(send) {
+				_ = capi.Hcomm_gather(nil, nil, 0, badDtype, 0, h) // refused: see badDtype
 				return invalid("Gather on root %d: recv has %d elements, want Size*len(send) = %d*%d",
 					c.rank, len(recv), c.size, len(send))
 			}
@@ -137,13 +152,16 @@ func Gather[T Number](c *Comm, send, recv []T, root int) error {
 // elsewhere send is not used (nil is fine).
 func Scatter[T Number](c *Comm, send, recv []T, root int) error {
 	if err := cint("Scatter", "root", root); err != nil {
-		return err
+		return c.refuse("Scatter", err, func(h uintptr) error {
+			return capi.Hcomm_scatter(nil, nil, 0, badDtype, 0, h)
+		})
 	}
 	dt := dtypeOf[T]()
 	return c.do("Scatter", func(h uintptr) error {
 		sp := ptr(send)
 		if c.rank == root {
 			if len(send) != c.size*len(recv) {
+				_ = capi.Hcomm_scatter(nil, nil, 0, badDtype, 0, h) // refused: see badDtype
 				return invalid("Scatter on root %d: send has %d elements, want Size*len(recv) = %d*%d",
 					c.rank, len(send), c.size, len(recv))
 			}
@@ -161,7 +179,9 @@ func Scatter[T Number](c *Comm, send, recv []T, root int) error {
 // then. Free the request afterwards.
 func IAllReduce[T Number](c *Comm, buf []T, op Op) (*Request, error) {
 	if err := opArg("IAllReduce", op); err != nil {
-		return nil, err
+		return nil, c.refuse("IAllReduce", err, func(h uintptr) error {
+			return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
+		})
 	}
 	r, err := newRequest(c, "IAllReduce", buf, true, true)
 	if err != nil {
@@ -174,6 +194,20 @@ func IAllReduce[T Number](c *Comm, buf []T, op Op) (*Request, error) {
 		return capi.Hcomm_iallreduce(r.cbuf, r.cbuf, int64(len(buf)), dt, capi.Hcomm_reduce_op_t(op), h, &rh)
 	})
 	return r.started(rh, err)
+}
+
+// badDtype is no hcomm_dtype_t. A collective that this binding refuses by
+// its own checks never reached the library, while the other ranks' calls
+// of it did: so that it still takes its turn among the communicator's
+// collectives there (their call then fails at once with StatusMismatch
+// naming this rank, and later calls stay paired), the library is handed
+// the same collective with this dtype, which it refuses in turn (hcomm.h).
+const badDtype = capi.Hcomm_dtype_t(-1)
+
+// refuse hands the library collective `call` (see badDtype) and returns err.
+func (c *Comm) refuse(name string, err error, call func(h uintptr) error) error {
+	_ = c.do(name, call)
+	return err
 }
 
 func opArg(name string, op Op) error {

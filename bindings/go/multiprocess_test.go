@@ -85,6 +85,7 @@ func TestRank(t *testing.T) {
 		{"ReduceEveryOp", testReduceOps},
 		{"ReduceScatterEveryOp", testReduceScatterOps},
 		{"AllGather", testAllGather},
+		{"AllGatherRefusedOnOneRank", testAllGatherRefused},
 		{"AllToAll", testAllToAll},
 		{"GatherScatter", testGatherScatter},
 		{"IAllReduce", testIAllReduce},
@@ -347,6 +348,31 @@ func testAllGather(t *testing.T, c *hcomm.Comm) {
 	for p := 0; p < n; p++ {
 		if inplace[2*p] != uint32(p+5) || inplace[2*p+1] != uint32(p+6) {
 			t.Fatalf("in-place AllGather = %v", inplace)
+		}
+	}
+}
+
+// Rank 1 alone passes a recv of the wrong length: this binding refuses it
+// (StatusInvalidArgument), the others' AllGather fails at once with
+// StatusMismatch, and the calls after it stay paired (the refusal took its
+// turn in the library too).
+func testAllGatherRefused(t *testing.T, c *hcomm.Comm) {
+	r, n := c.Rank(), c.Size()
+	recv := make([]int32, n)
+	if r == 1 {
+		recv = recv[:n-1]
+	}
+	err := hcomm.AllGather(c, []int32{int32(r)}, recv)
+	if r == 1 {
+		wantStatus(t, err, hcomm.StatusInvalidArgument)
+	} else if e := wantStatus(t, err, hcomm.StatusMismatch); !strings.Contains(e.Message, "rank 1 rejected its call") {
+		t.Fatalf("the others' call failed without naming the refusal: %v", e)
+	}
+	for k := 0; k < 3; k++ {
+		buf := []int32{int32(100*k + r)}
+		must(t, hcomm.AllReduce(c, buf, hcomm.Sum))
+		if want := int32(100*k*n + n*(n-1)/2); buf[0] != want {
+			t.Fatalf("AllReduce %d after the refused call = %d, want %d", k, buf[0], want)
 		}
 	}
 }
