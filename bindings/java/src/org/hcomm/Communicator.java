@@ -229,7 +229,8 @@ public final class Communicator implements AutoCloseable {
    */
   public Communicator newGroup(int[] ranks) {
     if (ranks == null) {
-      throw Buffers.invalid("newGroup: ranks is null");
+      throw refused(Buffers.invalid("newGroup: ranks is null"),
+          h -> HcommNative.hcomm_comm_create_group(h, new int[] {-1}));
     }
     long h = handle.enter();
     long child;
@@ -813,6 +814,38 @@ public final class Communicator implements AutoCloseable {
     handle.exit();
   }
 
+  /** A native call with this communicator's handle. */
+  private interface NativeCall {
+    void run(long h);
+  }
+
+  /** No hcomm_dtype_t: the library refuses a collective given it (see {@link #refused}). */
+  private static final int BAD_DTYPE = -1;
+
+  /**
+   * A collective this binding refused by its own checks ({@code e}) never reached the library,
+   * while the other ranks' calls of it did: so that it still takes its turn among the
+   * communicator's collectives there (their call then fails at once with MISMATCH naming this
+   * rank, and later calls stay paired), the library is handed the same collective with a dtype it
+   * refuses in turn ({@code call}; hcomm.h). Returns {@code e}, to be thrown.
+   */
+  private HcommException refused(HcommException e, NativeCall call) {
+    long h;
+    try {
+      h = handle.enter();
+    } catch (HcommException closed) {
+      return e;
+    }
+    try {
+      call.run(h);
+    } catch (HcommException expected) {
+      // the library's refusal
+    } finally {
+      handle.exit();
+    }
+    return e;
+  }
+
   private static int opCode(ReduceOp op) {
     if (op == null) {
       throw Buffers.invalid("op is null");
@@ -876,8 +909,14 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void allReduceImpl(Object buf, DType dtype, ReduceOp op) {
-    int n = Buffers.count(buf, dtype, true, "allReduce: buf");
-    int o = opCode(op);
+    int n;
+    int o;
+    try {
+      n = Buffers.count(buf, dtype, true, "allReduce: buf");
+      o = opCode(op);
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_allreduce(null, null, 0, BAD_DTYPE, 0, h));
+    }
     Object v = Buffers.view(buf);
     long h = handle.enter();
     try {
@@ -888,8 +927,14 @@ public final class Communicator implements AutoCloseable {
   }
 
   private Request iallReduceImpl(Object buf, DType dtype, ReduceOp op) {
-    int n = Buffers.count(buf, dtype, true, "iallReduce: buf");
-    int o = opCode(op);
+    int n;
+    int o;
+    try {
+      n = Buffers.count(buf, dtype, true, "iallReduce: buf");
+      o = opCode(op);
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_allreduce(null, null, 0, BAD_DTYPE, 0, h));
+    }
     ByteBuffer memory = Buffers.stable(buf, dtype, n, true);
     Object array = buf instanceof ByteBuffer ? null : buf;
     long h = handle.enter();
@@ -902,7 +947,12 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void broadcastImpl(Object buf, DType dtype, int root) {
-    int n = Buffers.count(buf, dtype, true, "broadcast: buf");
+    int n;
+    try {
+      n = Buffers.count(buf, dtype, true, "broadcast: buf");
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_broadcast(null, 0, BAD_DTYPE, 0, h));
+    }
     Object v = Buffers.view(buf);
     long h = handle.enter();
     try {
@@ -913,8 +963,14 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void reduceImpl(Object buf, DType dtype, ReduceOp op, int root) {
-    int n = Buffers.count(buf, dtype, true, "reduce: buf");
-    int o = opCode(op);
+    int n;
+    int o;
+    try {
+      n = Buffers.count(buf, dtype, true, "reduce: buf");
+      o = opCode(op);
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_reduce(null, null, 0, BAD_DTYPE, 0, 0, h));
+    }
     Object v = Buffers.view(buf);
     long h = handle.enter();
     try {
@@ -942,10 +998,15 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void allGatherImpl(Object send, Object recv, DType dtype) {
-    int ns = Buffers.count(send, dtype, false, "allGather: send");
-    int nr = Buffers.count(recv, dtype, true, "allGather: recv");
-    checkOpen();
-    checkRoom("allGather: recv", nr, (long) size * ns, size + " ranks x " + ns);
+    int ns;
+    try {
+      ns = Buffers.count(send, dtype, false, "allGather: send");
+      int nr = Buffers.count(recv, dtype, true, "allGather: recv");
+      checkOpen();
+      checkRoom("allGather: recv", nr, (long) size * ns, size + " ranks x " + ns);
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_allgather(null, null, 0, BAD_DTYPE, h));
+    }
     Object vs = Buffers.view(send);
     Object vr = Buffers.view(recv);
     long h = handle.enter();
@@ -957,12 +1018,18 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void reduceScatterImpl(Object send, Object recv, DType dtype, ReduceOp op) {
-    int ns = Buffers.count(send, dtype, false, "reduceScatter: send");
-    int nr = Buffers.count(recv, dtype, true, "reduceScatter: recv");
-    int o = opCode(op);
-    checkOpen();
-    int block = blocks("reduceScatter: send", ns);
-    checkRoom("reduceScatter: recv", nr, block, "one block of send");
+    int o;
+    int block;
+    try {
+      int ns = Buffers.count(send, dtype, false, "reduceScatter: send");
+      int nr = Buffers.count(recv, dtype, true, "reduceScatter: recv");
+      o = opCode(op);
+      checkOpen();
+      block = blocks("reduceScatter: send", ns);
+      checkRoom("reduceScatter: recv", nr, block, "one block of send");
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_reduce_scatter(null, null, 0, BAD_DTYPE, 0, h));
+    }
     Object vs = Buffers.view(send);
     Object vr = Buffers.view(recv);
     long h = handle.enter();
@@ -974,11 +1041,16 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void allToAllImpl(Object send, Object recv, DType dtype) {
-    int ns = Buffers.count(send, dtype, false, "allToAll: send");
-    int nr = Buffers.count(recv, dtype, true, "allToAll: recv");
-    checkOpen();
-    int block = blocks("allToAll: send", ns);
-    checkRoom("allToAll: recv", nr, ns, "as many as send");
+    int block;
+    try {
+      int ns = Buffers.count(send, dtype, false, "allToAll: send");
+      int nr = Buffers.count(recv, dtype, true, "allToAll: recv");
+      checkOpen();
+      block = blocks("allToAll: send", ns);
+      checkRoom("allToAll: recv", nr, ns, "as many as send");
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_alltoall(null, null, 0, BAD_DTYPE, h));
+    }
     Object vs = Buffers.view(send);
     Object vr = Buffers.view(recv);
     long h = handle.enter();
@@ -990,13 +1062,18 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void gatherImpl(Object send, Object recv, DType dtype, int root) {
-    int ns = Buffers.count(send, dtype, false, "gather: send");
-    checkOpen();
+    int ns;
     Object vr = null; // only the root's recv is used
-    if (rank == root) {
-      int nr = Buffers.count(recv, dtype, true, "gather: recv");
-      checkRoom("gather: recv", nr, (long) size * ns, size + " ranks x " + ns);
-      vr = Buffers.view(recv);
+    try {
+      ns = Buffers.count(send, dtype, false, "gather: send");
+      checkOpen();
+      if (rank == root) {
+        int nr = Buffers.count(recv, dtype, true, "gather: recv");
+        checkRoom("gather: recv", nr, (long) size * ns, size + " ranks x " + ns);
+        vr = Buffers.view(recv);
+      }
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_gather(null, null, 0, BAD_DTYPE, 0, h));
     }
     Object vs = Buffers.view(send);
     long h = handle.enter();
@@ -1008,13 +1085,18 @@ public final class Communicator implements AutoCloseable {
   }
 
   private void scatterImpl(Object send, Object recv, DType dtype, int root) {
-    int nr = Buffers.count(recv, dtype, true, "scatter: recv");
-    checkOpen();
+    int nr;
     Object vs = null; // only the root's send is used
-    if (rank == root) {
-      int ns = Buffers.count(send, dtype, false, "scatter: send");
-      checkRoom("scatter: send", ns, (long) size * nr, size + " ranks x " + nr);
-      vs = Buffers.view(send);
+    try {
+      nr = Buffers.count(recv, dtype, true, "scatter: recv");
+      checkOpen();
+      if (rank == root) {
+        int ns = Buffers.count(send, dtype, false, "scatter: send");
+        checkRoom("scatter: send", ns, (long) size * nr, size + " ranks x " + nr);
+        vs = Buffers.view(send);
+      }
+    } catch (HcommException e) {
+      throw refused(e, h -> HcommNative.hcomm_scatter(null, null, 0, BAD_DTYPE, 0, h));
     }
     Object vr = Buffers.view(recv);
     long h = handle.enter();

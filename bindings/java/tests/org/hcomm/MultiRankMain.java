@@ -243,6 +243,26 @@ public final class MultiRankMain {
 
     c.barrier();
     ok("barrier");
+
+    // Rank 1 alone passes a recv too short for allGather: this binding
+    // refuses it, the others' call fails at once with MISMATCH, and the calls
+    // after it stay paired (the refusal took its turn in the library too).
+    int[] agRecv = new int[rank == 1 ? n - 1 : n];
+    try {
+      c.allGather(new int[] {rank}, agRecv);
+      check(false, "allGather with a short recv on rank 1 did not throw");
+    } catch (HcommException e) {
+      check(e.kind() == (rank == 1 ? Status.INVALID_ARGUMENT : Status.MISMATCH),
+          "refused allGather: " + e);
+      check(rank == 1 || e.getMessage().contains("rank 1 rejected its call"),
+          "the others' error names the refusal: " + e);
+    }
+    for (int k = 0; k < 3; ++k) {
+      int[] x = {100 * k + rank};
+      c.allReduce(x, ReduceOp.SUM);
+      check(x[0] == 100 * k * n + sumRanks, "allReduce " + k + " after a refused call: " + x[0]);
+    }
+    ok("refused on one rank");
   }
 
   private static void groups(Communicator c) {
