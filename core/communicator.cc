@@ -549,9 +549,10 @@ void Communicator::RunRejection(uint64_t ticket, CollectiveOp op) {
   FinishTurn();
 }
 
-absl::Status Communicator::CheckRoot(const char* what, int root) const {
+absl::Status Communicator::CheckRoot(CollectiveOp op, int root) {
   if (root < 0 || root >= size_) {
-    return InvalidArgument(absl::StrCat(what, " on rank ", rank_, ": root ", root,
+    RejectCollective(op);
+    return InvalidArgument(absl::StrCat(CollectiveOpName(op), " on rank ", rank_, ": root ", root,
                                         " is out of range for a communicator of ", size_,
                                         " ranks"));
   }
@@ -862,10 +863,7 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
 }
 
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {
-  if (absl::Status bad = CheckRoot("broadcast", root); !bad.ok()) {
-    RejectCollective(CollectiveOp::kBroadcast);
-    return bad;
-  }
+  HCOMM_RETURN_IF_ERROR(CheckRoot(CollectiveOp::kBroadcast, root));
   size_t bytes = count * DataTypeSize(t);
   const ShmArgs shm{buf, buf};
   return RunCollective(CollectiveOp::kBroadcast, bytes, t, ReduceOp::kSum, root, count,
@@ -881,10 +879,7 @@ absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int ro
 
 absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, DataType t,
                                   ReduceOp op, int root) {
-  if (absl::Status bad = CheckRoot("reduce", root); !bad.ok()) {
-    RejectCollective(CollectiveOp::kReduce);
-    return bad;
-  }
+  HCOMM_RETURN_IF_ERROR(CheckRoot(CollectiveOp::kReduce, root));
   size_t bytes = count * DataTypeSize(t);
   const ShmArgs shm{send, recv};
   auto run = [=](Peers& p, Algorithm a, const void* in, void* out, DataType dt) {
@@ -947,10 +942,7 @@ absl::Status Communicator::AllToAll(const void* send, void* recv, size_t count, 
 
 absl::Status Communicator::Gather(const void* send, void* recv, size_t sendcount, DataType t,
                                   int root) {
-  if (absl::Status bad = CheckRoot("gather", root); !bad.ok()) {
-    RejectCollective(CollectiveOp::kGather);
-    return bad;
-  }
+  HCOMM_RETURN_IF_ERROR(CheckRoot(CollectiveOp::kGather, root));
   size_t per = sendcount * DataTypeSize(t);
   const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kGather, per * size_, t, ReduceOp::kSum, root, sendcount,
@@ -963,10 +955,7 @@ absl::Status Communicator::Gather(const void* send, void* recv, size_t sendcount
 
 absl::Status Communicator::Scatter(const void* send, void* recv, size_t recvcount, DataType t,
                                    int root) {
-  if (absl::Status bad = CheckRoot("scatter", root); !bad.ok()) {
-    RejectCollective(CollectiveOp::kScatter);
-    return bad;
-  }
+  HCOMM_RETURN_IF_ERROR(CheckRoot(CollectiveOp::kScatter, root));
   size_t per = recvcount * DataTypeSize(t);
   const ShmArgs shm{send, recv};
   return RunCollective(CollectiveOp::kScatter, per * size_, t, ReduceOp::kSum, root, recvcount,

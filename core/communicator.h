@@ -206,7 +206,9 @@ class Communicator {
   std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
                                                                size_t count, DataType t,
                                                                ReduceOp op);
-  absl::Status CheckRoot(const char* what, int root) const;
+  // INVALID_ARGUMENT for a root out of range, the call rejected as a
+  // collective (RejectCollective).
+  absl::Status CheckRoot(CollectiveOp op, int root);
   char* ScratchSlot(int slot, size_t bytes);
   // Asks every rank what it waits on and describes the wavefront: for
   // collective `seq` (fingerprint fp) of context ctx, who never entered it
