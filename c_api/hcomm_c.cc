@@ -6,10 +6,12 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "c_api/internal.h"
 #include "core/status.h"
 
@@ -246,6 +248,17 @@ hcomm_status_t CheckRoot(const char* fn, hcomm_comm_t comm, int root) {
 hcomm::DataType DT(hcomm_dtype_t d) { return static_cast<hcomm::DataType>(d); }
 hcomm::ReduceOp OP(hcomm_reduce_op_t o) { return static_cast<hcomm::ReduceOp>(o); }
 
+// Destroyed handles keep their few bytes (and are never reused), so that a
+// later call with one is told so (INVALID_ARGUMENT, as API.md says) instead
+// of reading freed memory; what they held is released. They are listed
+// here, not lost: kept on purpose, and not leaks to a leak checker.
+void KeepDestroyed(const void* handle) {
+  static absl::Mutex mu(absl::kConstInit);
+  static std::vector<const void*>* kept = new std::vector<const void*>();
+  absl::MutexLock l(&mu);
+  kept->push_back(handle);
+}
+
 }  // namespace
 
 extern "C" {
@@ -298,15 +311,13 @@ hcomm_status_t hcomm_config_set(hcomm_config_t cfg, const char* key, const char*
   });
 }
 
-// Destroyed handles keep their few bytes (and are never reused), so that a
-// later call with one is told so (INVALID_ARGUMENT, as API.md says) instead
-// of reading freed memory; what they held is released.
 hcomm_status_t hcomm_config_destroy(hcomm_config_t cfg) {
   if (cfg == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
     if (cfg->destroyed) return BadArg("hcomm_config_destroy: cfg was destroyed already");
     cfg->impl = hcomm::Config();
     cfg->destroyed = true;
+    KeepDestroyed(cfg);
     return HCOMM_SUCCESS;
   });
 }
@@ -377,7 +388,8 @@ hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm) {
   return Guard(__func__, [&] {
     if (!comm->impl) return BadArg("hcomm_comm_destroy: comm was destroyed already");
     absl::Status s = comm->impl->Destroy();
-    comm->impl.reset();  // the handle stays, destroyed (see hcomm_config_destroy)
+    comm->impl.reset();  // the handle stays, destroyed (see KeepDestroyed)
+    KeepDestroyed(comm);
     return ToC(s);
   });
 }
@@ -756,7 +768,8 @@ hcomm_status_t hcomm_channel_close(hcomm_channel_t ch) {
   return Guard(__func__, [&] {
     if (!ch->impl) return BadArg("hcomm_channel_close: ch was closed already");
     absl::Status s = ch->impl->Close();
-    ch->impl.reset();  // the handle stays, closed (see hcomm_config_destroy)
+    ch->impl.reset();  // the handle stays, closed (see KeepDestroyed)
+    KeepDestroyed(ch);
     return ToC(hcomm::Annotate(s, "hcomm_channel_close"));
   });
 }
