@@ -953,12 +953,13 @@ TEST(CollectiveErrorsTest, DifferentCollectivesFailEveryRankWithBothCallsNamed) 
 // and every later call meets the same call on every rank. (It used to
 // pair with the next call of the others, and equal calls returned each
 // other's data with SUCCESS from then on.) In the shared segment and by
-// messages (an algorithm forced), and for create_group, which runs an
-// allgather.
+// messages (an algorithm forced, or TCP), also where the ranks check
+// every call first (HCOMM_CHECK_COLLECTIVES), and for create_group, which
+// runs an allgather.
 TEST(CollectiveErrorsTest, ARanksRejectedCallKeepsTheCallsPaired) {
-  for (auto mode : {testing::TransportMode::kShm, testing::TransportMode::kTcp}) {
+  auto run = [](testing::TransportMode mode, const char* algo) {
     testing::SetTransportMode(mode);
-    for (const char* algo : {"auto", "ring"}) {
+    {
       testing::RunRanks(3, [&](int rank, const Options& o) {
         auto c = Communicator::Init(o);
         ASSERT_TRUE(c.ok()) << c.status();
@@ -1000,8 +1001,14 @@ TEST(CollectiveErrorsTest, ARanksRejectedCallKeepsTheCallsPaired) {
         EXPECT_EQ(y, 3) << "rank " << rank << ", " << algo;
       });
     }
+    testing::SetTransportMode(testing::TransportMode::kDefault);
+  };
+  for (auto mode : {testing::TransportMode::kShm, testing::TransportMode::kTcp}) {
+    for (const char* algo : {"auto", "ring"}) run(mode, algo);
   }
-  testing::SetTransportMode(testing::TransportMode::kDefault);
+  ASSERT_EQ(setenv("HCOMM_CHECK_COLLECTIVES", "1", 1), 0);
+  run(testing::TransportMode::kTcp, "auto");
+  unsetenv("HCOMM_CHECK_COLLECTIVES");
 }
 
 }  // namespace
