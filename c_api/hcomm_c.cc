@@ -232,17 +232,24 @@ hcomm_status_t CheckRoot(const char* fn, hcomm_comm_t comm, int root) {
     if (hcomm_c_st_ != HCOMM_SUCCESS) return hcomm_c_st_; \
   } while (0)
 
-// A collective's check of its arguments once `comm` itself checked out: a
-// call refused here still takes its turn among the communicator's
-// collectives (Communicator::RejectCollective), so that the other ranks'
-// calls of it fail at once and later calls stay paired.
-#define HCOMM_C_CHECK_ARGS(op, expr)                                   \
-  do {                                                                \
-    hcomm_status_t hcomm_c_st_ = (expr);                              \
-    if (hcomm_c_st_ != HCOMM_SUCCESS) {                               \
-      comm->impl->RejectCollective(hcomm::CollectiveOp::op);          \
-      return hcomm_c_st_;                                             \
-    }                                                                 \
+// A collective `op` refused with `st` once `comm` itself checked out: the
+// call still takes its turn among the communicator's collectives
+// (Communicator::RejectCollective), so that the other ranks' calls of it
+// fail at once and later calls stay paired. Returns `st`.
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t Refused(hcomm_comm_t comm,
+                                                                  hcomm::CollectiveOp op,
+                                                                  hcomm_status_t st) {
+  comm->impl->RejectCollective(op);
+  return st;
+}
+
+// A collective's check of its arguments (see Refused).
+#define HCOMM_C_CHECK_ARGS(op, expr)                                               \
+  do {                                                                            \
+    hcomm_status_t hcomm_c_st_ = (expr);                                          \
+    if (hcomm_c_st_ != HCOMM_SUCCESS) {                                           \
+      return Refused(comm, hcomm::CollectiveOp::op, hcomm_c_st_);                 \
+    }                                                                             \
   } while (0)
 
 hcomm::DataType DT(hcomm_dtype_t d) { return static_cast<hcomm::DataType>(d); }
@@ -514,15 +521,14 @@ hcomm_status_t hcomm_request_free(hcomm_request_t req) {
 hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key, hcomm_comm_t* out) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckComm("hcomm_comm_split", comm));
-    // Split runs an allgather over `comm`.
-    HCOMM_C_CHECK_ARGS(kAllGather,
-                       out == nullptr ? BadArg("hcomm_comm_split: out is NULL") : HCOMM_SUCCESS);
+    constexpr hcomm::CollectiveOp kSplit = hcomm::CollectiveOp::kAllGather;  // what it runs
+    if (out == nullptr) return Refused(comm, kSplit, BadArg("hcomm_comm_split: out is NULL"));
     *out = nullptr;
     if (color < 0 && color != HCOMM_UNDEFINED) {
-      HCOMM_C_CHECK_ARGS(
-          kAllGather, BadArg(absl::StrCat("hcomm_comm_split on rank ", comm->impl->rank(),
-                                          ": color ", color,
-                                          " is negative (use HCOMM_UNDEFINED to opt out)")));
+      return Refused(comm, kSplit,
+                     BadArg(absl::StrCat("hcomm_comm_split on rank ", comm->impl->rank(),
+                                         ": color ", color,
+                                         " is negative (use HCOMM_UNDEFINED to opt out)")));
     }
     auto child = comm->impl->Split(color, key);
     if (!child.ok()) return ToC(child.status());
@@ -535,18 +541,18 @@ hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* ranks, int 
                                        hcomm_comm_t* out) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckComm("hcomm_comm_create_group", comm));
-    // create_group runs an allgather over `comm`.
-    HCOMM_C_CHECK_ARGS(kAllGather, out == nullptr
-                                       ? BadArg("hcomm_comm_create_group: out is NULL")
-                                       : HCOMM_SUCCESS);
+    constexpr hcomm::CollectiveOp kCreate = hcomm::CollectiveOp::kAllGather;  // what it runs
+    if (out == nullptr) {
+      return Refused(comm, kCreate, BadArg("hcomm_comm_create_group: out is NULL"));
+    }
     *out = nullptr;
     if (nranks < 0) {
-      HCOMM_C_CHECK_ARGS(kAllGather,
-                         BadArg(absl::StrCat("hcomm_comm_create_group: nranks is ", nranks)));
+      return Refused(comm, kCreate,
+                     BadArg(absl::StrCat("hcomm_comm_create_group: nranks is ", nranks)));
     }
     if (nranks > 0 && ranks == nullptr) {
-      HCOMM_C_CHECK_ARGS(kAllGather, BadArg(absl::StrCat(
-                                         "hcomm_comm_create_group: ranks is NULL with nranks ",
+      return Refused(comm, kCreate,
+                     BadArg(absl::StrCat("hcomm_comm_create_group: ranks is NULL with nranks ",
                                          nranks)));
     }
     std::vector<int> list(ranks, ranks + nranks);
@@ -697,8 +703,10 @@ hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count
     const char* fn = "hcomm_iallreduce";
     size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kAllReduce, req == nullptr ? BadArg("hcomm_iallreduce: req is NULL")
-                                                  : HCOMM_SUCCESS);
+    if (req == nullptr) {
+      return Refused(comm, hcomm::CollectiveOp::kAllReduce,
+                     BadArg("hcomm_iallreduce: req is NULL"));
+    }
     HCOMM_C_CHECK_ARGS(kAllReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
     HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
     HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
