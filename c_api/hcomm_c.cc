@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "c_api/internal.h"
+#include "c_api/request_slots.h"
 #include "core/status.h"
 
 static_assert(HCOMM_ERR_INTERNAL == static_cast<int>(hcomm::ErrorCode::kInternal),
@@ -153,8 +154,39 @@ inline hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count,
 
 hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Communicator& comm,
                           hcomm_request_t* out) {
-  *out = new hcomm_request_s{std::move(r), comm.fabric(), comm.timeout(), comm.world_to_group()};
+  hcomm_request_s* slot = hcomm_c::RequestSlots::Get().Take();
+  if (slot == nullptr) {
+    if (!r->done.load(std::memory_order_acquire)) comm.fabric()->Release(r);
+    return Fail(HCOMM_ERR_OUT_OF_MEM, "out of request handles (too many requests not freed)");
+  }
+  slot->impl = std::move(r);
+  slot->fabric = comm.fabric();
+  slot->timeout = comm.timeout();
+  slot->world_to_group = comm.world_to_group();
+  *out = slot;
   return HCOMM_SUCCESS;
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t BadRequest(const std::string& what,
+                                                                    hcomm_request_t req) {
+  if (req == nullptr) return BadArg(absl::StrCat(what, " is NULL"));
+  if (!hcomm_c::RequestSlots::Get().Owns(req)) {
+    return BadArg(absl::StrCat(what, " is not a request (no hcomm_isend, hcomm_irecv or ",
+                               "hcomm_iallreduce made one at this address)"));
+  }
+  return BadArg(absl::StrCat(what, " was freed already (hcomm_request_free)"));
+}
+
+// Whether the caller may use a request handle: one this library made and
+// the caller has not freed.
+inline bool LiveRequest(hcomm_request_t req) {
+  return req != nullptr && hcomm_c::RequestSlots::Get().Owns(req) &&
+         req->live.load(std::memory_order_acquire);
+}
+
+inline hcomm_status_t CheckRequest(const char* fn, hcomm_request_t req) {
+  if (ABSL_PREDICT_TRUE(LiveRequest(req))) return HCOMM_SUCCESS;
+  return BadRequest(absl::StrCat(fn, ": req"), req);
 }
 
 // The checks of the calls below inline into each call at a few
@@ -449,7 +481,7 @@ hcomm_status_t hcomm_irecv(void* buf, size_t count, hcomm_dtype_t dtype, int pee
 
 hcomm_status_t hcomm_wait(hcomm_request_t req) {
   return Guard(__func__, [&] {
-    if (req == nullptr || !req->impl) return BadArg("hcomm_wait: req is NULL");
+    HCOMM_C_CHECK(CheckRequest("hcomm_wait", req));
     hcomm::Request* r = req->impl.get();
     if (r->done.load(std::memory_order_acquire)) return ToC(r->status);
     return ToC(req->fabric->Wait(r, absl::Now() + req->timeout));
@@ -458,7 +490,7 @@ hcomm_status_t hcomm_wait(hcomm_request_t req) {
 
 hcomm_status_t hcomm_test(hcomm_request_t req, int* done) {
   return Guard(__func__, [&] {
-    if (req == nullptr || !req->impl) return BadArg("hcomm_test: req is NULL");
+    HCOMM_C_CHECK(CheckRequest("hcomm_test", req));
     if (done == nullptr) return BadArg("hcomm_test: done is NULL");
     hcomm::Request* r = req->impl.get();
     bool d = r->done.load(std::memory_order_acquire) || req->fabric->Test(r);
@@ -472,8 +504,8 @@ hcomm_status_t hcomm_waitall(int n, hcomm_request_t* reqs) {
     if (n < 0) return BadArg(absl::StrCat("hcomm_waitall: n is ", n));
     if (n > 0 && reqs == nullptr) return BadArg("hcomm_waitall: reqs is NULL");
     for (int i = 0; i < n; ++i) {
-      if (reqs[i] == nullptr || !reqs[i]->impl) {
-        return BadArg(absl::StrCat("hcomm_waitall: reqs[", i, "] is NULL"));
+      if (ABSL_PREDICT_FALSE(!LiveRequest(reqs[i]))) {
+        return BadRequest(absl::StrCat("hcomm_waitall: reqs[", i, "]"), reqs[i]);
       }
     }
     hcomm_status_t first = HCOMM_SUCCESS;
@@ -491,7 +523,7 @@ hcomm_status_t hcomm_waitall(int n, hcomm_request_t* reqs) {
 }
 
 hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, size_t* count) {
-  if (req == nullptr || !req->impl) return BadArg("hcomm_request_info: req is NULL");
+  HCOMM_C_CHECK(CheckRequest("hcomm_request_info", req));
   hcomm::Request* r = req->impl.get();
   if (!r->done.load(std::memory_order_acquire)) {
     return BadArg("hcomm_request_info: the request has not completed (wait or test it first)");
@@ -509,8 +541,11 @@ hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, si
 hcomm_status_t hcomm_request_free(hcomm_request_t req) {
   if (req == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckRequest("hcomm_request_free", req));
     if (req->impl && !req->impl->done.load()) req->fabric->Release(req->impl);
-    delete req;
+    if (!hcomm_c::RequestSlots::Get().Give(req)) {
+      return BadArg("hcomm_request_free: req was freed already (hcomm_request_free)");
+    }
     return HCOMM_SUCCESS;
   });
 }

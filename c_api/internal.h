@@ -3,7 +3,9 @@
 #ifndef HCOMM_C_API_INTERNAL_H_
 #define HCOMM_C_API_INTERNAL_H_
 
+#include <atomic>
 #include <memory>
+#include <vector>
 
 #include "core/channel.h"
 #include "core/communicator.h"
@@ -21,7 +23,10 @@ struct hcomm_comm_s {
   std::unique_ptr<hcomm::Communicator> impl;
 };
 
+// A request handle is a slot of hcomm_c::RequestSlots (c_api/request_slots.h).
 struct hcomm_request_s {
+  // Between hcomm_isend/irecv/iallreduce and hcomm_request_free.
+  std::atomic<bool> live{false};
   std::shared_ptr<hcomm::Request> impl;
   // The fabric that drives it, kept alive by the request; the communicator
   // itself may be destroyed first.

@@ -15,9 +15,8 @@
  * "bad_input: N cases, F failed". Exit status 1 if any case failed.
  *
  * Destroyed handles (API.md: INVALID_ARGUMENT) come last: a destroyed
- * communicator or configuration and a closed channel, used again and
- * destroyed again. Not covered: a freed request (hcomm_request_free), whose
- * memory is gone; it is listed as SKIP.
+ * communicator or configuration, a closed channel and a freed request, used
+ * again and destroyed again; and an address that was never a request.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -332,9 +331,40 @@ int main(void) {
   REQUIRE(strcmp(hcomm_status_string((hcomm_status_t)-1), "HCOMM_UNKNOWN_STATUS") == 0);
   printf("ok: hcomm_status_string(99) and (-1) are \"HCOMM_UNKNOWN_STATUS\"\n");
 
-  printf(
-      "SKIP: a freed request (hcomm.h: it must not be used after hcomm_request_free; its"
-      " memory is gone)\n");
+  /* ---- Freed requests, and an address that never was one: told so ---- */
+  {
+    int32_t v = 3, w = 0;
+    int d = 0;
+    hcomm_request_t done_req = NULL, cancelled = NULL, live = NULL, pair[2];
+    REQUIRE(hcomm_isend(&v, 1, HCOMM_INT32, 0, 6, comm, &done_req) == HCOMM_SUCCESS);
+    REQUIRE(hcomm_recv(&w, 1, HCOMM_INT32, 0, 6, comm) == HCOMM_SUCCESS && w == 3);
+    REQUIRE(hcomm_wait(done_req) == HCOMM_SUCCESS);
+    REQUIRE(hcomm_request_free(done_req) == HCOMM_SUCCESS);
+    REQUIRE(hcomm_irecv(&w, 1, HCOMM_INT32, 0, 77, comm, &cancelled) == HCOMM_SUCCESS);
+    REQUIRE(hcomm_request_free(cancelled) == HCOMM_SUCCESS);
+    CASE("wait: freed request", hcomm_wait(done_req), BAD, "req was freed already");
+    CASE("test: freed request", hcomm_test(cancelled, &d), BAD, "req was freed already");
+    CASE("request_info: freed request", hcomm_request_info(done_req, NULL, NULL, &n), BAD,
+         "req was freed already");
+    CASE("request_free: twice", hcomm_request_free(done_req), BAD, "req was freed already");
+    REQUIRE(hcomm_irecv(&w, 1, HCOMM_INT32, 0, 78, comm, &live) == HCOMM_SUCCESS);
+    pair[0] = live;
+    pair[1] = cancelled;
+    CASE("waitall: reqs[1] freed", hcomm_waitall(2, pair), BAD, "reqs[1] was freed already");
+    REQUIRE(hcomm_request_free(live) == HCOMM_SUCCESS);
+    CASE("wait: not a request", hcomm_wait((hcomm_request_t)(void*)&v), BAD, "not a request");
+    CASE("request_free: not a request", hcomm_request_free((hcomm_request_t)(void*)&w), BAD,
+         "not a request");
+    /* A freed handle is not handed out again at once: 1000 requests made
+     * and freed since, it is still told as freed, not taken for one of them. */
+    for (int i = 0; i < 1000; ++i) {
+      hcomm_request_t r = NULL;
+      REQUIRE(hcomm_irecv(&w, 1, HCOMM_INT32, 0, 79, comm, &r) == HCOMM_SUCCESS);
+      REQUIRE(r != done_req && r != cancelled);
+      REQUIRE(hcomm_request_free(r) == HCOMM_SUCCESS);
+    }
+    CASE("wait: freed 1000 requests ago", hcomm_wait(done_req), BAD, "req was freed already");
+  }
 
   /* ---- Everything still works ---- */
   {

@@ -258,7 +258,10 @@ HCOMM_API hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, in
 
 /* Releases a request. A request still pending is cancelled if no data has
  * reached it yet, otherwise it completes in the background (its buffer must
- * then stay valid until the communicator is destroyed). NULL is a no-op. */
+ * then stay valid until the communicator is destroyed). NULL is a no-op.
+ * A freed request must not be used again; a call that does gets
+ * INVALID_ARGUMENT ("req was freed already") unless more than 1024 other
+ * requests were freed since, after which its handle may name a new one. */
 HCOMM_API hcomm_status_t hcomm_request_free(hcomm_request_t req);
 
 /* ------------------------------------------------------------------------ */
