@@ -565,6 +565,15 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
       ASSERT_TRUE(r.ok()) << r.status();
       unreceived = *r;
     }
+    // A receive from any rank of the group, which nobody sends: it fails
+    // when a member aborts, as when a peer fails.
+    int from_any = -1;
+    std::shared_ptr<Request> any_source;
+    if (rank == 2) {
+      auto r = g->Irecv(&from_any, sizeof from_any, 4, kAnySource, 9);
+      ASSERT_TRUE(r.ok()) << r.status();
+      any_source = *r;
+    }
     ASSERT_TRUE(w.Barrier().ok());  // every rank's split has returned
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     const absl::Duration prompt = absl::Seconds(10);  // the timeout is 20 s
@@ -616,6 +625,11 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
         EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
         ASSERT_TRUE(g->Send(&v, sizeof v, 4, 2, 4).ok());
       } else {
+        absl::Status a = g->Wait(any_source.get(), deadline);
+        EXPECT_EQ(CodeOf(a), ErrorCode::kPeerFailure) << a;
+        EXPECT_NE(a.message().find("aborted the communicator"), std::string::npos) << a;
+        EXPECT_EQ(from_any, -1);
+        g->Release(any_source);
         ASSERT_TRUE(g->Recv(&got, sizeof got, 4, 0, 4).ok());
         EXPECT_EQ(got, 0);
         int mine = 22;

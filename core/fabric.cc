@@ -1128,8 +1128,12 @@ void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) 
       ++it;
     }
   }
-  FailWaitingLocked(p2p_ctx, [peer](const Request& r) { return r.peer == peer; }, why,
-                    /*describe=*/true);
+  // Receives from it fail, and so do receives from any rank, as when a peer
+  // fails: it may be the one they wait for. Those posted later wait for
+  // the others.
+  FailWaitingLocked(
+      p2p_ctx, [peer](const Request& r) { return r.peer == peer || r.peer == kAnySource; }, why,
+      /*describe=*/true);
 }
 
 void Fabric::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,

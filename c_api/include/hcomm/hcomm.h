@@ -178,9 +178,10 @@ HCOMM_API hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const
  * completes when it has arrived). Aborting the world closes the job's
  * connections: every group made from it fails as well, and peers see this
  * rank fail (HCOMM_ERR_PEER_FAILURE). Aborting a group ends that group
- * alone; its members are told, and there the group's collectives, and
- * point-to-point operations with this rank, fail with
- * HCOMM_ERR_PEER_FAILURE. The world and other groups carry on.
+ * alone; its members are told, and there the group's collectives,
+ * point-to-point operations with this rank and receives from
+ * HCOMM_ANY_SOURCE pending then fail with HCOMM_ERR_PEER_FAILURE. The
+ * world and other groups carry on.
  * THREAD SAFETY: may be called from any thread, while other threads are
  * blocked in calls on the same communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
