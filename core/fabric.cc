@@ -608,6 +608,17 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     ::shutdown(listener.get(), SHUT_RDWR);  // ends the acceptor's wait at once
   }
   acceptor.join();
+  if (!dial_status.ok() && !failed_elsewhere_) {
+    // A rank whose own init failed drops its connections a moment before
+    // it says why in the store: a reset met here is most often that. Give
+    // it that moment, and report its reason rather than the reset.
+    const absl::Time grace = std::min(deadline, absl::Now() + absl::Seconds(1));
+    for (;;) {
+      if (absl::Status e = FailedElsewhere(); !e.ok()) return e;
+      if (absl::Now() >= grace) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
   if (failed_elsewhere_) return dial_status.ok() ? accept_status : dial_status;
   if (!dial_status.ok()) return Annotate(dial_status, where);
   {
