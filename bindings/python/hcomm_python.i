@@ -57,6 +57,9 @@ static void hcomm_py_set_error(int status, const char* message, const size_t* nb
   if (exc != NULL) {
     PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
     Py_DECREF(exc);
+  } else if (PyErr_Occurred() != NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
+    /* A KeyboardInterrupt (or SystemExit) raised by a signal handler while
+     * the error was built: it is the user's, and goes on in its place. */
   } else {
     PyErr_Clear();
     PyErr_Format(PyExc_RuntimeError, "%s (%d): %s", hcomm_status_string((hcomm_status_t)status),

@@ -18,7 +18,7 @@ import weakref
 from . import _native as _n
 from . import _tensors
 from ._handle import Handle, c_string
-from .errors import HcommError, InvalidArgumentError, Status, TimeoutError, _invalid
+from .errors import HcommError, Status, TimeoutError, _invalid
 
 ANY_SOURCE = _n.HCOMM_ANY_SOURCE
 ANY_TAG = _n.HCOMM_ANY_TAG
@@ -46,9 +46,9 @@ def _op(op):
             return ReduceOp[op.upper()]
         except KeyError:
             pass
-    else:
+    elif not isinstance(op, bool):  # True would pass for PROD (1)
         try:
-            return ReduceOp(op)
+            return ReduceOp(operator.index(op))  # 1.0 would too
         except (ValueError, TypeError):
             pass
     raise _invalid("unknown reduce op %r: use hcomm.ReduceOp.SUM, PROD, MIN, MAX or AVG" % (op,))
@@ -64,12 +64,15 @@ def _int(value, what, lo=-_INT_MAX - 1, hi=_INT_MAX):
     return v
 
 
-# A collective that this layer's own checks refuse (a read-only array, say)
-# never reached the library, while the other ranks' calls of it did: so
-# that it still takes its turn among the communicator's collectives there
+# A collective that ends before it reaches the library (this layer's own
+# checks refuse a read-only array, say, or an argument raises on the way)
+# misses its turn, while the other ranks' calls of it take theirs: so that
+# it still takes its turn among the communicator's collectives there
 # (their call then fails at once with MismatchError naming this rank, and
 # later calls stay paired), the library is handed the same collective with
 # an argument it refuses in turn (hcomm.h: a refused call takes its turn).
+# Whatever is raised inside the call's `with self._use` section (the
+# library's own errors) has taken the turn already.
 _REFUSE = {
     "all_reduce": lambda h: _n.hcomm_allreduce(None, None, 0, -1, 0, h),
     "broadcast": lambda h: _n.hcomm_broadcast(None, 0, -1, 0, h),
@@ -91,8 +94,8 @@ def _collective(method):
     def call(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except InvalidArgumentError as e:
-            if getattr(e, "_refused_by_python", False) and not self._use.closed:
+        except BaseException as e:
+            if not getattr(e, "_hcomm_in_section", False) and not self._use.closed:
                 try:
                     with self._use as h:
                         refuse(h)

@@ -50,7 +50,14 @@ class Handle:
             raise _invalid(self._closed_message)
         return h
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            # Raised within the section (by the C call, mostly): a collective
+            # that got this far has taken its turn (see _communicator._collective).
+            try:
+                exc._hcomm_in_section = True
+            except AttributeError:
+                pass
         self.exit()
 
     def enter(self, while_closing=False):

@@ -185,6 +185,8 @@ def _plain_buffer(t, writable, what):
             "%s: %s is not a tensor: pass a numpy array, a CPU torch tensor or an object "
             "with the buffer protocol (bytearray, memoryview, array.array)"
             % (what, type(t).__name__)) from None
+    except ValueError as e:  # a released memoryview, say
+        raise _invalid("%s: %s cannot be used: %s" % (what, type(t).__name__, e)) from None
     if not mv.c_contiguous:
         raise _invalid("%s: %s is not C-contiguous; hcomm works in place on contiguous memory"
                        % (what, type(t).__name__))

@@ -168,12 +168,10 @@ def _from_status(status, message):
 
 
 def _invalid(message):
-    """An InvalidArgumentError raised by the Python layer itself (marked so:
-    a collective refused here is then handed to the library to refuse too,
+    """An InvalidArgumentError raised by the Python layer itself (a
+    collective refused here is then handed to the library to refuse too,
     see _communicator._collective)."""
-    e = InvalidArgumentError(message, Status.ERR_INVALID_ARGUMENT)
-    e._refused_by_python = True
-    return e
+    return InvalidArgumentError(message, Status.ERR_INVALID_ARGUMENT)
 
 # Shown as hcomm.TimeoutError etc. in tracebacks (the package re-exports them).
 for _cls in [HcommError] + list(_BY_STATUS.values()):

@@ -269,6 +269,31 @@ def refused_on_one_rank():
         w = np.array([100 * k + R], np.int32)
         hcomm.all_reduce(w)
         assert w[0] == 100 * k * N + N * (N - 1) // 2, (k, w)
+    # So does a call that raises on its way to the library: an argument the
+    # method does not take (TypeError), a released memoryview (refused).
+    odd = {1: "kwarg", N - 1: "released"}.get(R)
+    t = np.array([R + 1], np.int32)
+    try:
+        if odd == "kwarg":
+            hcomm.get_default_group().all_reduce(t, opp=hcomm.ReduceOp.MAX)
+        elif odd == "released":
+            mv = memoryview(t)
+            mv.release()
+            hcomm.all_reduce(mv)
+        else:
+            hcomm.all_reduce(t)
+        raise AssertionError("all_reduce did not raise")
+    except TypeError as e:
+        assert odd == "kwarg" and "opp" in str(e), (R, e)
+    except hcomm.InvalidArgumentError as e:
+        assert odd == "released" and "released" in str(e), (R, e)
+    except hcomm.MismatchError as e:
+        # Rank 1 or rank N-1, whichever's word came first.
+        assert odd is None and "rejected its call" in str(e), (R, e)
+    for k in range(3):
+        w = np.array([100 * k + R], np.int32)
+        hcomm.all_reduce(w)
+        assert w[0] == 100 * k * N + N * (N - 1) // 2, (k, w)
 
 
 @check

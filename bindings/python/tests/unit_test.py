@@ -10,6 +10,7 @@ import array
 import builtins
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -179,8 +180,10 @@ class CollectivesTest(unittest.TestCase):
         self.assertEqual([int(op) for op in hcomm.ReduceOp], [0, 1, 2, 3, 4])
         t = np.ones(2)
         hcomm.all_reduce(t, op="max")
-        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "reduce op"):
-            hcomm.all_reduce(t, op=9)
+        hcomm.all_reduce(t, op=np.int64(3))  # an integer of another kind: MAX
+        for bad in (9, True, 1.0, None):  # True and 1.0 are not PROD
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "reduce op"):
+                hcomm.all_reduce(t, op=bad)
 
     def test_async_all_reduce(self):
         t = np.full(100, 2.0)
@@ -297,6 +300,21 @@ class PointToPointTest(unittest.TestCase):
 
 
 class ErrorTest(unittest.TestCase):
+    def test_ctrl_c_in_a_blocking_call_is_not_lost(self):
+        # SIGINT while the call waits in C: Python's handler runs when it
+        # returns (here at its 1 s timeout), and the KeyboardInterrupt is
+        # what the caller gets, not a RuntimeError built in its place.
+        comm = hcomm.get_default_group()
+        comm.set_timeout(1000)
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                hcomm.recv(np.zeros(1), src=0, tag=4343)  # nobody sends it
+        finally:
+            timer.join()
+            comm.set_timeout(5000)
+
     def test_hierarchy(self):
         classes = {
             hcomm.InvalidArgumentError: 1, hcomm.NoDeviceError: 2, hcomm.OutOfMemoryError: 3,
