@@ -1721,20 +1721,31 @@ absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
       return t;
     }
   }
-  // The message is arriving into the buffer: let it finish, but not forever.
-  s = Wait(r.get(), absl::Now() + timeout);
-  if (CodeOf(s) == ErrorCode::kTimeout && !r->done.load()) {
-    int src;
-    {
-      absl::MutexLock l(&mu_);
-      src = r->out_source;
-    }
+  // The message is arriving into the buffer, which must not be written once
+  // this returns, and the deadline has passed. A stream stopped
+  // mid-message cannot resume: the connection to its sender is closed
+  // (operations with that rank fail from now on), and the receive fails.
+  int src;
+  absl::Status t;
+  std::string cut;
+  {
+    absl::MutexLock l(&mu_);
+    if (r->done.load()) return r->status;  // it ended meanwhile
+    t = TimeoutStatus(*r, absl::Now() - r->started);
+    src = r->out_source;
     if (src >= 0 && src != rank_ && route_[src] != nullptr) {
-      route_[src]->FailPeer(src, PeerFailure(absl::StrCat("rank ", src, " stalled mid-message")));
+      cut = absl::StrCat("rank ", rank_, " closed its connection to rank ", src, ": a message from ",
+                         "it was still arriving when a receive's deadline (", Seconds(timeout),
+                         ") passed, and a stream stopped mid-message cannot resume");
+      peers_[src]->cut = cut;
     }
-    s = Wait(r.get(), absl::Now() + absl::Seconds(1));
   }
-  return s;
+  if (!cut.empty()) route_[src]->FailPeer(src, PeerFailure(cut));
+  s = Wait(r.get(), absl::Now() + absl::Seconds(1));
+  // Landed whole meanwhile, or ended otherwise than by the cut.
+  if (s.ok() || (r->done.load() && CodeOf(s) != ErrorCode::kPeerFailure)) return s;
+  return Timeout(absl::StrCat(t.message(), "; ", cut.empty() ? std::string(s.message()) : cut,
+                              report.empty() ? "" : "\n", report));
 }
 
 void Fabric::Release(const std::shared_ptr<Request>& r) {
@@ -2136,9 +2147,11 @@ void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
     return;
   }
   FailPeerLocked(peer,
-                 PeerFailure(absl::StrCat("rank ", rank_, ": connection to rank ", peer,
-                                          " lost (", status.message(),
-                                          "); the peer process died or the network broke")),
+                 PeerFailure(!p.cut.empty()
+                                 ? p.cut
+                                 : absl::StrCat("rank ", rank_, ": connection to rank ", peer,
+                                                " lost (", status.message(),
+                                                "); the peer process died or the network broke")),
                  /*any_source=*/true);
 }
 

@@ -314,6 +314,9 @@ class Fabric : public FrameSink {
     absl::Status failure;       // why, when not kUp
     bool said_goodbye = false;  // we sent ours
     bool got_goodbye = false;   // theirs arrived
+    // Why this rank closed the connection itself (a receive's deadline
+    // passed while a message was landing), if it did.
+    std::string cut;
     std::atomic<int64_t> last_rx_ns{0};  // CoarseNs() of the last frame
     // Cleared (before anything else changes) once the peer is no longer up
     // or we said goodbye: eager sends then take the full path.

@@ -12,6 +12,16 @@
  *                                  a barrier, which needs rank 1, fails with
  *                                  it on ranks 0 and 2 within 10 s (in the
  *                                  shared-memory segment on one host).
+ *   peer_failure stalled-peer DIR  2 ranks. Rank 1 streams 16 MiB messages
+ *                                  to rank 0 and writes DIR/ready after the
+ *                                  first; the script then SIGSTOPs it, most
+ *                                  likely mid-message. Rank 0's blocking
+ *                                  receive (timeout_ms 3000) must end with
+ *                                  HCOMM_ERR_TIMEOUT by its deadline (1.5 s
+ *                                  of slack), whether or not a message was
+ *                                  landing; then (a connection cut
+ *                                  mid-message) a receive from rank 1 fails
+ *                                  at once.
  *   peer_failure denied            init must fail with
  *                                  HCOMM_ERR_PERMISSION_DENIED (wrong token).
  *   peer_failure pingpong          every rank exchanges a message with every
@@ -38,6 +48,7 @@ enum {
   kTagAfter = 8,
   kTagSurvivor = 9,
   kTagPing = 10,
+  kTagStream = 11,
 };
 
 static int g_rank = -1;
@@ -172,6 +183,51 @@ static int killed_peer(const char* dir) {
   return 0;
 }
 
+static int stalled_peer(const char* dir) {
+  hcomm_comm_t comm = NULL;
+  int size = 0;
+  const size_t count = (size_t)4 << 20; /* 16 MiB of int32 */
+  int32_t* buf = malloc(count * sizeof(int32_t));
+  if (buf == NULL) fail("out of memory");
+  memset(buf, 0, count * sizeof(int32_t));
+  CALL(hcomm_comm_init(NULL, &comm));
+  CALL(hcomm_comm_rank(comm, &g_rank));
+  CALL(hcomm_comm_size(comm, &size));
+  if (size != 2) fail("stalled-peer needs exactly 2 ranks");
+  if (g_rank == 1) {
+    CALL(hcomm_send(buf, count, HCOMM_INT32, 0, kTagStream, comm));
+    signal_file(dir, "ready");
+    /* Until stopped (and then killed); a failure here fails the test. */
+    for (;;) CALL(hcomm_send(buf, count, HCOMM_INT32, 0, kTagStream, comm));
+  }
+  CALL(hcomm_comm_set(comm, "timeout_ms", "3000"));
+  hcomm_status_t st;
+  double t0, dt;
+  int received = 0;
+  do {
+    t0 = now_s();
+    st = hcomm_recv(buf, count, HCOMM_INT32, 1, kTagStream, comm);
+    dt = now_s() - t0;
+    received += st == HCOMM_SUCCESS;
+  } while (st == HCOMM_SUCCESS && received < 100000);
+  expect("hcomm_recv from the stopped rank 1", st, HCOMM_ERR_TIMEOUT, dt);
+  if (dt > 4.5) fail("the receive overran its 3 s deadline by more than 1.5 s");
+  int cut = strstr(hcomm_last_error(), "closed its connection to rank 1") != NULL;
+  printf("ok: rank 0: after %d messages the receive timed out in %.2f s (%s)\n", received, dt,
+         cut ? "a message was landing: the connection was cut" : "between messages");
+  if (cut) {
+    t0 = now_s();
+    st = hcomm_recv(buf, count, HCOMM_INT32, 1, kTagStream, comm);
+    expect("a later hcomm_recv from rank 1", st, HCOMM_ERR_PEER_FAILURE, now_s() - t0);
+    if (strstr(hcomm_last_error(), "mid-message cannot resume") == NULL) {
+      fail("the later receive's error does not say why the connection was closed");
+    }
+  }
+  signal_file(dir, "done");
+  free(buf);
+  return 0;
+}
+
 static int denied(void) {
   hcomm_comm_t comm = NULL;
   double t0 = now_s();
@@ -215,8 +271,9 @@ int main(int argc, char** argv) {
   const char* rank_env = getenv("HCOMM_RANK"); /* for messages before init */
   if (rank_env != NULL) g_rank = atoi(rank_env);
   if (argc == 3 && strcmp(argv[1], "killed-peer") == 0) return killed_peer(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "stalled-peer") == 0) return stalled_peer(argv[2]);
   if (argc == 2 && strcmp(argv[1], "denied") == 0) return denied();
   if (argc == 2 && strcmp(argv[1], "pingpong") == 0) return pingpong();
-  fprintf(stderr, "usage: peer_failure killed-peer DIR | denied | pingpong\n");
+  fprintf(stderr, "usage: peer_failure killed-peer DIR | stalled-peer DIR | denied | pingpong\n");
   return 2;
 }

@@ -4,6 +4,9 @@
 #   1. killed peer: 3 ranks; rank 1 is SIGKILLed while rank 0 is blocked in
 #      hcomm_recv from it -> rank 0 gets HCOMM_ERR_PEER_FAILURE within 10 s,
 #      later calls to rank 1 fail the same way, rank 2 still works;
+#   1b. stopped peer: 2 ranks; rank 1 is SIGSTOPped while it streams large
+#      messages to rank 0 -> rank 0's blocking receive ends with
+#      HCOMM_ERR_TIMEOUT by its deadline, also when a message was landing;
 #   2. wrong job token: a process claiming rank 1 with the wrong token beside
 #      a correct job fails init with HCOMM_ERR_PERMISSION_DENIED, and the
 #      correct job then completes;
@@ -131,6 +134,36 @@ for key in $job_keys; do
   left="$(ls /dev/shm | grep "^$key" || true)"
   [[ -z "$left" ]] || fail "a killed rank left segments in /dev/shm: $left"
 done
+
+# --- 1b. stopped peer: a receive ends by its deadline ----------------------
+# stalled_peer MODE: rank 1 streams 16 MiB messages to rank 0 and is then
+# SIGSTOPped (most often mid-message); rank 0's blocking receive must end
+# with HCOMM_ERR_TIMEOUT within its 3 s timeout plus 1.5 s.
+stalled_peer() {
+  if [[ "$1" == tcp ]]; then export HCOMM_TRANSPORTS=tcp; else unset HCOMM_TRANSPORTS; fi
+  echo "=== stopped peer over $1"
+  dir="$work/stalled-$1"
+  mkdir -p "$dir"
+  port="$(free_port)" || fail "no free port"
+  tok="$(token)"
+  start_rank "$dir/r0.log" 0 2 "$port" "$tok" stalled-peer "$dir"; r0=$last_pid
+  start_rank "$dir/r1.log" 1 2 "$port" "$tok" stalled-peer "$dir"; r1=$last_pid
+  logs=("$dir/r0.log" "$dir/r1.log")
+  if ! wait_file "$dir/ready" 60; then
+    show_logs "${logs[@]}"
+    fail "rank 1 never signalled readiness"
+  fi
+  sleep 0.2
+  kill -STOP "$r1"
+  expect_exit "rank 0 (stopped peer)" "$r0" 30 "${logs[@]}"
+  kill -9 "$r1"
+  { wait "$r1"; } 2>/dev/null
+  show_logs "$dir/r0.log"
+  grep -q '^ok: rank 0: after' "$dir/r0.log" || fail "rank 0 did not finish its checks"
+  unset HCOMM_TRANSPORTS
+}
+stalled_peer shm
+stalled_peer tcp
 
 # --- 2. wrong job token ----------------------------------------------------
 echo "=== wrong job token"

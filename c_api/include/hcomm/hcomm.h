@@ -221,7 +221,10 @@ HCOMM_API hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm);
 HCOMM_API hcomm_status_t hcomm_send(const void* buf, size_t count, hcomm_dtype_t dtype,
                                     int peer, int tag, hcomm_comm_t comm);
 
-/* Blocking receive into buf (capacity count elements). */
+/* Blocking receive into buf (capacity count elements). At timeout_ms it
+ * returns TIMEOUT; if a message was still arriving then, the connection to
+ * its sender is closed (a stream cut mid-message cannot resume), so that
+ * nothing is written into buf after the call returns. */
 HCOMM_API hcomm_status_t hcomm_recv(void* buf, size_t count, hcomm_dtype_t dtype,
                                     int peer, int tag, hcomm_comm_t comm);
 
