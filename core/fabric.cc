@@ -170,6 +170,22 @@ namespace {
 constexpr char kInitFailedKey[] = "hcomm/init_failed";
 // How often a rank waiting for the others in init looks for that key.
 constexpr absl::Duration kInitLook = absl::Milliseconds(200);
+
+// The jobs whose fabric this process has destroyed: a store that still
+// serves one of them is a stale one to a new init.
+struct EndedJobs {
+  absl::Mutex mu;
+  absl::flat_hash_set<uint64_t> ids ABSL_GUARDED_BY(mu);
+};
+EndedJobs& Ended() {
+  static EndedJobs* ended = new EndedJobs();
+  return *ended;
+}
+bool JobEndedHere(uint64_t id) {
+  EndedJobs& e = Ended();
+  absl::MutexLock l(&e.mu);
+  return e.ids.contains(id);
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
@@ -259,18 +275,48 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     store_server_ = std::move(server).value();
   }
-  auto client = StoreClient::Connect(store_hp, opts.job_token, deadline);
-  if (!client.ok()) {
-    return Annotate(client.status(),
-                    absl::StrCat(where, ": cannot join the store at ", store_hp.ToString()));
+  // The job as rank 0 published it: "<id> <world size> <key>
+  // <HCOMM_CHECK_COLLECTIVES 0|1>" (read by the other ranks below).
+  absl::StatusOr<std::string> published;
+  for (;;) {
+    auto client = StoreClient::Connect(store_hp, opts.job_token, deadline);
+    if (!client.ok() && CodeOf(client.status()) == ErrorCode::kUnavailable &&
+        absl::Now() < deadline) {
+      // Reset in the handshake: a store closing as we came (see below).
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    if (!client.ok()) {
+      return Annotate(client.status(),
+                      absl::StrCat(where, ": cannot join the store at ", store_hp.ToString()));
+    }
+    store_client_ = std::move(client).value();
+    if (rank_ == 0) break;
+    // The store may still be the one of a job this process has ended (a
+    // destroy and a new init in quick succession: its rank 0 has not
+    // closed it yet), or be closing under us: wait for the new one.
+    published = store_client_->Get("hcomm/job_id", deadline);
+    absl::Status stale = published.status();
+    if (published.ok()) {
+      uint64_t id = 0;
+      std::vector<std::string> f = absl::StrSplit(*published, ' ');
+      if (!absl::SimpleAtoi(f[0], &id) || !JobEndedHere(id)) break;
+      stale = Unavailable(absl::StrCat("the store still serves job ", id, ", which this process "
+                                       "has ended (an earlier init's), and no new job came up "
+                                       "there in time"));
+    }
+    if (CodeOf(stale) != ErrorCode::kUnavailable || absl::Now() >= deadline) {
+      return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
+                                      store_hp.ToString(), ": ", stale.message()));
+    }
+    store_client_.reset();
+    absl::SleepFor(absl::Milliseconds(50));
   }
-  store_client_ = std::move(client).value();
 
   // Job identity, so that connections from another job are refused, and
   // the job's size: ranks started with different sizes, or two processes
   // given one rank, fail at once saying so (else the job waits for ranks
   // that never come and times out with a misleading message).
-  // "<id> <world size> <key> <HCOMM_CHECK_COLLECTIVES 0|1>"
   uint64_t job_id = 0;
   const char* check_env = getenv("HCOMM_CHECK_COLLECTIVES");
   const bool check_here = check_env != nullptr && strcmp(check_env, "1") == 0;
@@ -282,11 +328,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
         "hcomm/job_id",
         absl::StrCat(job_id, " ", size_, " ", job_key_, " ", check_here ? 1 : 0), deadline));
   } else {
-    auto v = store_client_->Get("hcomm/job_id", deadline);
-    if (!v.ok()) {
-      return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
-                                      store_hp.ToString(), ": ", v.status().message()));
-    }
+    const absl::StatusOr<std::string>& v = published;
     std::vector<std::string> parts = absl::StrSplit(*v, ' ');
     int job_size = 0;
     if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &job_id) ||
@@ -311,6 +353,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
           " runs a job of ", job_size, " ranks: every rank must be given the same world_size"));
     }
   }
+  job_id_ = job_id;
   {
     auto claims = store_client_->Add(absl::StrCat("hcomm/claim/", rank_), 1, deadline);
     if (!claims.ok()) return Annotate(claims.status(), where);
@@ -2381,6 +2424,11 @@ absl::Status Fabric::Destroy() {
   {
     absl::MutexLock l(&mu_);
     if (destroyed_) return absl::OkStatus();
+  }
+  if (job_id_ != 0) {
+    EndedJobs& e = Ended();
+    absl::MutexLock l(&e.mu);
+    e.ids.insert(job_id_);
   }
   closing_.store(true, std::memory_order_release);
   absl::Status result;

@@ -350,6 +350,9 @@ class Fabric : public FrameSink {
   // failed because another's did, or one already said so).
   void TellInitFailure(const absl::Status& s);
   std::atomic<bool> failed_elsewhere_{false};
+  // The job's id from the store (0 for a one-rank job); remembered by
+  // Destroy so that a later init of this process can tell a stale store.
+  uint64_t job_id_ = 0;
   void StartProgressThread();
   void ProgressLoop();
   // One round of progress; blocks in the kernel for up to `block`.

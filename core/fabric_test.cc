@@ -687,6 +687,39 @@ TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
   EXPECT_EQ(told, 1) << got[0] << "\n" << got[1] << "\n" << got[2];
 }
 
+// A rank that destroys its fabric and inits again at once may reach the old
+// job's store before rank 0 has closed it (torch-style destroy, then init):
+// it waits for the new store instead of being taken for a second rank 1.
+TEST(FabricInitTest, InitRightAfterDestroyWaitsForTheNewStore) {
+  const int port = testing::FreePort();
+  std::vector<absl::Status> again(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      const Options o = testing::RankOptions(rank, 2, port, 20000);
+      auto f = Fabric::Init(o);
+      ASSERT_TRUE(f.ok()) << f.status();
+      if (rank == 0) absl::SleepFor(absl::Milliseconds(700));  // rank 1 is back first
+      EXPECT_TRUE((*f)->Destroy().ok());
+      f->reset();
+      auto g = Fabric::Init(o);
+      again[rank] = g.status();
+      if (!g.ok()) return;
+      int v = 10 + rank, got = 0;
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      auto r = (*g)->Irecv(0, &got, sizeof got, 4, 1 - rank, 3);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE((*g)->Send(0, &v, sizeof v, 4, 1 - rank, 3, absl::Seconds(10)).ok());
+      EXPECT_TRUE((*g)->Wait(r->get(), deadline).ok());
+      EXPECT_EQ(got, 11 - rank);
+      (*g)->Release(*r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(again[0].ok()) << again[0];
+  EXPECT_TRUE(again[1].ok()) << again[1];
+}
+
 // The job key names the job's segments in /dev/shm; hcomm_run sets it so
 // that it can remove what a job stopped during init left there.
 TEST(FabricInitTest, JobKeyComesFromTheLauncherWhenSet) {

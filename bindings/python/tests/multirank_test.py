@@ -344,6 +344,15 @@ def worker():
         fn()
         print("ok:", fn.__name__, flush=True)
     hcomm.destroy()
+    # destroy() then init() at once, twice: a rank back before rank 0 has
+    # closed the old store waits for the new one.
+    for k in range(2):
+        hcomm.init(timeout_ms=30000)
+        t = np.array([k + R], np.int64)
+        hcomm.all_reduce(t)
+        assert t[0] == k * N + N * (N - 1) // 2, (k, t)
+        hcomm.destroy()
+    print("ok: init again right after destroy", flush=True)
     print("ok: all", flush=True)
 
 
