@@ -81,6 +81,10 @@ constexpr std::chrono::seconds kDrainGrace(2);
 // A partial line longer than this is printed (with a newline) rather than
 // buffered further.
 constexpr size_t kMaxLineBytes = 1 << 20;
+// Output waiting for a slow reader of the launcher's stdout or stderr: past
+// this the ranks' pipes are not read (they then block on their own writes)
+// until it drains. The launcher itself never blocks on its output.
+constexpr size_t kMaxQueuedBytes = 4 << 20;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kTokenBytes = 32;
 constexpr size_t kJobKeyBytes = 8;  // 16 hex digits, as the library expects
@@ -93,7 +97,8 @@ constexpr char kUsage[] =
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,\n"
     "MASTER_PORT, HCOMM_JOB_TOKEN (fresh unless already set) and\n"
     "HCOMM_JOB_KEY (always fresh) in its environment. Output lines are\n"
-    "prefixed with \"[rank R] \". If a rank fails, the others are stopped\n"
+    "prefixed with \"[rank R] \" (a line over 1 MiB is cut there, each\n"
+    "piece prefixed). If a rank fails, the others are stopped\n"
     "(SIGTERM, SIGKILL after 3 s). When all have ended, the job's segments\n"
     "left in /dev/shm (hcomm-<HCOMM_JOB_KEY>-*) are removed.\n"
     "\n"
@@ -407,6 +412,80 @@ struct Rank {
   bool running = false;
 };
 
+// Output for one of the launcher's own stdout and stderr, written as the
+// fd takes it (see Job::Run): never more than PIPE_BUF bytes per write, and
+// cut at a line's end where one fits, so that a pipe takes each write whole
+// and lines stay whole where stdout and stderr are one pipe.
+struct OutQueue {
+  int fd;
+  std::string data;
+  size_t done = 0;  // bytes of `data` already written
+  bool dead = false;  // the reader is gone: output is dropped
+
+  size_t size() const { return data.size() - done; }
+  // Writes what the fd takes now without blocking (POLLOUT was seen).
+  void WriteSome();
+  // Blocks until it is all written, a signal arrives on `signal_fd`, or
+  // `limit` (if given) has passed.
+  void Flush(int signal_fd, std::optional<Clock::time_point> limit);
+};
+
+void OutQueue::WriteSome() {
+  while (size() > 0 && !dead) {
+    pollfd p = {fd, POLLOUT, 0};
+    if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLOUT)) {
+      if (p.revents & (POLLERR | POLLNVAL)) dead = true;
+      return;
+    }
+    size_t n = std::min<size_t>(size(), PIPE_BUF);
+    if (n < size()) {
+      size_t nl = data.rfind('\n', done + n - 1);
+      if (nl != std::string::npos && nl >= done) n = nl + 1 - done;
+    }
+    ssize_t w = write(fd, data.data() + done, n);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      dead = true;  // a closed stdout, say: SIGPIPE is ignored
+      return;
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (size() == 0 || dead) {
+    data.clear();
+    done = 0;
+  } else if (done > (1 << 20)) {
+    data.erase(0, done);
+    done = 0;
+  }
+}
+
+void OutQueue::Flush(int signal_fd, std::optional<Clock::time_point> limit) {
+  while (size() > 0 && !dead) {
+    int wait_ms = -1;
+    if (limit) {
+      const Clock::time_point now = Clock::now();
+      if (now >= *limit) return;
+      wait_ms = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(*limit - now).count() + 1);
+    }
+    pollfd p[2] = {{fd, POLLOUT, 0}, {signal_fd, POLLIN, 0}};
+    int ready = poll(p, signal_fd >= 0 ? 2 : 1, wait_ms);
+    if (ready < 0 && errno != EINTR) return;
+    if (signal_fd >= 0 && (p[1].revents & POLLIN)) {
+      // Ctrl-C (or any signal but SIGCHLD): give the rest up.
+      unsigned char sigs[64];
+      ssize_t n;
+      bool other = false;
+      while ((n = read(signal_fd, sigs, sizeof sigs)) > 0) {
+        for (ssize_t k = 0; k < n; ++k) other = other || sigs[k] != SIGCHLD;
+      }
+      if (other) return;
+    }
+    if (p[0].revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) WriteSome();
+    if (p[0].revents & (POLLERR | POLLNVAL)) return;
+  }
+}
+
 class Job {
  public:
   explicit Job(Options opts) : opts_(std::move(opts)) {}
@@ -415,6 +494,7 @@ class Job {
   int Run();
 
  private:
+  int RunJob();
   bool StartRanks(const std::vector<std::string>& base_env, int port, const std::string& token,
                   const std::string& job_key);
   void ReadStream(Stream& s);
@@ -423,12 +503,18 @@ class Job {
   void BeginStop(int sig);
   void SignalAll(int sig);
   int RunningCount() const;
+  // A launcher message (one line), queued like the ranks' output.
+  void Say(const std::string& text) { err_.data += "hcomm_run: " + text + "\n"; }
+  OutQueue& QueueFor(int fd) { return fd == STDERR_FILENO ? err_ : out_; }
 
+  OutQueue out_{STDOUT_FILENO};
+  OutQueue err_{STDERR_FILENO};
   Options opts_;
   std::vector<Rank> ranks_;
   std::vector<Stream> streams_;
   bool stopping_ = false;
   bool killed_ = false;
+  bool signalled_ = false;  // stopped by SIGINT, SIGTERM, SIGHUP or --timeout
   std::optional<int> exit_code_;  // Set by the first failure/timeout/signal.
   Clock::time_point kill_deadline_;
 };
@@ -448,7 +534,7 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
 
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) {
-    Message(std::string("cannot open /dev/null: ") + strerror(errno));
+    Say(std::string("cannot open /dev/null: ") + strerror(errno));
     return false;
   }
   // --bind-to core: the CPUs we may use, in order; rank r gets the
@@ -485,12 +571,12 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
 
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-      Message(std::string("pipe: ") + strerror(errno));
+      Say(std::string("pipe: ") + strerror(errno));
       close(null_fd);
       return false;
     }
     if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-      Message(std::string("pipe: ") + strerror(errno));
+      Say(std::string("pipe: ") + strerror(errno));
       close(out_pipe[0]);
       close(out_pipe[1]);
       close(null_fd);
@@ -505,7 +591,7 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
     pid_t pid = fork();
     if (pid != 0) sigprocmask(SIG_SETMASK, &saved_mask, nullptr);
     if (pid < 0) {
-      Message(std::string("fork: ") + strerror(errno));
+      Say(std::string("fork: ") + strerror(errno));
       for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
       close(null_fd);
       return false;
@@ -534,6 +620,14 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
       dup2(err_pipe[1], STDERR_FILENO);
       if (!cpus.empty()) sched_setaffinity(0, sizeof bind, &bind);
       execve(opts_.program_path.c_str(), argv.data(), envp.data());
+      if (errno == ENOEXEC) {
+        // A script without "#!": run by /bin/sh, as execvp() and shells do.
+        std::vector<char*> sh_argv = {const_cast<char*>("/bin/sh"),
+                                      const_cast<char*>(opts_.program_path.c_str())};
+        sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());
+        execve("/bin/sh", sh_argv.data(), envp.data());
+        errno = ENOEXEC;
+      }
       std::string msg = exec_error_prefix + strerror(errno) + "\n";
       ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
       (void)ignored;
@@ -574,7 +668,7 @@ void Job::EmitLines(Stream& s, bool eof) {
     out += '\n';
     s.partial.clear();
   }
-  if (!out.empty()) WriteAll(s.out_fd, out);
+  if (!out.empty()) QueueFor(s.out_fd).data += out;
 }
 
 void Job::ReadStream(Stream& s) {
@@ -627,20 +721,20 @@ void Job::Reap() {
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (ok || stopping_) break;  // Exits after the stop began are expected.
       if (WIFEXITED(status)) {
-        Message("rank " + std::to_string(r) + " exited with status " +
+        Say("rank " + std::to_string(r) + " exited with status " +
                 std::to_string(WEXITSTATUS(status)));
         exit_code_ = WEXITSTATUS(status);
       } else if (WIFSIGNALED(status)) {
-        Message("rank " + std::to_string(r) + " was killed by signal " +
+        Say("rank " + std::to_string(r) + " was killed by signal " +
                 SignalName(WTERMSIG(status)) + (WCOREDUMP(status) ? " (core dumped)" : ""));
         exit_code_ = 128 + WTERMSIG(status);
       } else {
-        Message("rank " + std::to_string(r) + " ended with wait status " +
+        Say("rank " + std::to_string(r) + " ended with wait status " +
                 std::to_string(status));
         exit_code_ = kExitFailure;
       }
       if (RunningCount() > 0) {
-        Message("stopping the other " + std::to_string(RunningCount()) + " rank(s)");
+        Say("stopping the other " + std::to_string(RunningCount()) + " rank(s)");
       }
       BeginStop(SIGTERM);
       break;
@@ -649,6 +743,18 @@ void Job::Reap() {
 }
 
 int Job::Run() {
+  const int code = RunJob();
+  // What a slow reader has not taken yet: all of it after the job ended by
+  // itself; a job stopped by a signal or --timeout gives it kDrainGrace;
+  // another signal gives it up.
+  std::optional<Clock::time_point> limit;
+  if (signalled_) limit = Clock::now() + kDrainGrace;
+  out_.Flush(g_signal_pipe[0], limit);
+  err_.Flush(g_signal_pipe[0], limit);
+  return code;
+}
+
+int Job::RunJob() {
   // Environment shared by all ranks: the launcher's, minus what we set and
   // what the library would prefer over it.
   static const char* const kDropped[] = {
@@ -668,7 +774,7 @@ int Job::Run() {
   if (port == 0) {
     std::optional<int> p = PickFreePort();
     if (!p) {
-      Message(std::string("cannot find a free port on 127.0.0.1: ") + strerror(errno));
+      Say(std::string("cannot find a free port on 127.0.0.1: ") + strerror(errno));
       return kExitFailure;
     }
     port = *p;
@@ -680,7 +786,7 @@ int Job::Run() {
   } else {
     std::optional<std::string> t = RandomHex(kTokenBytes);
     if (!t) {
-      Message(std::string("getrandom failed: ") + strerror(errno));
+      Say(std::string("getrandom failed: ") + strerror(errno));
       return kExitFailure;
     }
     token = *t;
@@ -689,17 +795,17 @@ int Job::Run() {
   // this job, and only this job, leaves in /dev/shm.
   std::optional<std::string> job_key = RandomHex(kJobKeyBytes);
   if (!job_key) {
-    Message(std::string("getrandom failed: ") + strerror(errno));
+    Say(std::string("getrandom failed: ") + strerror(errno));
     return kExitFailure;
   }
 
   if (!EnsureFdLimit(opts_.nranks)) {
-    Message("the open-file limit is too low for " + std::to_string(opts_.nranks) +
+    Say("the open-file limit is too low for " + std::to_string(opts_.nranks) +
             " ranks (need " + std::to_string(2 * opts_.nranks + 32) + "); raise ulimit -n");
     return kExitFailure;
   }
   if (!InstallSignalHandlers()) {
-    Message(std::string("cannot install signal handlers: ") + strerror(errno));
+    Say(std::string("cannot install signal handlers: ") + strerror(errno));
     return kExitFailure;
   }
 
@@ -732,14 +838,15 @@ int Job::Run() {
         if (!running.empty()) running += ",";
         running += std::to_string(r);
       }
-      Message("timeout after " + FormatSeconds(*opts_.timeout_s) +
+      Say("timeout after " + FormatSeconds(*opts_.timeout_s) +
               " s; ranks still running: " + running);
       exit_code_ = kExitTimeout;
+      signalled_ = true;
       BeginStop(SIGTERM);
     }
     if (stopping_ && !killed_ && now >= kill_deadline_) {
       if (RunningCount() > 0) {
-        Message("sending SIGKILL to " + std::to_string(RunningCount()) +
+        Say("sending SIGKILL to " + std::to_string(RunningCount()) +
                 " rank(s) still running after " + std::to_string(kKillGrace.count()) + " s");
       }
       killed_ = true;
@@ -753,19 +860,30 @@ int Job::Run() {
     if (drain_deadline) wake = std::min(wake, *drain_deadline);
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
 
+    // The signal pipe, our own stdout/stderr while output waits for them,
+    // and the ranks' pipes unless too much output waits already.
     fds.clear();
     fd_streams.clear();
     fds.push_back({g_signal_pipe[0], POLLIN, 0});
     fd_streams.push_back(nullptr);
+    OutQueue* queues[2] = {&out_, &err_};
+    size_t queued = 0;
+    for (OutQueue* q : queues) {
+      if (q->size() == 0 || q->dead) continue;
+      queued += q->size();
+      fds.push_back({q->fd, POLLOUT, 0});
+      fd_streams.push_back(nullptr);
+    }
+    const size_t first_stream = fds.size();
     for (Stream& s : streams_) {
-      if (s.fd < 0) continue;
+      if (s.fd < 0 || queued >= kMaxQueuedBytes) continue;
       fds.push_back({s.fd, POLLIN, 0});
       fd_streams.push_back(&s);
     }
     int ready = poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(0, wait_ms)));
     if (ready < 0) {
       if (errno == EINTR) continue;
-      Message(std::string("poll: ") + strerror(errno));
+      Say(std::string("poll: ") + strerror(errno));
       exit_code_ = exit_code_.value_or(kExitFailure);
       BeginStop(SIGTERM);
       continue;
@@ -780,19 +898,26 @@ int Job::Run() {
           if (stopping_) {
             // A second signal while stopping: no more grace.
             if (!killed_) {
-              Message("got " + SignalName(sig) + " again; sending SIGKILL to all ranks");
+              Say("got " + SignalName(sig) + " again; sending SIGKILL to all ranks");
               killed_ = true;
               SignalAll(SIGKILL);
             }
             continue;
           }
-          Message("got " + SignalName(sig) + "; forwarding it to all ranks and stopping the job");
+          Say("got " + SignalName(sig) + "; forwarding it to all ranks and stopping the job");
           exit_code_ = 128 + sig;
+          signalled_ = true;
           BeginStop(sig);
         }
       }
     }
-    for (size_t k = 1; k < fds.size(); ++k) {
+    for (size_t k = 1; k < first_stream; ++k) {
+      if (fds[k].revents == 0) continue;
+      for (OutQueue* q : queues) {
+        if (q->fd == fds[k].fd) q->WriteSome();
+      }
+    }
+    for (size_t k = first_stream; k < fds.size(); ++k) {
       if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) ReadStream(*fd_streams[k]);
     }
   }

@@ -202,6 +202,29 @@ expect_rc 124
 expect_faster_than 6000
 expect_err_line "hcomm_run: timeout after 1 s; ranks still running: 0,2"
 
+begin "--timeout holds while nobody reads the launcher's output"
+# Ranks print 2 MB into a pipe whose reader sleeps 20 s: the launcher must
+# still stop them at 1 s and exit within its 2 s drain grace, not block on
+# its stdout until the reader wakes.
+t0=$(now_ms)
+{ "$RUN" --timeout 1 -n 2 -- /bin/sh -c \
+    'head -c 2000000 /dev/zero | tr "\0" a | fold -w 100; exec sleep 60' \
+    2>"$ERR" </dev/null; echo "$? $(( $(now_ms) - t0 ))" > "$TMP/blocked.rc"; } |
+  { sleep 20; cat > /dev/null; } &
+reader=$!
+for i in $(seq 1 500); do [ -s "$TMP/blocked.rc" ] && break; sleep 0.02; done
+read -r RC ELAPSED_MS < "$TMP/blocked.rc" 2>/dev/null || { RC=-1; ELAPSED_MS=99999; }
+kill "$reader" 2>/dev/null; pkill -P "$reader" 2>/dev/null; wait "$reader" 2>/dev/null
+expect_rc 124
+expect_faster_than 8000
+: > "$OUT"
+
+begin "a slow reader still gets every line"
+"$RUN" -n 2 -- /bin/sh -c 'head -c 1000000 /dev/zero | tr "\0" a | fold -w 100; echo' \
+  2>"$ERR" </dev/null | { sleep 2; cat; } > "$OUT"
+[ "$(grep -c '^\[rank [01]\] a\{100\}$' "$OUT")" -eq 20000 ] ||
+  fail "$(wc -l < "$OUT") lines arrived, want 20000 whole ones"
+
 begin "--timeout not reached"
 launch --timeout 30 -n 2 -- true
 expect_rc 0
@@ -278,8 +301,15 @@ else
   SHM_OTHER=""
 fi
 
+begin "a script without #! runs under /bin/sh"
+printf 'echo "sh says $RANK $1"\n' > "$TMP/noshebang"
+chmod +x "$TMP/noshebang"
+launch -n 2 -- "$TMP/noshebang" hi
+expect_rc 0
+expect_out_line "[rank 1] sh says 1 hi"
+
 begin "exec failure is a failing rank"
-printf 'not a program\n' >"$TMP/noexec_format"
+printf '#!/no/such/interpreter\n' >"$TMP/noexec_format"  # execve: ENOENT
 chmod +x "$TMP/noexec_format"
 launch -n 2 -- "$TMP/noexec_format"
 expect_rc 127
