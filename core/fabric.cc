@@ -268,10 +268,16 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
 
   if (rank_ == 0) {
     auto server = StoreServer::Start(store_hp.host, store_hp.port, opts.job_token);
-    if (!server.ok()) server = StoreServer::Start("0.0.0.0", store_hp.port, opts.job_token);
     if (!server.ok()) {
-      return Annotate(server.status(),
-                      absl::StrCat(where, ": cannot serve the store at ", store_hp.ToString()));
+      // store_addr may name this host by an address it cannot bind (behind
+      // NAT, say): the store then listens on every address.
+      auto any = StoreServer::Start("0.0.0.0", store_hp.port, opts.job_token);
+      if (!any.ok()) {
+        return Annotate(server.status(),
+                        absl::StrCat(where, ": cannot serve the store at ", store_hp.ToString(),
+                                     " (nor on 0.0.0.0: ", any.status().message(), ")"));
+      }
+      server = std::move(any);
     }
     store_server_ = std::move(server).value();
   }

@@ -84,6 +84,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -989,7 +990,10 @@ unsigned char* AllocTouched(size_t bytes) {
     p = std::aligned_alloc(kPage, alloc);
   }
   if (p == nullptr) {
-    std::fprintf(stderr, "hcomm_bench: cannot allocate %zu bytes\n", alloc);
+    std::fprintf(stderr,
+                 "hcomm_bench: cannot allocate %zu bytes for the largest size (-e, "
+                 "--maxbytes); lower it\n",
+                 alloc);
     std::exit(kExitFailure);
   }
   std::memset(p, 0, alloc);  // pre-touch: no page faults inside timed runs
@@ -1274,7 +1278,17 @@ int RunBench(const OpDesc& op, const Options& opt) {
     }
     uint64_t total_wrong = 0;
     double busbw_sum = 0;
+    size_t rows = 0;
+    std::optional<size_t> last_count;
     for (size_t bytes : sizes) {
+      if (op.count_for != nullptr) {
+        // Sizes that round to the count of the row before (-b 0, then 1
+        // byte of float) would repeat it: each count is measured once.
+        const size_t count = op.count_for(bytes, Esize(b), b.size);
+        if (last_count == count) continue;
+        last_count = count;
+      }
+      ++rows;
       const Point p = MeasureSize(b, op, bytes);
       total_wrong += p.wrong;
       busbw_sum += p.busbw;
@@ -1286,7 +1300,7 @@ int RunBench(const OpDesc& op, const Options& opt) {
           std::printf("# Out of bounds values : %" PRIu64 " %s\n", total_wrong,
                       total_wrong == 0 ? "OK" : "FAILED");
         }
-        std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / sizes.size());
+        std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / rows);
         std::fflush(stdout);
       }
       if (total_wrong != 0) {

@@ -110,7 +110,8 @@ static int parse_size(const char* s, size_t* out) {
   return 1;
 }
 
-static void usage(void) {
+static void usage(const char* problem, const char* arg) {
+  fprintf(stderr, "ring_rank: %s '%s'\n", problem, arg);
   fprintf(stderr, "usage: ring_rank [--bytes N]   (N with K/M/G suffix; default 16M)\n"
                   "run it through hcomm_run, e.g. bazel run //examples/c:ring\n");
   exit(2);
@@ -200,11 +201,14 @@ int main(int argc, char** argv) {
   size_t bytes = (size_t)16 << 20;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
-      if (!parse_size(argv[++i], &bytes)) usage();
+      ++i;
+      if (!parse_size(argv[i], &bytes)) usage("--bytes is not a size:", argv[i]);
     } else if (strncmp(argv[i], "--bytes=", 8) == 0) {
-      if (!parse_size(argv[i] + 8, &bytes)) usage();
+      if (!parse_size(argv[i] + 8, &bytes)) usage("--bytes is not a size:", argv[i] + 8);
+    } else if (strcmp(argv[i], "--bytes") == 0) {
+      usage("--bytes needs a value:", argv[i]);
     } else {
-      usage();
+      usage("unknown argument", argv[i]);
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);

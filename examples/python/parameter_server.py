@@ -6,10 +6,10 @@
 The model is linear regression y = X w. Each worker (ranks 1..N-1) holds its
 own shard of data generated from the same true weights w*. Every round:
 rank 0 broadcasts the current w (hcomm.broadcast); each worker computes the
-gradient of the mean squared error on its shard and sends it to rank 0; the
-server receives the gradients in whatever order they arrive
-(hcomm.recv(src=None) returns who sent each one), averages them and takes an
-SGD step. At the end the server prints |w - w*| and checks it is small.
+gradient of half the mean squared error, x^T (x w - y) / n, on its shard
+and sends it to rank 0; the server receives the gradients in whatever order
+they arrive (hcomm.recv(src=None) returns who sent each one), averages them
+and takes an SGD step. At the end the server prints |w - w*| and checks it is small.
 """
 
 import argparse

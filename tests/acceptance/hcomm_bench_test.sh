@@ -103,7 +103,7 @@ for size in 18446744073709551615 18446744073709547521 9223372036854775808; do
   for op in p2p allreduce broadcast allgather; do
     run 60 "$launcher" -n 2 --timeout 30 -- "$bench" "$op" -b "$size" -e "$size"
     [[ $rc -eq 1 ]] || { cat "$out"; fail "$op -b $size -e $size exited $rc, expected 1"; }
-    grep -q "^\[rank [01]\] hcomm_bench: cannot allocate [0-9]* bytes$" "$out" ||
+    grep -q "^\[rank [01]\] hcomm_bench: cannot allocate [0-9]* bytes for the largest size (-e, --maxbytes); lower it$" "$out" ||
       { cat "$out"; fail "$op -b $size -e $size: no 'cannot allocate' message"; }
   done
 done
