@@ -26,6 +26,7 @@ release the GIL, so other Python threads run meanwhile.
 """
 
 import atexit as _atexit
+import datetime as _datetime
 import threading as _threading
 
 from . import _native
@@ -60,6 +61,7 @@ from .errors import _invalid
 __all__ = [
     # setup
     "init", "destroy", "is_initialized", "get_default_group",
+    "init_process_group", "destroy_process_group",
     "get_rank", "get_world_size", "new_group", "split",
     # point-to-point
     "send", "recv", "isend", "irecv", "wait_all", "Request",
@@ -107,6 +109,38 @@ def init(rank=None, world_size=None, store_addr=None, timeout_ms=None, job_token
                                         job_token=job_token, **config)
         _default = comm
         return comm
+
+
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
+                       **config):
+    """init() with torch.distributed.init_process_group's arguments, for code
+    written against it. backend is accepted and ignored (hcomm picks its
+    transports: config transports="shm,tcp"); init_method is "env://" (the
+    default: the environment, as init()) or "tcp://HOST:PORT" (the store
+    address); timeout is a datetime.timedelta; world_size and rank -1 mean
+    from the environment."""
+    if backend is not None and not isinstance(backend, str):
+        raise _invalid("backend must be a str or None, not %s" % type(backend).__name__)
+    store_addr = None
+    if init_method is not None and init_method != "env://":
+        if not isinstance(init_method, str) or not init_method.startswith("tcp://"):
+            raise _invalid("init_method %r is not supported: use \"env://\" or "
+                           "\"tcp://HOST:PORT\"" % (init_method,))
+        store_addr = init_method[len("tcp://"):]
+    timeout_ms = None
+    if timeout is not None:
+        if not isinstance(timeout, _datetime.timedelta):
+            raise _invalid("timeout must be a datetime.timedelta, not %s"
+                           % type(timeout).__name__)
+        timeout_ms = max(1, int(timeout.total_seconds() * 1000))
+    return init(rank=None if rank == -1 else rank,
+                world_size=None if world_size == -1 else world_size,
+                store_addr=store_addr, timeout_ms=timeout_ms, **config)
+
+
+def destroy_process_group(group=None):
+    """destroy(), as torch.distributed names it."""
+    destroy(group)
 
 
 def is_initialized():

@@ -8,6 +8,7 @@ shared-memory channel.
 
 import array
 import builtins
+import datetime
 import os
 import pickle
 import signal
@@ -116,6 +117,31 @@ class InitTest(unittest.TestCase):
                                             r"init\(\) was not called.*destroyed"):
                     get()
         finally:
+            COMM = hcomm.init(rank=0, world_size=1, timeout_ms=5000)
+
+    def test_init_process_group_as_torch_calls_it(self):
+        global COMM
+        hcomm.destroy()
+        try:
+            COMM = hcomm.init_process_group(
+                backend="gloo", init_method="tcp://127.0.0.1:%d" % free_port(), world_size=1,
+                rank=0, timeout=datetime.timedelta(milliseconds=400))
+            self.assertTrue(hcomm.is_initialized())
+            self.assertEqual((hcomm.get_rank(), hcomm.get_world_size()), (0, 1))
+            t0 = time.monotonic()
+            with self.assertRaises(hcomm.TimeoutError):  # the timeout was taken
+                hcomm.recv(np.zeros(1), src=0, tag=4545)
+            self.assertLess(time.monotonic() - t0, 3)
+            hcomm.destroy_process_group()
+            self.assertFalse(hcomm.is_initialized())
+            for kwargs, what in [({"init_method": "file:///tmp/x"}, "init_method"),
+                                 ({"timeout": 30}, "timedelta"),
+                                 ({"backend": 3}, "backend")]:
+                with self.assertRaisesRegex(hcomm.InvalidArgumentError, what):
+                    hcomm.init_process_group(world_size=1, rank=0, **kwargs)
+            self.assertFalse(hcomm.is_initialized())
+        finally:
+            hcomm.destroy()
             COMM = hcomm.init(rank=0, world_size=1, timeout_ms=5000)
 
     def test_store_unreachable_is_unavailable(self):
