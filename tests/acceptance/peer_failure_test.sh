@@ -75,23 +75,33 @@ wait_listening() {
 
 token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
-# --- 1. killed peer, over shared memory and over TCP -----------------------
-# killed_peer MODE: MODE is shm (the default: one host) or tcp.
-killed_peer() {
-  if [[ "$1" == tcp ]]; then export HCOMM_TRANSPORTS=tcp; else unset HCOMM_TRANSPORTS; fi
-  echo "=== killed peer over $1"
-  dir="$work/killed-$1"
+# start_job NAME TRANSPORT N MODE: starts N ranks of `peer_failure MODE DIR`
+# over TRANSPORT (shm: one host, the default; tcp) in DIR=$work/NAME-TRANSPORT;
+# their pids in r0 r1 ..., their logs in logs; waits for DIR/ready.
+start_job() {
+  local name="$1" transport="$2" n="$3" mode="$4" r port tok
+  if [[ "$transport" == tcp ]]; then export HCOMM_TRANSPORTS=tcp; else unset HCOMM_TRANSPORTS; fi
+  dir="$work/$name-$transport"
   mkdir -p "$dir"
   port="$(free_port)" || fail "no free port"
   tok="$(token)"
-  start_rank "$dir/r0.log" 0 3 "$port" "$tok" killed-peer "$dir"; r0=$last_pid
-  start_rank "$dir/r1.log" 1 3 "$port" "$tok" killed-peer "$dir"; r1=$last_pid
-  start_rank "$dir/r2.log" 2 3 "$port" "$tok" killed-peer "$dir"; r2=$last_pid
-  logs=("$dir/r0.log" "$dir/r1.log" "$dir/r2.log")
+  logs=()
+  for (( r = 0; r < n; r++ )); do
+    start_rank "$dir/r$r.log" "$r" "$n" "$port" "$tok" "$mode" "$dir"
+    printf -v "r$r" '%s' "$last_pid"
+    logs+=("$dir/r$r.log")
+  done
   if ! wait_file "$dir/ready" 60; then
     show_logs "${logs[@]}"
     fail "rank 1 never signalled readiness"
   fi
+}
+
+# --- 1. killed peer, over shared memory and over TCP -----------------------
+# killed_peer MODE: MODE is shm (the default: one host) or tcp.
+killed_peer() {
+  echo "=== killed peer over $1"
+  start_job killed "$1" 3 killed-peer
   # Rank 1 writes "ready" after rank 0 has sent its last message before its
   # hcomm_recv; a short pause makes it very likely that rank 0 is inside the
   # call when rank 1 dies (the outcome must be the same either way).
@@ -140,19 +150,8 @@ done
 # SIGSTOPped (most often mid-message); rank 0's blocking receive must end
 # with HCOMM_ERR_TIMEOUT within its 3 s timeout plus 1.5 s.
 stalled_peer() {
-  if [[ "$1" == tcp ]]; then export HCOMM_TRANSPORTS=tcp; else unset HCOMM_TRANSPORTS; fi
   echo "=== stopped peer over $1"
-  dir="$work/stalled-$1"
-  mkdir -p "$dir"
-  port="$(free_port)" || fail "no free port"
-  tok="$(token)"
-  start_rank "$dir/r0.log" 0 2 "$port" "$tok" stalled-peer "$dir"; r0=$last_pid
-  start_rank "$dir/r1.log" 1 2 "$port" "$tok" stalled-peer "$dir"; r1=$last_pid
-  logs=("$dir/r0.log" "$dir/r1.log")
-  if ! wait_file "$dir/ready" 60; then
-    show_logs "${logs[@]}"
-    fail "rank 1 never signalled readiness"
-  fi
+  start_job stalled "$1" 2 stalled-peer
   sleep 0.2
   kill -STOP "$r1"
   expect_exit "rank 0 (stopped peer)" "$r0" 30 "${logs[@]}"
