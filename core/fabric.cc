@@ -926,6 +926,7 @@ void Fabric::ProgressLoop() {
 }
 
 int Fabric::PollAll(absl::Duration block, bool quiet) {
+  if (torn_down_.load(std::memory_order_acquire)) return 0;  // Destroy shut them
   if (transports_.size() == 1) {
     return quiet ? transports_[0]->PollQuiet(block) : transports_[0]->Poll(block);
   }
@@ -969,7 +970,9 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline, absl::Time since) {
                               : -1;
   unsigned looks = 0;
   auto poll_spinning = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (direct_peer >= 0 && ++looks % 8 != 0) return route_[direct_peer]->PollPeer(direct_peer);
+    if (direct_peer >= 0 && ++looks % 8 != 0 && !torn_down_.load(std::memory_order_acquire)) {
+      return route_[direct_peer]->PollPeer(direct_peer);
+    }
     return PollAll(absl::ZeroDuration());
   };
   if (!r->done.load(std::memory_order_acquire) && !transports_.empty() &&
@@ -2515,9 +2518,15 @@ absl::Status Fabric::Destroy() {
       p->rx_req.reset();
     }
   }
-  for (auto& t : transports_) t->ShutdownAll();
-  transports_.clear();
-  route_.clear();
+  {
+    // Requests outlive their communicator (hcomm.h), and a thread may still
+    // be waiting on one, polling the transports: none polls once this lock
+    // is ours, nor after (PollAll). The transports are shut now and freed
+    // with the Fabric, when the last request lets go of it.
+    absl::MutexLock p(&progress_mu_);
+    torn_down_.store(true, std::memory_order_release);
+    for (auto& t : transports_) t->ShutdownAll();
+  }
   store_client_.reset();
   store_server_.reset();
   return result;

@@ -563,6 +563,9 @@ class Fabric : public FrameSink {
 
   // Progress: whoever holds progress_mu_ polls the transport.
   absl::Mutex progress_mu_;
+  // Set by Destroy (under progress_mu_) once it has shut the transports:
+  // nobody polls them after.
+  std::atomic<bool> torn_down_{false};
   std::atomic<int> active_waiters_{0};
   std::atomic<uint64_t> waits_ended_{0};  // for the background thread
   std::atomic<bool> stop_{false};

@@ -428,6 +428,36 @@ TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
   });
 }
 
+// A request outlives its communicator's destroy: a thread waiting on it
+// while another destroys the fabric gets ABORTED (it polled transports that
+// Destroy freed under it, over shared memory a crash), and can wait again.
+TEST_P(FabricTest, DestroyWhileAnotherThreadWaitsOnARequest) {
+  RunRanks(2, [](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 0) {
+      char buf[8];
+      auto r = c->Irecv(0, buf, sizeof buf, 1, 1, 1);  // rank 1 sends nothing
+      ASSERT_TRUE(r.ok());
+      absl::Status waited;
+      std::thread waiter([&] { waited = c->Wait(r->get(), c->Deadline()); });
+      absl::SleepFor(absl::Milliseconds(300));  // it is waiting (and polling)
+      const absl::Time t0 = absl::Now();
+      EXPECT_TRUE(c->Destroy().ok());
+      waiter.join();
+      EXPECT_EQ(CodeOf(waited), ErrorCode::kAborted) << waited;
+      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      EXPECT_EQ(CodeOf(c->Wait(r->get(), c->Deadline())), ErrorCode::kAborted);
+      EXPECT_TRUE(c->Test(r->get()));
+      c->Release(*r);
+    } else {
+      // Rank 0's destroy says goodbye: nothing fails here.
+      absl::SleepFor(absl::Milliseconds(600));
+      EXPECT_TRUE(c->Destroy().ok());
+    }
+  });
+}
+
 TEST_P(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
   RunRanks(2, [](int rank, const Options& o) {
     auto c = MustInit(o);
