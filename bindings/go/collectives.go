@@ -184,8 +184,10 @@ func IAllReduce[T Number](c *Comm, buf []T, op Op) (*Request, error) {
 		})
 	}
 	r, err := newRequest(c, "IAllReduce", buf, true, true)
-	if err != nil {
-		return nil, err
+	if err != nil { // its C copy could not be made, say
+		return nil, c.refuse("IAllReduce", err, func(h uintptr) error {
+			return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
+		})
 	}
 	r.whole = true
 	dt := dtypeOf[T]()

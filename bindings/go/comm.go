@@ -255,7 +255,10 @@ func (c *Comm) NewGroup(ranks []int) (*Comm, error) {
 	r32 := make([]int32, len(ranks))
 	for i, r := range ranks {
 		if err := cint("NewGroup", "rank", r); err != nil {
-			return nil, err
+			var out uintptr
+			return nil, c.refuse("NewGroup", err, func(h uintptr) error {
+				return capi.Hcomm_comm_create_group(h, []int32{-1}, &out)
+			})
 		}
 		r32[i] = int32(r)
 	}
@@ -273,14 +276,18 @@ func (c *Comm) NewGroup(ranks []int) (*Comm, error) {
 // new communicator, ordered by (key, rank in c). A rank passing Undefined
 // gets (nil, nil). Collective over c.
 func (c *Comm) Split(color, key int) (*Comm, error) {
-	if err := cint("Split", "color", color); err != nil {
-		return nil, err
+	err := cint("Split", "color", color)
+	if err == nil {
+		err = cint("Split", "key", key)
 	}
-	if err := cint("Split", "key", key); err != nil {
-		return nil, err
+	if err != nil {
+		var out uintptr
+		return nil, c.refuse("Split", err, func(h uintptr) error {
+			return capi.Hcomm_comm_split(h, -2, 0, &out) // no color: refused there too
+		})
 	}
 	var out uintptr
-	err := c.do("Split", func(h uintptr) error {
+	err = c.do("Split", func(h uintptr) error {
 		return capi.Hcomm_comm_split(h, color, key, &out)
 	})
 	if err != nil {

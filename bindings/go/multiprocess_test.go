@@ -86,6 +86,7 @@ func TestRank(t *testing.T) {
 		{"ReduceScatterEveryOp", testReduceScatterOps},
 		{"AllGather", testAllGather},
 		{"AllGatherRefusedOnOneRank", testAllGatherRefused},
+		{"SplitAndNewGroupRefusedOnOneRank", testGroupsRefused},
 		{"AllToAll", testAllToAll},
 		{"GatherScatter", testGatherScatter},
 		{"IAllReduce", testIAllReduce},
@@ -373,6 +374,40 @@ func testAllGatherRefused(t *testing.T, c *hcomm.Comm) {
 		must(t, hcomm.AllReduce(c, buf, hcomm.Sum))
 		if want := int32(100*k*n + n*(n-1)/2); buf[0] != want {
 			t.Fatalf("AllReduce %d after the refused call = %d, want %d", k, buf[0], want)
+		}
+	}
+}
+
+// A rank whose Split or NewGroup this binding refuses (a value no C int
+// holds) still takes the call's turn: the others' call fails naming it,
+// and the collectives after it pair up.
+func testGroupsRefused(t *testing.T, c *hcomm.Comm) {
+	r, n := c.Rank(), c.Size()
+	for _, call := range []string{"Split", "NewGroup"} {
+		var g *hcomm.Comm
+		var err error
+		switch {
+		case call == "Split" && r == 1:
+			g, err = c.Split(0, 1<<40)
+		case call == "Split":
+			g, err = c.Split(0, r)
+		case r == 1:
+			g, err = c.NewGroup([]int{0, 1 << 40})
+		default:
+			g, err = c.NewGroup([]int{0, 1})
+		}
+		if g != nil {
+			must(t, g.Close())
+		}
+		if r == 1 {
+			wantStatus(t, err, hcomm.StatusInvalidArgument)
+		} else if e := wantStatus(t, err, hcomm.StatusMismatch); !strings.Contains(e.Message, "rank 1 rejected its call") {
+			t.Fatalf("%s: the others' call failed without naming the refusal: %v", call, e)
+		}
+		buf := []int32{int32(r)}
+		must(t, hcomm.AllReduce(c, buf, hcomm.Sum))
+		if want := int32(n * (n - 1) / 2); buf[0] != want {
+			t.Fatalf("AllReduce after the refused %s = %d, want %d", call, buf[0], want)
 		}
 	}
 }

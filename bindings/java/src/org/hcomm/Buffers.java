@@ -113,7 +113,18 @@ final class Buffers {
     if (buf instanceof ByteBuffer) {
       return (ByteBuffer) view(buf);
     }
-    ByteBuffer s = ByteBuffer.allocateDirect(count * dtype.size()).order(ByteOrder.nativeOrder());
+    long bytes = (long) count * dtype.size();
+    if (bytes > Integer.MAX_VALUE) {
+      throw invalid("hcomm: " + count + " " + dtype + " elements (" + bytes
+          + " bytes) do not fit one direct buffer (2 GiB): pass a smaller array");
+    }
+    ByteBuffer s;
+    try {
+      s = ByteBuffer.allocateDirect((int) bytes).order(ByteOrder.nativeOrder());
+    } catch (OutOfMemoryError e) {
+      throw new HcommException(Status.OUT_OF_MEM, "hcomm: cannot allocate " + bytes
+          + " bytes of direct memory for the operation's native copy (" + e.getMessage() + ")");
+    }
     if (copyIn) {
       if (buf instanceof byte[]) s.put((byte[]) buf, 0, count);
       else if (buf instanceof int[]) s.asIntBuffer().put((int[]) buf, 0, count);

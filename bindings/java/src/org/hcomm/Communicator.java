@@ -929,13 +929,14 @@ public final class Communicator implements AutoCloseable {
   private Request iallReduceImpl(Object buf, DType dtype, ReduceOp op) {
     int n;
     int o;
+    ByteBuffer memory;
     try {
       n = Buffers.count(buf, dtype, true, "iallReduce: buf");
       o = opCode(op);
+      memory = Buffers.stable(buf, dtype, n, true); // may fail: too large, out of memory
     } catch (HcommException e) {
       throw refused(e, h -> HcommNative.hcomm_allreduce(null, null, 0, BAD_DTYPE, 0, h));
     }
-    ByteBuffer memory = Buffers.stable(buf, dtype, n, true);
     Object array = buf instanceof ByteBuffer ? null : buf;
     long h = handle.enter();
     try {

@@ -25,7 +25,9 @@ import org.hcomm.internal.HcommNative;
  *
  * <p>Closing a request that has not completed cancels a receive that no data
  * has reached; otherwise the operation finishes in the background, and its
- * memory is kept until the job's world communicator is closed.
+ * memory is kept until the job's world communicator is closed. Once closed,
+ * completed or not, its other methods (but isCompleted) throw
+ * {@link Status#INVALID_ARGUMENT}.
  *
  * <p>THREAD SAFETY: the methods of one request are serialised. A request
  * stays usable after its communicator is closed (pending operations then
@@ -86,7 +88,7 @@ public final class Request implements AutoCloseable {
    * completed.
    */
   public synchronized void await() {
-    if (completed) {
+    if (completed && !handle.isClosed()) {
       return;
     }
     long h = handle.enter();
@@ -111,7 +113,7 @@ public final class Request implements AutoCloseable {
    * Never blocks. Throws the operation's error if it failed.
    */
   public synchronized boolean test() {
-    if (completed) {
+    if (completed && !handle.isClosed()) {
       return true;
     }
     long h = handle.enter();
@@ -174,7 +176,7 @@ public final class Request implements AutoCloseable {
   }
 
   private void checkCompleted() {
-    if (handle.isClosed() && !completed) {
+    if (handle.isClosed()) {
       throw handle.closedException();
     }
     if (!completed) {

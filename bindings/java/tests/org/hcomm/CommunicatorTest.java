@@ -420,6 +420,14 @@ public class CommunicatorTest {
   public void closedHandlesAreInvalidArgument() {
     Communicator c = Communicator.init(single());
     Request pending = c.irecv(new int[1], 0, 1);
+    // A request closed after it completed is closed all the same.
+    Request done = c.isend(new int[] {7}, 0, 2);
+    done.await();
+    c.recv(new int[1], 0, 2);
+    done.close();
+    expect(Status.INVALID_ARGUMENT, done::await);
+    expect(Status.INVALID_ARGUMENT, done::test);
+    expect(Status.INVALID_ARGUMENT, done::source);
     Communicator child = c.split(0, 0);
     child.close();
     expect(Status.INVALID_ARGUMENT, child::rank);
