@@ -1006,11 +1006,16 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
       }
     });
   }
+  ++iallreduces_pending_;
   work_.push_back([this, r, ticket, body, count, t, op, send, recv] {
     const ShmArgs shm{send, recv};
     absl::Status s = RunTicket(ticket, CollectiveOp::kAllReduce, count * DataTypeSize(t), t, op,
                                -1, count, body, &shm);
     r->out_bytes = r->bytes;
+    {
+      absl::MutexLock l(&work_mu_);
+      --iallreduces_pending_;  // before its waiter can see it done
+    }
     fabric_->CompleteExternal(r, s);
   });
   return r;
@@ -1113,9 +1118,21 @@ void Communicator::Abort() {
 absl::Status Communicator::Destroy() {
   if (destroyed_) return absl::OkStatus();
   destroyed_ = true;
+  bool pending;
   {
     absl::MutexLock l(&work_mu_);
     work_stop_ = true;
+    pending = iallreduces_pending_ > 0;
+  }
+  if (pending) {
+    // An iallreduce is still running or queued. Like every request pending
+    // at a destroy, its request fails with ABORTED (API.md) now, rather than
+    // holding the destroy until its timeout or its end; the members are
+    // told as of an abort (the collective cannot end without this rank).
+    fabric_->AbortCommunicator(
+        p2p_ctx_, coll_ctx_, group_to_world_,
+        Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed while an "
+                             "iallreduce on it was pending")));
   }
   if (worker_.joinable()) worker_.join();
   shm_coll_.reset();

@@ -263,6 +263,8 @@ class Communicator {
   absl::Mutex work_mu_;
   std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(work_mu_);
   bool work_stop_ ABSL_GUARDED_BY(work_mu_) = false;
+  // iallreduces queued or running whose request has not completed yet.
+  int iallreduces_pending_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::thread worker_;
   bool destroyed_ = false;
 };

@@ -2281,12 +2281,12 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
 }
 
 void Fabric::AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx,
-                               const std::vector<int>& members) {
+                               const std::vector<int>& members, absl::Status why) {
   const uint32_t first = std::min(p2p_ctx, coll_ctx);
   const uint32_t count = std::max(p2p_ctx, coll_ctx) - first + 1;
   std::vector<std::shared_ptr<Request>> sends;
   std::vector<Outgoing> out;
-  const absl::Status why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
+  if (why.ok()) why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
   {
     absl::MutexLock l(&mu_);
     if (aborted_ || destroyed_ || ClosedLocked(p2p_ctx)) return;

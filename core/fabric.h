@@ -243,8 +243,10 @@ class Fabric : public FrameSink {
   // the members: there, collectives of the communicator fail with
   // PEER_FAILURE (pending and later), and so do point-to-point operations
   // with this rank. The connections, and every other communicator, stay.
-  // Any thread, any time; a second call does nothing.
-  void AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx, const std::vector<int>& members);
+  // Any thread, any time; a second call does nothing. `why` (an Aborted
+  // status) replaces "the communicator was aborted" where given.
+  void AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx, const std::vector<int>& members,
+                         absl::Status why = absl::OkStatus());
 
   // Communicators over this fabric: each joins once made and leaves when
   // destroyed; LeaveCommunicator is true for the last to leave, which then

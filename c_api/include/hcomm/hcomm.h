@@ -189,8 +189,11 @@ HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
 /* Destroys the communicator. Local, not collective: first waits (up to
  * `timeout_ms`) until this rank's own sends have been delivered, so that
  * peers never see a clean exit as a failure; then fails requests still
- * pending with HCOMM_ERR_ABORTED and releases everything. Requests made on
- * this communicator stay valid handles until hcomm_request_free. Groups
+ * pending with HCOMM_ERR_ABORTED and releases everything. An iallreduce
+ * still pending fails so at once (the other members' part of it fails with
+ * HCOMM_ERR_PEER_FAILURE, as after an abort). Requests made on this
+ * communicator stay valid handles until hcomm_request_free, and may be
+ * waited on from another thread while the communicator is destroyed. Groups
  * made from a communicator outlive it: the connections they share close
  * with the last of them destroyed.
  * NULL is a no-op. The handle keeps a few bytes so that a later call with
