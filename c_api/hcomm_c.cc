@@ -542,10 +542,9 @@ hcomm_status_t hcomm_request_free(hcomm_request_t req) {
   if (req == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckRequest("hcomm_request_free", req));
-    if (req->impl && !req->impl->done.load()) req->fabric->Release(req->impl);
-    if (!hcomm_c::RequestSlots::Get().Give(req)) {
-      return BadArg("hcomm_request_free: req was freed already (hcomm_request_free)");
-    }
+    if (!req->impl->done.load()) req->fabric->Release(req->impl);
+    // False only where another thread freed it meanwhile.
+    if (!hcomm_c::RequestSlots::Get().Give(req)) return BadRequest("hcomm_request_free: req", req);
     return HCOMM_SUCCESS;
   });
 }

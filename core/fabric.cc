@@ -334,12 +334,12 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
         "hcomm/job_id",
         absl::StrCat(job_id, " ", size_, " ", job_key_, " ", check_here ? 1 : 0), deadline));
   } else {
-    const absl::StatusOr<std::string>& v = published;
-    std::vector<std::string> parts = absl::StrSplit(*v, ' ');
+    const std::string& v = *published;
+    std::vector<std::string> parts = absl::StrSplit(v, ' ');
     int job_size = 0;
     if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &job_id) ||
         !absl::SimpleAtoi(parts[1], &job_size) || (parts[3] != "0" && parts[3] != "1")) {
-      return Internal(absl::StrCat("store holds a malformed job id: ", *v));
+      return Internal(absl::StrCat("store holds a malformed job id: ", v));
     }
     check_collectives_ = parts[3] == "1";
     if (check_collectives_ != check_here) {
@@ -351,7 +351,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     job_key_ = parts[2];
     if (job_key_.empty() || job_key_.size() > 40 ||
         job_key_.find_first_not_of("0123456789abcdef-") != std::string::npos) {
-      return Internal(absl::StrCat("store holds a malformed job key: ", *v));
+      return Internal(absl::StrCat("store holds a malformed job key: ", v));
     }
     if (job_size != size_) {
       return InvalidArgument(absl::StrCat(

@@ -178,13 +178,12 @@ func Scatter[T Number](c *Comm, send, recv []T, root int) error {
 // when Wait or Test sees the request complete, so leave buf alone until
 // then. Free the request afterwards.
 func IAllReduce[T Number](c *Comm, buf []T, op Op) (*Request, error) {
-	if err := opArg("IAllReduce", op); err != nil {
-		return nil, c.refuse("IAllReduce", err, func(h uintptr) error {
-			return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
-		})
+	err := opArg("IAllReduce", op)
+	var r *Request
+	if err == nil {
+		r, err = newRequest(c, "IAllReduce", buf, true, true) // its C copy may fail
 	}
-	r, err := newRequest(c, "IAllReduce", buf, true, true)
-	if err != nil { // its C copy could not be made, say
+	if err != nil {
 		return nil, c.refuse("IAllReduce", err, func(h uintptr) error {
 			return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
 		})
