@@ -1,6 +1,8 @@
 // libhcomm_c: argument checks, then the C++ core, then one status mapping.
 // No exception crosses this boundary.
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -11,7 +13,7 @@
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "c_api/forks.h"
 #include "c_api/internal.h"
 #include "c_api/request_slots.h"
 #include "core/status.h"
@@ -94,6 +96,15 @@ size_t DtypeSize(int d) {
   return 0;
 }
 
+// A communicator made before a fork, used in the child (c_api/forks.h).
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t ForkedComm(const char* fn,
+                                                                    hcomm_comm_t comm) {
+  return BadArg(absl::StrCat(
+      fn, ": comm was made by process ", comm->pid, ", and this process (", getpid(),
+      ") is a fork of it: a fork's child cannot use its parent's communicators (they share its "
+      "connections and peers); destroying it here releases nothing the parent uses"));
+}
+
 // CheckP2p's checks in order, each with its message: called once one of
 // them failed.
 ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
@@ -102,6 +113,7 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
   if (comm == nullptr || !comm->impl) {
     return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
   }
+  if (comm->forks != hcomm_c::Forks()) return ForkedComm(fn, comm);
   const int rank = comm->impl->rank();
   const int size = comm->impl->size();
   size_t esize = DtypeSize(RawValue(dtype));
@@ -138,7 +150,7 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
 inline hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count,
                                const hcomm_dtype_t& dtype, int peer, int tag, hcomm_comm_t comm,
                                bool is_recv, size_t* bytes) {
-  if (ABSL_PREDICT_TRUE(comm != nullptr && comm->impl)) {
+  if (ABSL_PREDICT_TRUE(comm != nullptr && comm->impl && comm->forks == hcomm_c::Forks())) {
     const size_t esize = DtypeSize(RawValue(dtype));
     const int size = comm->impl->size();
     const bool peer_ok = (is_recv && peer == HCOMM_ANY_SOURCE) || (peer >= 0 && peer < size);
@@ -163,6 +175,8 @@ hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Commun
   slot->fabric = comm.fabric();
   slot->timeout = comm.timeout();
   slot->world_to_group = comm.world_to_group();
+  slot->forks = hcomm_c::Forks();
+  slot->pid = getpid();
   *out = slot;
   return HCOMM_SUCCESS;
 }
@@ -174,18 +188,29 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t BadRequest(const std:
     return BadArg(absl::StrCat(what, " is not a request (no hcomm_isend, hcomm_irecv or ",
                                "hcomm_iallreduce made one at this address)"));
   }
+  if (req->live.load(std::memory_order_acquire) && req->forks != hcomm_c::Forks()) {
+    return BadArg(absl::StrCat(what, " was made by process ", req->pid, ", and this process (",
+                               getpid(), ") is a fork of it: a fork's child cannot wait for its "
+                               "parent's requests (hcomm_request_free lets it go here)"));
+  }
   return BadArg(absl::StrCat(what, " was freed already (hcomm_request_free)"));
 }
 
-// Whether the caller may use a request handle: one this library made and
-// the caller has not freed.
+// Whether a request handle is one this library made and the caller has not
+// freed.
 inline bool LiveRequest(hcomm_request_t req) {
   return req != nullptr && hcomm_c::RequestSlots::Get().Owns(req) &&
          req->live.load(std::memory_order_acquire);
 }
 
+// Whether the caller may use it: a live one made in this process, not
+// before a fork (c_api/forks.h).
+inline bool UsableRequest(hcomm_request_t req) {
+  return LiveRequest(req) && req->forks == hcomm_c::Forks();
+}
+
 inline hcomm_status_t CheckRequest(const char* fn, hcomm_request_t req) {
-  if (ABSL_PREDICT_TRUE(LiveRequest(req))) return HCOMM_SUCCESS;
+  if (ABSL_PREDICT_TRUE(UsableRequest(req))) return HCOMM_SUCCESS;
   return BadRequest(absl::StrCat(fn, ": req"), req);
 }
 
@@ -195,8 +220,19 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t NullComm(const char* 
   return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
 }
 
-inline hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
+// A communicator handle that is neither NULL nor destroyed; it may be one a
+// fork's parent made (c_api/forks.h). Enough for the calls that only read
+// what the handle holds (rank, size, transport).
+inline hcomm_status_t CheckCommHandle(const char* fn, hcomm_comm_t comm) {
   if (ABSL_PREDICT_FALSE(comm == nullptr || !comm->impl)) return NullComm(fn);
+  return HCOMM_SUCCESS;
+}
+
+// A communicator this process may use: not one made before a fork.
+inline hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
+  const hcomm_status_t st = CheckCommHandle(fn, comm);
+  if (ABSL_PREDICT_FALSE(st != HCOMM_SUCCESS)) return st;
+  if (ABSL_PREDICT_FALSE(comm->forks != hcomm_c::Forks())) return ForkedComm(fn, comm);
   return HCOMM_SUCCESS;
 }
 
@@ -290,13 +326,9 @@ hcomm::ReduceOp OP(hcomm_reduce_op_t o) { return static_cast<hcomm::ReduceOp>(o)
 // Destroyed handles keep their few bytes (and are never reused), so that a
 // later call with one is told so (INVALID_ARGUMENT, as API.md says) instead
 // of reading freed memory; what they held is released. They are listed
-// here, not lost: kept on purpose, and not leaks to a leak checker.
-void KeepDestroyed(const void* handle) {
-  static absl::Mutex mu(absl::kConstInit);
-  static std::vector<const void*>* kept = new std::vector<const void*>();
-  absl::MutexLock l(&mu);
-  kept->push_back(handle);
-}
+// (hcomm_c::Keep), not lost: kept on purpose, and not leaks to a leak
+// checker.
+void KeepDestroyed(const void* handle) { hcomm_c::Keep(handle); }
 
 }  // namespace
 
@@ -378,14 +410,14 @@ hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out) {
 }
 
 hcomm_status_t hcomm_comm_rank(hcomm_comm_t comm, int* rank) {
-  HCOMM_C_CHECK(CheckComm("hcomm_comm_rank", comm));
+  HCOMM_C_CHECK(CheckCommHandle("hcomm_comm_rank", comm));
   if (rank == nullptr) return BadArg("hcomm_comm_rank: rank is NULL");
   *rank = comm->impl->rank();
   return HCOMM_SUCCESS;
 }
 
 hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size) {
-  HCOMM_C_CHECK(CheckComm("hcomm_comm_size", comm));
+  HCOMM_C_CHECK(CheckCommHandle("hcomm_comm_size", comm));
   if (size == nullptr) return BadArg("hcomm_comm_size: size is NULL");
   *size = comm->impl->size();
   return HCOMM_SUCCESS;
@@ -403,7 +435,7 @@ hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key, const char* va
 }
 
 hcomm_status_t hcomm_comm_transport(hcomm_comm_t comm, int peer, const char** name) {
-  HCOMM_C_CHECK(CheckComm("hcomm_comm_transport", comm));
+  HCOMM_C_CHECK(CheckCommHandle("hcomm_comm_transport", comm));
   if (name == nullptr) return BadArg("hcomm_comm_transport: name is NULL");
   if (peer < 0 || peer >= comm->impl->size()) {
     return BadArg(absl::StrCat("hcomm_comm_transport on rank ", comm->impl->rank(), ": peer ",
@@ -426,6 +458,14 @@ hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm) {
   if (comm == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
     if (!comm->impl) return BadArg("hcomm_comm_destroy: comm was destroyed already");
+    if (comm->forks != hcomm_c::Forks()) {
+      // A fork's child letting go of its parent's communicator: ending it
+      // here would tell the parent's peers that the parent left, and wait
+      // for threads that only the parent has. Kept as it is instead.
+      hcomm_c::Keep(comm->impl.release());
+      KeepDestroyed(comm);
+      return HCOMM_SUCCESS;
+    }
     absl::Status s = comm->impl->Destroy();
     comm->impl.reset();  // the handle stays, destroyed (see KeepDestroyed)
     KeepDestroyed(comm);
@@ -504,7 +544,7 @@ hcomm_status_t hcomm_waitall(int n, hcomm_request_t* reqs) {
     if (n < 0) return BadArg(absl::StrCat("hcomm_waitall: n is ", n));
     if (n > 0 && reqs == nullptr) return BadArg("hcomm_waitall: reqs is NULL");
     for (int i = 0; i < n; ++i) {
-      if (ABSL_PREDICT_FALSE(!LiveRequest(reqs[i]))) {
+      if (ABSL_PREDICT_FALSE(!UsableRequest(reqs[i]))) {
         return BadRequest(absl::StrCat("hcomm_waitall: reqs[", i, "]"), reqs[i]);
       }
     }
@@ -541,6 +581,13 @@ hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, si
 hcomm_status_t hcomm_request_free(hcomm_request_t req) {
   if (req == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
+    if (LiveRequest(req) && req->forks != hcomm_c::Forks()) {
+      // A fork's child letting go of its parent's request: the slot keeps
+      // its references (the last one to the fabric would end it, as a
+      // destroy would) and is never handed out again.
+      req->live.store(false, std::memory_order_release);
+      return HCOMM_SUCCESS;
+    }
     HCOMM_C_CHECK(CheckRequest("hcomm_request_free", req));
     if (!req->impl->done.load()) req->fabric->Release(req->impl);
     // False only where another thread freed it meanwhile.

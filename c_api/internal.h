@@ -3,10 +3,15 @@
 #ifndef HCOMM_C_API_INTERNAL_H_
 #define HCOMM_C_API_INTERNAL_H_
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "c_api/forks.h"
 #include "core/channel.h"
 #include "core/communicator.h"
 #include "core/fabric.h"
@@ -21,6 +26,9 @@ struct hcomm_config_s {
 
 struct hcomm_comm_s {
   std::unique_ptr<hcomm::Communicator> impl;
+  // Who made it (c_api/forks.h): a fork's child does not use its parent's.
+  uint32_t forks = hcomm_c::Forks();
+  pid_t pid = getpid();
 };
 
 // A request handle is a slot of hcomm_c::RequestSlots (c_api/request_slots.h).
@@ -34,6 +42,9 @@ struct hcomm_request_s {
   absl::Duration timeout;
   // World rank -> rank of the communicator the request was made on.
   std::shared_ptr<const std::vector<int>> world_to_group;
+  // Who made it (c_api/forks.h), as for communicators.
+  uint32_t forks = 0;
+  pid_t pid = 0;
 };
 
 struct hcomm_channel_s {

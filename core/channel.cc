@@ -322,6 +322,7 @@ Channel::Channel(std::string name, void* base, size_t map_bytes, bool creator, u
       ring_(static_cast<unsigned char*>(base) + kHeaderBytes),
       capacity_(static_cast<size_t>(header_->capacity)),
       creator_(creator),
+      creator_pid_(creator ? getpid() : 0),
       dev_(dev),
       ino_(ino) {}
 
@@ -330,7 +331,9 @@ Channel::~Channel() { Close().IgnoreError(); }
 absl::Status Channel::Close() {
   if (base_ == nullptr) return absl::OkStatus();
   absl::Status status;
-  if (creator_) {
+  // A fork's child closing the channel its parent made unmaps it only: the
+  // parent still uses the name.
+  if (creator_ && getpid() == creator_pid_) {
     // Unlink only if the name still refers to our segment (it may have been
     // removed by hand and created anew by someone else).
     const std::string shm_name = ShmName(name_);

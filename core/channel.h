@@ -44,6 +44,8 @@
 #ifndef HCOMM_CORE_CHANNEL_H_
 #define HCOMM_CORE_CHANNEL_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -122,7 +124,8 @@ class Channel {
 
   // Unmaps the segment; the creator also unlinks its name (processes that
   // have it open keep working until they close; a later Open of the name
-  // fails or creates a new channel). Idempotent. The object can then only
+  // fails or creates a new channel), but not from the child of a fork made
+  // after it opened the channel: there it only unmaps. Idempotent. The object can then only
   // be destroyed. Errors: INTERNAL (munmap or shm_unlink failed; the object
   // is closed anyway).
   absl::Status Close();
@@ -171,6 +174,7 @@ class Channel {
   unsigned char* ring_;               // base_ + kHeaderBytes
   size_t capacity_;
   const bool creator_;
+  const pid_t creator_pid_;  // the process that created it; 0 for an opener
   // Identity of the segment, so that the creator unlinks only its own.
   const uint64_t dev_;
   const uint64_t ino_;

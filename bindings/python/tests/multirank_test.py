@@ -335,6 +335,41 @@ def shared_memory_channel():
         hcomm.barrier()
 
 
+@check
+def forked_child():
+    """A child forked after init (as a worker pool forks) is refused the
+    parent's group, and its normal exit (atexit destroys what the program
+    left) leaves the parent's job and channel alone."""
+    name = "pyfork-%d-" % R + os.environ.get("HCOMM_JOB_TOKEN", str(os.getppid()))[:16]
+    ch = hcomm.SharedMemoryChannel(name, 1 << 12, create=True)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            assert hcomm.get_rank() == R
+            try:
+                hcomm.all_reduce(np.ones(4, np.float32))
+                print("FAIL: forked_child: all_reduce in the child worked", flush=True)
+            except hcomm.InvalidArgumentError as e:
+                assert "fork" in str(e), e
+                ch.write(b"from the child")
+                code = 0
+        finally:
+            sys.stdout.flush()
+            if code:
+                os._exit(code)
+        sys.exit(0)  # Through atexit, which destroys the inherited group.
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert ch.read(timeout_ms=5000) == b"from the child"
+    with hcomm.SharedMemoryChannel(name, 0):  # The child's close left the name.
+        pass
+    ch.close()
+    t = np.array([R + 1], np.int64)
+    hcomm.all_reduce(t)
+    assert t[0] == N * (N + 1) // 2, t
+
+
 def worker():
     global R
     hcomm.init(timeout_ms=30000)

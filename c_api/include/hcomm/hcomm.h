@@ -27,6 +27,15 @@
  * - Destroy/free calls accept NULL and do nothing; every other call given a
  *   NULL handle returns HCOMM_ERR_INVALID_ARGUMENT.
  * - `count` is in elements of `dtype`, never bytes.
+ * - fork(): communicators and requests belong to the process that made
+ *   them. In the child of a fork they answer hcomm_comm_rank, _size and
+ *   _transport; every other call with one returns
+ *   HCOMM_ERR_INVALID_ARGUMENT (the message names the fork), except that
+ *   hcomm_comm_destroy and hcomm_request_free succeed at once and touch
+ *   nothing the parent uses, so a child that exits (atexit handlers and
+ *   all) leaves the parent's job alone. Channels are shared between
+ *   processes and work in the child; its close of one the parent created
+ *   leaves the name.
  */
 #ifndef HCOMM_HCOMM_H_
 #define HCOMM_HCOMM_H_
@@ -198,7 +207,8 @@ HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
  * with the last of them destroyed.
  * NULL is a no-op. The handle keeps a few bytes so that a later call with
  * it, destroy included, returns INVALID_ARGUMENT ("comm is NULL or
- * destroyed").
+ * destroyed"). In the child of a fork, destroying the parent's
+ * communicator only lets go of it (see the conventions above).
  * THREAD SAFETY: no other thread may be using the communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm);
 
@@ -268,7 +278,9 @@ HCOMM_API hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, in
  * then stay valid until the communicator is destroyed). NULL is a no-op.
  * A freed request must not be used again; a call that does gets
  * INVALID_ARGUMENT ("req was freed already") unless more than 1024 other
- * requests were freed since, after which its handle may name a new one. */
+ * requests were freed since, after which its handle may name a new one.
+ * In the child of a fork, freeing the parent's request only lets go of it
+ * (see the conventions above). */
 HCOMM_API hcomm_status_t hcomm_request_free(hcomm_request_t req);
 
 /* ------------------------------------------------------------------------ */
@@ -350,7 +362,8 @@ HCOMM_API hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_
  * removes the name: handles already open elsewhere keep working until they
  * are closed (messages left when the last one closes are lost); opening the
  * name afterwards is NO_DEVICE, creating it makes a new channel. Other
- * closes only unmap. NULL is a no-op. The channel is released even when an
+ * closes only unmap, the close of the creator's handle in the child of a
+ * fork among them. NULL is a no-op. The channel is released even when an
  * error is returned; the handle keeps a few bytes so that a later call with
  * it, close included, returns INVALID_ARGUMENT.
  * Errors: INTERNAL (removing the name or unmapping failed).

@@ -1,0 +1,170 @@
+/* fork_child: what a fork's child may do with its parent's handles, checked
+ * from a C99 program as 2 processes (fork_child_test runs it over shared
+ * memory and over TCP):
+ *
+ *   hcomm_run -n 2 --timeout 60 -- fork_child
+ *
+ * Each rank makes a channel and posts a receive, then forks. The child
+ * (which has the parent's handles but none of its threads, and shares its
+ * sockets and shared memory):
+ *   - reads its rank and size;
+ *   - is refused (HCOMM_ERR_INVALID_ARGUMENT, naming the fork) an
+ *     allreduce, a send, a wait on the parent's request, a split and an
+ *     abort;
+ *   - writes a message into the parent's channel;
+ *   - frees the request, destroys the communicator and closes the channel,
+ *     each at once and successfully,
+ * and exits through exit(). The parent then finds its job untouched: the
+ * posted receive gets the peer's message, an allreduce sums, the child's
+ * message is in the channel, and the channel's name still opens.
+ *
+ * Prints "ok: all" at the end; the first failure prints "FAIL: ..." and
+ * exits 1.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hcomm/hcomm.h"
+
+static const char* g_who = "parent";
+
+static double NowS(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void Fail(const char* what, hcomm_status_t st) {
+  fprintf(stderr, "FAIL: %s: %s returned %d (%s)\n", g_who, what, (int)st, hcomm_last_error());
+  exit(1);
+}
+
+#define CALL(expr)                                  \
+  do {                                              \
+    hcomm_status_t st_ = (expr);                    \
+    if (st_ != HCOMM_SUCCESS) Fail(#expr, st_);     \
+  } while (0)
+
+/* The call must be refused as a parent's handle, naming the fork. */
+#define REFUSED(expr)                                                          \
+  do {                                                                         \
+    hcomm_status_t st_ = (expr);                                               \
+    if (st_ != HCOMM_ERR_INVALID_ARGUMENT || !strstr(hcomm_last_error(), "fork")) \
+      Fail(#expr " (want INVALID_ARGUMENT naming the fork)", st_);             \
+  } while (0)
+
+static void Child(hcomm_comm_t comm, hcomm_request_t req, hcomm_channel_t ch, int rank) {
+  g_who = "child";
+  int r = -1, n = 0;
+  CALL(hcomm_comm_rank(comm, &r));
+  CALL(hcomm_comm_size(comm, &n));
+  if (r != rank || n != 2) {
+    fprintf(stderr, "FAIL: child: rank %d of %d, want %d of 2\n", r, n, rank);
+    exit(1);
+  }
+  float v = 1.0f;
+  int x = 0;
+  hcomm_comm_t sub = NULL;
+  REFUSED(hcomm_allreduce(&v, &v, 1, HCOMM_FLOAT32, HCOMM_SUM, comm));
+  REFUSED(hcomm_send(&x, 1, HCOMM_INT32, 1 - rank, 5, comm));
+  REFUSED(hcomm_wait(req));
+  REFUSED(hcomm_comm_split(comm, 0, 0, &sub));
+  REFUSED(hcomm_comm_abort(comm));
+  const char msg[] = "from the child";
+  CALL(hcomm_channel_write(ch, msg, sizeof msg, 1000));
+  const double t0 = NowS();
+  CALL(hcomm_request_free(req));
+  CALL(hcomm_comm_destroy(comm));
+  CALL(hcomm_channel_close(ch));
+  const double took = NowS() - t0;
+  if (took > 1.0) {
+    fprintf(stderr, "FAIL: child: letting go of the handles took %.2f s\n", took);
+    exit(1);
+  }
+  exit(0); /* through atexit, as a normal program ends */
+}
+
+int main(void) {
+  hcomm_comm_t comm = NULL;
+  CALL(hcomm_comm_init(NULL, &comm));
+  int rank = -1;
+  CALL(hcomm_comm_rank(comm, &rank));
+  const int peer = 1 - rank;
+
+  char name[64];
+  snprintf(name, sizeof name, "fork-child-%ld-%d", (long)getppid(), rank);
+  hcomm_channel_t ch = NULL;
+  CALL(hcomm_channel_open(name, 4096, 1, &ch));
+  int got = -1;
+  hcomm_request_t req = NULL;
+  CALL(hcomm_irecv(&got, 1, HCOMM_INT32, peer, 7, comm, &req));
+
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    perror("FAIL: fork");
+    return 1;
+  }
+  if (pid == 0) Child(comm, req, ch, rank);
+
+  /* The child has 20 s; one stuck letting go would fail here. */
+  int status = 0;
+  const double deadline = NowS() + 20.0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (NowS() > deadline) {
+      kill(pid, SIGKILL);
+      fprintf(stderr, "FAIL: parent: the child did not exit within 20 s\n");
+      return 1;
+    }
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "FAIL: parent: the child ended with status 0x%x\n", status);
+    return 1;
+  }
+  printf("ok: child\n");
+
+  /* Both children are done before either rank sends. */
+  CALL(hcomm_barrier(comm));
+  const int mine = 100 + rank;
+  CALL(hcomm_send(&mine, 1, HCOMM_INT32, peer, 7, comm));
+  CALL(hcomm_wait(req));
+  CALL(hcomm_request_free(req));
+  if (got != 100 + peer) {
+    fprintf(stderr, "FAIL: parent: the posted receive got %d, want %d\n", got, 100 + peer);
+    return 1;
+  }
+  float sum = (float)(rank + 1);
+  CALL(hcomm_allreduce(&sum, &sum, 1, HCOMM_FLOAT32, HCOMM_SUM, comm));
+  if (sum != 3.0f) {
+    fprintf(stderr, "FAIL: parent: allreduce gave %g, want 3\n", (double)sum);
+    return 1;
+  }
+  printf("ok: job\n");
+
+  char buf[64] = {0};
+  size_t len = 0;
+  CALL(hcomm_channel_read(ch, buf, sizeof buf, &len, 1000));
+  if (strcmp(buf, "from the child") != 0) {
+    fprintf(stderr, "FAIL: parent: the channel held '%s'\n", buf);
+    return 1;
+  }
+  hcomm_channel_t again = NULL;
+  CALL(hcomm_channel_open(name, 0, 0, &again)); /* the child's close left the name */
+  CALL(hcomm_channel_close(again));
+  CALL(hcomm_channel_close(ch));
+  printf("ok: channel\n");
+
+  CALL(hcomm_comm_destroy(comm));
+  printf("ok: all\n");
+  return 0;
+}
