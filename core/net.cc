@@ -7,11 +7,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -60,16 +62,68 @@ absl::StatusOr<struct addrinfo*> Resolve(const HostPort& hp, bool passive) {
   return res;
 }
 
+// Descriptors owned by some Fd, one bit each, for the child of a fork to
+// close (lock-free: the child may have been forked while another thread was
+// here).
+constexpr int kTrackedFds = 1 << 16;
+std::atomic<uint64_t> owned_fds[kTrackedFds / 64];
+std::atomic<uint32_t> fork_count{0};
+
+void CloseOwnedInChild() {
+  fork_count.fetch_add(1, std::memory_order_relaxed);
+  for (int w = 0; w < kTrackedFds / 64; ++w) {
+    uint64_t bits = owned_fds[w].exchange(0, std::memory_order_relaxed);
+    while (bits != 0) {
+      const int b = __builtin_ctzll(bits);
+      bits &= bits - 1;
+      ::close(w * 64 + b);
+    }
+  }
+}
+
+[[maybe_unused]] const int close_owned_registered =
+    pthread_atfork(nullptr, nullptr, CloseOwnedInChild);
+
 }  // namespace
 
+uint32_t Fd::ForkCount() { return fork_count.load(std::memory_order_relaxed); }
+
+void Fd::Own(int fd) {
+  if (fd < 0 || fd >= kTrackedFds) return;
+  owned_fds[fd / 64].fetch_or(uint64_t{1} << (fd % 64), std::memory_order_relaxed);
+}
+
+void Fd::Disown(int fd) {
+  if (fd < 0 || fd >= kTrackedFds) return;
+  owned_fds[fd / 64].fetch_and(~(uint64_t{1} << (fd % 64)), std::memory_order_relaxed);
+}
+
 Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) reset(o.release());
+  if (this != &o) {
+    reset();
+    fd_ = o.fd_;
+    forks_ = o.forks_;
+    o.fd_ = -1;
+  }
   return *this;
 }
 
+int Fd::release() {
+  const int f = fd_;
+  if (f >= 0 && forks_ == ForkCount()) Disown(f);
+  fd_ = -1;
+  return f;
+}
+
 void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
+  // One inherited across a fork was closed in the child already.
+  if (fd_ >= 0 && forks_ == ForkCount()) {
+    Disown(fd_);
+    ::close(fd_);
+  }
   fd_ = fd;
+  forks_ = ForkCount();
+  Own(fd);
 }
 
 std::string HostPort::ToString() const {

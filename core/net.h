@@ -24,11 +24,18 @@ namespace hcomm {
 namespace net {
 
 // Owns a file descriptor; closes it on destruction.
+//
+// Across fork(): the child of a fork closes at once every descriptor that an
+// Fd of the parent owned (below 65536), so that a child outliving its parent
+// does not hold the parent's connections open (its peers would not see it
+// die) or its listening ports bound. An Fd the child inherited owns nothing
+// there: resetting or destroying it closes nothing (the number may name
+// another file by then).
 class Fd {
  public:
   Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  explicit Fd(int fd) : fd_(fd), forks_(ForkCount()) { Own(fd); }
+  Fd(Fd&& o) noexcept : fd_(o.fd_), forks_(o.forks_) { o.fd_ = -1; }
   Fd& operator=(Fd&& o) noexcept;
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
@@ -36,15 +43,19 @@ class Fd {
 
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
+  // Gives up ownership: the caller closes the descriptor.
+  int release();
   void reset(int fd = -1);
 
+  // How many forks this process has come out of (counted in the child).
+  static uint32_t ForkCount();
+
  private:
+  static void Own(int fd);
+  static void Disown(int fd);
+
   int fd_ = -1;
+  uint32_t forks_ = 0;  // ForkCount() when fd_ was taken
 };
 
 struct HostPort {

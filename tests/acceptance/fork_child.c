@@ -18,11 +18,18 @@
  * posted receive gets the peer's message, an allreduce sums, the child's
  * message is in the channel, and the channel's name still opens.
  *
+ * Last, rank 1 forks a child that lingers (reading a channel) and dies
+ * without destroying its communicator: rank 0's pending receive from it
+ * must fail with HCOMM_ERR_PEER_FAILURE within 10 s (the child holds none
+ * of the dead rank's connections open), after which rank 0 lets the
+ * lingering child go through a channel.
+ *
  * Prints "ok: all" at the end; the first failure prints "FAIL: ..." and
  * exits 1.
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +99,61 @@ static void Child(hcomm_comm_t comm, hcomm_request_t req, hcomm_channel_t ch, in
   exit(0); /* through atexit, as a normal program ends */
 }
 
+/* A name for this job's channels: the key hcomm_run made for it (pids
+ * repeat between runs in a sandbox; the job token is a secret). */
+static const char* JobName(void) {
+  const char* key = getenv("HCOMM_JOB_KEY");
+  return key != NULL && key[0] != '\0' ? key : "nokey";
+}
+
+/* Rank 1 dies leaving a forked child alive; rank 0 must see it die. */
+static int Linger(hcomm_comm_t comm, int rank) {
+  char name[64];
+  snprintf(name, sizeof name, "fork-linger-%s", JobName());
+  hcomm_channel_t linger = NULL;
+  if (rank == 0) CALL(hcomm_channel_open(name, 4096, 1, &linger));
+  CALL(hcomm_barrier(comm)); /* the channel exists */
+  if (rank == 1) {
+    CALL(hcomm_channel_open(name, 0, 0, &linger));
+    printf("ok: all\n");
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0) {
+      perror("FAIL: fork");
+      return 1;
+    }
+    if (pid == 0) {
+      /* Off the launcher's pipes, which it reads until they close. */
+      const int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+      char b[16];
+      size_t n = 0;
+      hcomm_channel_read(linger, b, sizeof b, &n, 20000);
+      _exit(0);
+    }
+    _exit(0); /* no destroy: as a crash would leave it */
+  }
+  CALL(hcomm_comm_set(comm, "timeout_ms", "30000"));
+  int x = 0;
+  const double t0 = NowS();
+  const hcomm_status_t st = hcomm_recv(&x, 1, HCOMM_INT32, 1, 9, comm);
+  const double took = NowS() - t0;
+  const int ok = st == HCOMM_ERR_PEER_FAILURE && took <= 10.0;
+  if (!ok) {
+    fprintf(stderr, "FAIL: parent: receive from a rank that died with a forked child alive "
+            "returned %d after %.2f s (want PEER_FAILURE within 10 s): %s\n", (int)st, took,
+            hcomm_last_error());
+  }
+  CALL(hcomm_channel_write(linger, "go", 3, 1000)); /* the child may go */
+  CALL(hcomm_channel_close(linger));
+  if (!ok) return 1;
+  printf("ok: a dead rank's lingering child holds nothing open (%.2f s)\n", took);
+  CALL(hcomm_comm_destroy(comm));
+  printf("ok: all\n");
+  return 0;
+}
+
 int main(void) {
   hcomm_comm_t comm = NULL;
   CALL(hcomm_comm_init(NULL, &comm));
@@ -100,7 +162,7 @@ int main(void) {
   const int peer = 1 - rank;
 
   char name[64];
-  snprintf(name, sizeof name, "fork-child-%ld-%d", (long)getppid(), rank);
+  snprintf(name, sizeof name, "fork-child-%s-%d", JobName(), rank);
   hcomm_channel_t ch = NULL;
   CALL(hcomm_channel_open(name, 4096, 1, &ch));
   int got = -1;
@@ -163,8 +225,5 @@ int main(void) {
   CALL(hcomm_channel_close(again));
   CALL(hcomm_channel_close(ch));
   printf("ok: channel\n");
-
-  CALL(hcomm_comm_destroy(comm));
-  printf("ok: all\n");
-  return 0;
+  return Linger(comm, rank);
 }

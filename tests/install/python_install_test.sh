@@ -117,7 +117,7 @@ except hcomm.InvalidArgumentError:
 print("ok: exceptions")
 
 # SharedMemoryChannel between local processes
-name = "pyinstall-" + os.environ["HCOMM_JOB_TOKEN"][:12]
+name = "pyinstall-" + os.environ["HCOMM_JOB_KEY"]  # the token is a secret
 if rank == 0:
     with hcomm.SharedMemoryChannel(name, 4096, create=True) as ch:
         hcomm.barrier()

@@ -320,7 +320,7 @@ def exceptions():
 
 @check
 def shared_memory_channel():
-    name = "pymulti-" + os.environ.get("HCOMM_JOB_TOKEN", str(os.getppid()))[:16]
+    name = "pymulti-" + os.environ.get("HCOMM_JOB_KEY", str(os.getppid()))
     if R == 0:
         ch = hcomm.SharedMemoryChannel(name, 1 << 16, create=True)
         hcomm.barrier()  # Created before anyone opens it.
@@ -340,7 +340,7 @@ def forked_child():
     """A child forked after init (as a worker pool forks) is refused the
     parent's group, and its normal exit (atexit destroys what the program
     left) leaves the parent's job and channel alone."""
-    name = "pyfork-%d-" % R + os.environ.get("HCOMM_JOB_TOKEN", str(os.getppid()))[:16]
+    name = "pyfork-%d-" % R + os.environ.get("HCOMM_JOB_KEY", str(os.getppid()))
     ch = hcomm.SharedMemoryChannel(name, 1 << 12, create=True)
     pid = os.fork()
     if pid == 0:

@@ -33,9 +33,10 @@
  *   HCOMM_ERR_INVALID_ARGUMENT (the message names the fork), except that
  *   hcomm_comm_destroy and hcomm_request_free succeed at once and touch
  *   nothing the parent uses, so a child that exits (atexit handlers and
- *   all) leaves the parent's job alone. Channels are shared between
- *   processes and work in the child; its close of one the parent created
- *   leaves the name.
+ *   all) leaves the parent's job alone. The child closes its copies of the
+ *   parent's sockets at once, so its peers still see the parent die.
+ *   Channels are shared between processes and work in the child; its close
+ *   of one the parent created leaves the name.
  */
 #ifndef HCOMM_HCOMM_H_
 #define HCOMM_HCOMM_H_
