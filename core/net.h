@@ -50,10 +50,12 @@ class Fd {
   // How many forks this process has come out of (counted in the child).
   static uint32_t ForkCount();
 
- private:
+  // For a descriptor kept as a plain int, not in an Fd: Own(fd) once it is
+  // open, Disown(fd) before it is closed, and a fork's child closes it too.
   static void Own(int fd);
   static void Disown(int fd);
 
+ private:
   int fd_ = -1;
   uint32_t forks_ = 0;  // ForkCount() when fd_ was taken
 };

@@ -214,10 +214,12 @@ void StoreServer::Admit(int fd) {
     ::close(fd);  // the client sees the connection closed
     return;
   }
+  net::Fd::Own(fd);  // a fork's child closes it (core/net.h)
   const uint64_t id = next_conn_id_++;
   Conn& conn = conns_[id];
   conn.fd = fd;
   if (!SpawnThread([this, id, fd] { ServeConnection(id, fd); }, &conn.thread)) {
+    net::Fd::Disown(fd);
     ::close(fd);
     conns_.erase(id);
   }
@@ -248,6 +250,7 @@ void StoreServer::ServeConnection(uint64_t id, int fd) {
   }
   {
     absl::MutexLock l(&mu_);
+    net::Fd::Disown(fd);
     ::close(fd);
     Conn& conn = conns_[id];
     conn.fd = -1;
