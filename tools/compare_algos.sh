@@ -8,8 +8,9 @@
 #   bash tools/compare_algos.sh                      # 2 ranks, TCP, 4 rounds
 #   NP=4 TRANSPORTS=tcp ROUNDS=4 LO=256K HI=8M F=2 bash tools/compare_algos.sh
 #
-# Two ranks are pinned one per CPU (hcomm_run --bind-to core); more are left
-# to the scheduler.
+# Two ranks are pinned one per CPU (hcomm_run --bind-to core); more are
+# placed by hcomm_run's default (pinned round robin where they outnumber the
+# CPUs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 NP="${NP:-2}"

@@ -21,9 +21,11 @@
 # Scenarios (peers: Open MPI, and MPICH for the shm 2-rank ones): p2p_shm p2p_tcp allreduce2_shm allreduce2_tcp allreduce4_shm
 # allreduce4_tcp gloo2 gloo4 (Gloo's ring allreduce over loopback TCP against
 # hcomm's default transports). Two-rank runs are pinned one rank per CPU on
-# both sides (Open MPI binds by default; hcomm_run --bind-to core); four
-# ranks on two CPUs are left unpinned on both sides, as Open MPI does when
-# oversubscribed.
+# both sides (Open MPI binds by default; hcomm_run --bind-to core). Four
+# ranks on two CPUs run as each launcher places them by default: Open MPI
+# leaves them unbound when oversubscribed, hcomm_run pins them round robin
+# (--bind-to auto); Open MPI also runs them bound (ompi-bound,
+# --bind-to core:overload-allowed), and "best" takes its faster mode.
 #
 # Needs the peer harnesses built by ../shared/peers/run.sh (run it once),
 # and Open MPI / Gloo installed (the same script installs them).
@@ -57,6 +59,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob
 MR=(mpirun.openmpi --allow-run-as-root)
 SM=(--mca btl vader,self)
 TCP=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+OMPI_BOUND=(--bind-to core:overload-allowed)
 # Set by run_round for the sizes of one run: the peers' arguments, and
 # hcomm_bench's range (it sweeps powers of two from LO to HI; the sizes
 # asked for are kept), up to 20000 iterations per timed run (the bench caps
@@ -166,10 +169,14 @@ run_round() {
   RUN_OPTS=()
   if want allreduce4_shm; then
     peer allreduce4_shm ompi "${MR[@]}" -np 4 --oversubscribe "${SM[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    peer allreduce4_shm ompi-bound "${MR[@]}" -np 4 --oversubscribe "${OMPI_BOUND[@]}" "${SM[@]}" \
+      "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce4_shm 4 HCOMM_TRANSPORTS=shm -- allreduce -c 0
   fi
   if want allreduce4_tcp; then
     peer allreduce4_tcp ompi "${MR[@]}" -np 4 --oversubscribe "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
+    peer allreduce4_tcp ompi-bound "${MR[@]}" -np 4 --oversubscribe "${OMPI_BOUND[@]}" "${TCP[@]}" \
+      "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce4_tcp 4 HCOMM_TRANSPORTS=tcp -- allreduce -c 0
   fi
   if want gloo4; then
@@ -228,8 +235,8 @@ for sc in scenarios:
     peers = sorted({who for (s, who, _) in data if s == sc and who != "hcomm"})
     print(f"\n== {sc} (peers: {', '.join(peers)})")
     for who in peers + ["hcomm"]:
-        print(f"   conditions {who:>6}: {describe(conditions.get((sc, who), []))}")
-    print(f"{'size':>10} {'best':>6} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
+        print(f"   conditions {who:>10}: {describe(conditions.get((sc, who), []))}")
+    print(f"{'size':>10} {'best':>10} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
           f"{'hcomm bw':>9} {'speed-up':>9} {'paired':>8}   {'min: peer':>10} {'hcomm':>9}")
     for b in want:
         h = data.get((sc, "hcomm", b))
@@ -249,6 +256,6 @@ for sc in scenarios:
         hmin = min(x[0] for x in h)
         ratios = [best[4][r] / t for t, _, r in h if r in best[4] and t > 0]
         pr = f"{statistics.median(ratios):7.2f}x" if ratios else f"{'-':>8}"
-        print(f"{label:>10} {best[0]:>6} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
+        print(f"{label:>10} {best[0]:>10} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
               f"{best[1] / ht:8.2f}x {pr}   {best[3]:10.3f} {hmin:9.3f}")
 EOF

@@ -91,7 +91,8 @@ constexpr size_t kJobKeyBytes = 8;  // 16 hex digits, as the library expects
 constexpr char kShmDir[] = "/dev/shm";
 
 constexpr char kUsage[] =
-    "usage: hcomm_run -n N [--timeout S] [--port P] [--bind-to core|none] -- PROG [ARGS...]\n"
+    "usage: hcomm_run -n N [--timeout S] [--port P] [--bind-to auto|core|none] -- PROG "
+    "[ARGS...]\n"
     "\n"
     "Starts N local ranks of PROG (1 <= N <= 1024). Each rank gets RANK,\n"
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,\n"
@@ -107,7 +108,9 @@ constexpr char kUsage[] =
     "  --timeout S     stop the job after S seconds (exit status 124)\n"
     "  --port P        MASTER_PORT to use (default: a free port)\n"
     "  --bind-to W     core: pin rank R to the R-th CPU this launcher may use\n"
-    "                  (round robin); none (default): let the kernel place them\n"
+    "                  (round robin); none: let the kernel place them; auto\n"
+    "                  (default): core when the ranks outnumber those CPUs,\n"
+    "                  none otherwise\n"
     "  -h, --help      print this message\n"
     "\n"
     "exit status: 0 if all ranks exit 0; the first failing rank's status\n"
@@ -119,7 +122,10 @@ struct Options {
   int nranks = 0;
   std::optional<double> timeout_s;
   int port = 0;  // 0: pick a free one.
-  bool bind_core = false;
+  // --bind-to: core pins each rank to one CPU, none leaves them to the
+  // kernel, auto (the default) is core where the ranks outnumber the CPUs
+  // this launcher may use, none otherwise.
+  enum class Bind { kAuto, kCore, kNone } bind = Bind::kAuto;
   std::string program_path;       // Resolved path that is exec'd.
   std::vector<std::string> argv;  // argv[0] is PROG as the user wrote it.
 };
@@ -267,10 +273,12 @@ int ParseArgs(int argc, char** argv, Options* opts) {
         return UsageError("--timeout needs a positive number of seconds, got '" + *value + "'");
       }
     } else if (name == "--bind-to") {
-      if (*value != "core" && *value != "none") {
-        return UsageError("--bind-to needs 'core' or 'none', got '" + *value + "'");
+      if (*value != "core" && *value != "none" && *value != "auto") {
+        return UsageError("--bind-to needs 'core', 'none' or 'auto', got '" + *value + "'");
       }
-      opts->bind_core = *value == "core";
+      opts->bind = *value == "core"   ? Options::Bind::kCore
+                   : *value == "none" ? Options::Bind::kNone
+                                      : Options::Bind::kAuto;
     } else {  // --port
       std::optional<long> p = ParseInt(value->c_str(), 1, 65535);
       if (!p) return UsageError("--port needs an integer from 1 to 65535, got '" + *value + "'");
@@ -537,10 +545,14 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
     Say(std::string("cannot open /dev/null: ") + strerror(errno));
     return false;
   }
-  // --bind-to core: the CPUs we may use, in order; rank r gets the
-  // (r mod count)-th.
+  // Binding: the CPUs we may use, in order; rank r gets the (r mod
+  // count)-th. By default only where the ranks outnumber those CPUs: the
+  // kernel then left 3 of 4 ranks on one of 2 CPUs for whole runs here, and
+  // a 4-rank TCP allreduce of 1 MiB took 1.5-1.9 ms against 0.8-1.0 with
+  // the ranks spread two and two. With CPUs to spare, the kernel may use
+  // them all.
   std::vector<int> cpus;
-  if (opts_.bind_core) {
+  if (opts_.bind != Options::Bind::kNone) {
     cpu_set_t mine;
     CPU_ZERO(&mine);
     if (sched_getaffinity(0, sizeof mine, &mine) == 0) {
@@ -548,6 +560,7 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
         if (CPU_ISSET(c, &mine)) cpus.push_back(c);
       }
     }
+    if (opts_.bind == Options::Bind::kAuto && n <= static_cast<int>(cpus.size())) cpus.clear();
   }
   ranks_.resize(n);
   for (int r = 0; r < n; ++r) {

@@ -128,6 +128,23 @@ expect_out_line "[rank 0] n=$ncpu"
 launch -n 1 --bind-to socket -- /bin/true
 expect_rc 2
 
+begin "by default, ranks are pinned only where they outnumber the allowed CPUs"
+mylist=$(grep Cpus_allowed_list /proc/$$/status | cut -f2)
+over=$((${#allowed[@]} + 1))
+launch -n "$over" -- /bin/sh -c 'echo "cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+expect_rc 0
+for ((r = 0; r < over; r++)); do
+  expect_out_line "[rank $r] cpus=${allowed[$((r % ${#allowed[@]}))]}"
+done
+launch -n "$over" --bind-to none -- /bin/sh -c \
+  'echo "cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+expect_rc 0
+expect_out_line "[rank $((over - 1))] cpus=$mylist"
+launch -n "${#allowed[@]}" -- /bin/sh -c \
+  'echo "cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+expect_rc 0
+expect_out_line "[rank 0] cpus=$mylist"
+
 begin "arguments passed verbatim"
 launch -n 1 -- /bin/sh -c 'printf "<%s>\n" "$@"' sh "a b" "" '$HOME'
 expect_rc 0
