@@ -6,10 +6,6 @@
 
 namespace hcomm_c {
 
-namespace forks_internal {
-std::atomic<uint32_t> count{0};
-}  // namespace forks_internal
-
 namespace {
 
 // A plain pthread mutex: it is held across fork() (so that the child never
@@ -19,14 +15,10 @@ pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
 std::vector<const void*>* kept = nullptr;  // guarded by kept_mu
 
 void BeforeFork() { pthread_mutex_lock(&kept_mu); }
-void InParent() { pthread_mutex_unlock(&kept_mu); }
-void InChild() {
-  forks_internal::count.fetch_add(1, std::memory_order_relaxed);
-  pthread_mutex_unlock(&kept_mu);
-}
+void AfterFork() { pthread_mutex_unlock(&kept_mu); }  // in parent and child
 
 // Registered while the library is loaded, before any handle exists.
-[[maybe_unused]] const int registered = pthread_atfork(BeforeFork, InParent, InChild);
+[[maybe_unused]] const int registered = pthread_atfork(BeforeFork, AfterFork, AfterFork);
 
 }  // namespace
 

@@ -6,29 +6,19 @@
 // aborted or destroyed from the child would act on the parent's job: its
 // destroy would tell the parent's peers that the parent left, and would wait
 // for threads that exist only in the parent. So every communicator and
-// request handle records how many forks the process that made it had come
-// out of (Forks()); a handle whose count is not the caller's was made by an
-// ancestor, and the C API refuses to use it and lets it go without touching
-// anything the parent uses.
+// request handle records hcomm::ForkCount() (core/forks.h) when it is made;
+// a handle whose count is not the caller's was made by an ancestor, and the
+// C API refuses to use it and lets it go without touching anything the
+// parent uses (Keep).
 //
-//   if (comm->forks != hcomm_c::Forks()) ... a parent's communicator
+//   if (comm->forks != hcomm::ForkCount()) ... a parent's communicator
 //   hcomm_c::Keep(pointer);   // kept reachable, never freed
 #ifndef HCOMM_C_API_FORKS_H_
 #define HCOMM_C_API_FORKS_H_
 
-#include <atomic>
-#include <cstdint>
+#include "core/forks.h"
 
 namespace hcomm_c {
-
-namespace forks_internal {
-// Incremented in the child of every fork (pthread_atfork, registered when
-// the library is loaded).
-extern std::atomic<uint32_t> count;
-}  // namespace forks_internal
-
-// How many forks this process has come out of since the library was loaded.
-inline uint32_t Forks() { return forks_internal::count.load(std::memory_order_relaxed); }
 
 // Keeps `p` reachable for the life of the process: destroyed handles (so a
 // later call with one is told it was destroyed instead of reading freed

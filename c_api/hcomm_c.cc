@@ -113,7 +113,7 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
   if (comm == nullptr || !comm->impl) {
     return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
   }
-  if (comm->forks != hcomm_c::Forks()) return ForkedComm(fn, comm);
+  if (comm->forks != hcomm::ForkCount()) return ForkedComm(fn, comm);
   const int rank = comm->impl->rank();
   const int size = comm->impl->size();
   size_t esize = DtypeSize(RawValue(dtype));
@@ -150,7 +150,7 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t P2pError(
 inline hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count,
                                const hcomm_dtype_t& dtype, int peer, int tag, hcomm_comm_t comm,
                                bool is_recv, size_t* bytes) {
-  if (ABSL_PREDICT_TRUE(comm != nullptr && comm->impl && comm->forks == hcomm_c::Forks())) {
+  if (ABSL_PREDICT_TRUE(comm != nullptr && comm->impl && comm->forks == hcomm::ForkCount())) {
     const size_t esize = DtypeSize(RawValue(dtype));
     const int size = comm->impl->size();
     const bool peer_ok = (is_recv && peer == HCOMM_ANY_SOURCE) || (peer >= 0 && peer < size);
@@ -175,7 +175,7 @@ hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Commun
   slot->fabric = comm.fabric();
   slot->timeout = comm.timeout();
   slot->world_to_group = comm.world_to_group();
-  slot->forks = hcomm_c::Forks();
+  slot->forks = hcomm::ForkCount();
   slot->pid = getpid();
   *out = slot;
   return HCOMM_SUCCESS;
@@ -188,7 +188,7 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD hcomm_status_t BadRequest(const std:
     return BadArg(absl::StrCat(what, " is not a request (no hcomm_isend, hcomm_irecv or ",
                                "hcomm_iallreduce made one at this address)"));
   }
-  if (req->live.load(std::memory_order_acquire) && req->forks != hcomm_c::Forks()) {
+  if (req->live.load(std::memory_order_acquire) && req->forks != hcomm::ForkCount()) {
     return BadArg(absl::StrCat(what, " was made by process ", req->pid, ", and this process (",
                                getpid(), ") is a fork of it: a fork's child cannot wait for its "
                                "parent's requests (hcomm_request_free lets it go here)"));
@@ -206,7 +206,7 @@ inline bool LiveRequest(hcomm_request_t req) {
 // Whether the caller may use it: a live one made in this process, not
 // before a fork (c_api/forks.h).
 inline bool UsableRequest(hcomm_request_t req) {
-  return LiveRequest(req) && req->forks == hcomm_c::Forks();
+  return LiveRequest(req) && req->forks == hcomm::ForkCount();
 }
 
 inline hcomm_status_t CheckRequest(const char* fn, hcomm_request_t req) {
@@ -232,7 +232,7 @@ inline hcomm_status_t CheckCommHandle(const char* fn, hcomm_comm_t comm) {
 inline hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
   const hcomm_status_t st = CheckCommHandle(fn, comm);
   if (ABSL_PREDICT_FALSE(st != HCOMM_SUCCESS)) return st;
-  if (ABSL_PREDICT_FALSE(comm->forks != hcomm_c::Forks())) return ForkedComm(fn, comm);
+  if (ABSL_PREDICT_FALSE(comm->forks != hcomm::ForkCount())) return ForkedComm(fn, comm);
   return HCOMM_SUCCESS;
 }
 
@@ -458,7 +458,7 @@ hcomm_status_t hcomm_comm_destroy(hcomm_comm_t comm) {
   if (comm == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
     if (!comm->impl) return BadArg("hcomm_comm_destroy: comm was destroyed already");
-    if (comm->forks != hcomm_c::Forks()) {
+    if (comm->forks != hcomm::ForkCount()) {
       // A fork's child letting go of its parent's communicator: ending it
       // here would tell the parent's peers that the parent left, and wait
       // for threads that only the parent has. Kept as it is instead.
@@ -581,7 +581,7 @@ hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, si
 hcomm_status_t hcomm_request_free(hcomm_request_t req) {
   if (req == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
-    if (LiveRequest(req) && req->forks != hcomm_c::Forks()) {
+    if (LiveRequest(req) && req->forks != hcomm::ForkCount()) {
       // A fork's child letting go of its parent's request: the slot keeps
       // its references (the last one to the fabric would end it, as a
       // destroy would) and is never handed out again.

@@ -27,7 +27,7 @@ struct hcomm_config_s {
 struct hcomm_comm_s {
   std::unique_ptr<hcomm::Communicator> impl;
   // Who made it (c_api/forks.h): a fork's child does not use its parent's.
-  uint32_t forks = hcomm_c::Forks();
+  uint32_t forks = hcomm::ForkCount();
   pid_t pid = getpid();
 };
 

@@ -67,10 +67,8 @@ absl::StatusOr<struct addrinfo*> Resolve(const HostPort& hp, bool passive) {
 // here).
 constexpr int kTrackedFds = 1 << 16;
 std::atomic<uint64_t> owned_fds[kTrackedFds / 64];
-std::atomic<uint32_t> fork_count{0};
 
 void CloseOwnedInChild() {
-  fork_count.fetch_add(1, std::memory_order_relaxed);
   for (int w = 0; w < kTrackedFds / 64; ++w) {
     uint64_t bits = owned_fds[w].exchange(0, std::memory_order_relaxed);
     while (bits != 0) {
@@ -85,8 +83,6 @@ void CloseOwnedInChild() {
     pthread_atfork(nullptr, nullptr, CloseOwnedInChild);
 
 }  // namespace
-
-uint32_t Fd::ForkCount() { return fork_count.load(std::memory_order_relaxed); }
 
 void Fd::Own(int fd) {
   if (fd < 0 || fd >= kTrackedFds) return;
@@ -110,19 +106,19 @@ Fd& Fd::operator=(Fd&& o) noexcept {
 
 int Fd::release() {
   const int f = fd_;
-  if (f >= 0 && forks_ == ForkCount()) Disown(f);
+  if (f >= 0 && forks_ == hcomm::ForkCount()) Disown(f);
   fd_ = -1;
   return f;
 }
 
 void Fd::reset(int fd) {
   // One inherited across a fork was closed in the child already.
-  if (fd_ >= 0 && forks_ == ForkCount()) {
+  if (fd_ >= 0 && forks_ == hcomm::ForkCount()) {
     Disown(fd_);
     ::close(fd_);
   }
   fd_ = fd;
-  forks_ = ForkCount();
+  forks_ = hcomm::ForkCount();
   Own(fd);
 }
 

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/forks.h"
 
 namespace hcomm {
 namespace net {
@@ -34,7 +35,7 @@ namespace net {
 class Fd {
  public:
   Fd() = default;
-  explicit Fd(int fd) : fd_(fd), forks_(ForkCount()) { Own(fd); }
+  explicit Fd(int fd) : fd_(fd), forks_(hcomm::ForkCount()) { Own(fd); }
   Fd(Fd&& o) noexcept : fd_(o.fd_), forks_(o.forks_) { o.fd_ = -1; }
   Fd& operator=(Fd&& o) noexcept;
   Fd(const Fd&) = delete;
@@ -47,9 +48,6 @@ class Fd {
   int release();
   void reset(int fd = -1);
 
-  // How many forks this process has come out of (counted in the child).
-  static uint32_t ForkCount();
-
   // For a descriptor kept as a plain int, not in an Fd: Own(fd) once it is
   // open, Disown(fd) before it is closed, and a fork's child closes it too.
   static void Own(int fd);
@@ -57,7 +55,7 @@ class Fd {
 
  private:
   int fd_ = -1;
-  uint32_t forks_ = 0;  // ForkCount() when fd_ was taken
+  uint32_t forks_ = 0;  // hcomm::ForkCount() when fd_ was taken
 };
 
 struct HostPort {

@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "core/forks.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {
@@ -30,14 +31,14 @@ TEST(FdTest, AForksChildClosesWhatTheParentsFdsOwn) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   net::Fd a(sv[0]), b(sv[1]);
-  const uint32_t forks = net::Fd::ForkCount();
+  const uint32_t forks = ForkCount();
   EXPECT_TRUE(InChild([&] {
-    return net::Fd::ForkCount() == forks + 1 && !IsOpen(a.get()) && !IsOpen(b.get());
+    return ForkCount() == forks + 1 && !IsOpen(a.get()) && !IsOpen(b.get());
   }));
   // The parent's are untouched.
   EXPECT_TRUE(IsOpen(a.get()));
   EXPECT_TRUE(IsOpen(b.get()));
-  EXPECT_EQ(net::Fd::ForkCount(), forks);
+  EXPECT_EQ(ForkCount(), forks);
 }
 
 TEST(FdTest, AnInheritedFdClosesNothingInTheChild) {
