@@ -114,7 +114,8 @@ peer() {
   awk -v s="$sc" -v n="$name" -v r="$ROUND" '/^RESULT/ {print s, n, $5, $6, $10, r}' "$OUT/one" \
     >>"$OUT/results"
 }
-# hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape
+# hcomm SCENARIO NP ENV... -- ARGS...: hcomm_bench --json -> same shape,
+# filed under $WHO (default hcomm)
 hcomm() {
   local sc="$1" np="$2"; shift 2
   local envs=()
@@ -127,14 +128,18 @@ hcomm() {
   env "${envs[@]}" timeout -k 5 300 "$BIN/hcomm_run" -n "$np" "${RUN_OPTS[@]}" -- \
     "$BIN/hcomm_bench" "$@" -b "$LO" -e "$HI" -f 2 -n 20000 --runs "$RUNS" --json \
     >"$OUT/one" 2>/dev/null
-  after_run "$sc" hcomm
+  after_run "$sc" "${WHO:-hcomm}"
   grep -o '{.*}' "$OUT/one" | python3 -c '
 import json, sys
 for line in sys.stdin:
     o = json.loads(line)
-    print(sys.argv[1], "hcomm", o["bytes"], o["time_us"], o["busbw_gbs"], sys.argv[2])' \
-    "$sc" "$ROUND" >>"$OUT/results"
+    print(sys.argv[1], sys.argv[3], o["bytes"], o["time_us"], o["busbw_gbs"], sys.argv[2])' \
+    "$sc" "$ROUND" "${WHO:-hcomm}" >>"$OUT/results"
 }
+# floor SCENARIO NP: the memory's floor under an allreduce on the same ranks
+# and CPUs (hcomm_bench copy: every rank copies its vector to its output at
+# once, no communication; any allreduce reads the one and writes the other).
+floor() { WHO=floor hcomm "$1" "$2" -- copy -c 0; }
 
 # run_round SIZES: every scenario asked for, over SIZES (comma-separated).
 run_round() {
@@ -157,6 +162,7 @@ run_round() {
     [ -x "$PB/mpi_bench_mpich" ] && peer allreduce2_shm mpich mpirun.mpich -np 2 -bind-to core \
       "$PB/mpi_bench_mpich" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce2_shm 2 HCOMM_TRANSPORTS=shm -- allreduce -c 0
+    floor allreduce2_shm 2
   fi
   if want allreduce2_tcp; then
     peer allreduce2_tcp ompi "${MR[@]}" -np 2 "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
@@ -165,6 +171,7 @@ run_round() {
   if want gloo2; then
     peer gloo2 gloo "$PB/gloo_bench" -n 2 -p 0 "${PEER_ARGS[@]}" -a ring -c x
     hcomm gloo2 2 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
+    floor gloo2 2
   fi
   RUN_OPTS=()
   if want allreduce4_shm; then
@@ -172,6 +179,7 @@ run_round() {
     peer allreduce4_shm ompi-bound "${MR[@]}" -np 4 --oversubscribe "${OMPI_BOUND[@]}" "${SM[@]}" \
       "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
     hcomm allreduce4_shm 4 HCOMM_TRANSPORTS=shm -- allreduce -c 0
+    floor allreduce4_shm 4
   fi
   if want allreduce4_tcp; then
     peer allreduce4_tcp ompi "${MR[@]}" -np 4 --oversubscribe "${TCP[@]}" "$PB/mpi_bench_ompi" -m allreduce "${PEER_ARGS[@]}" -c x
@@ -182,6 +190,7 @@ run_round() {
   if want gloo4; then
     peer gloo4 gloo "$PB/gloo_bench" -n 4 -p 0 "${PEER_ARGS[@]}" -a ring -c x
     hcomm gloo4 4 HCOMM_TRANSPORTS=shm,tcp -- allreduce -c 0
+    floor gloo4 4
   fi
 }
 
@@ -220,7 +229,10 @@ print(f"# medians over {rounds} interleaved rounds, "
       "min = the best round of each (this VM's two CPUs are placed anew every few seconds, "
       "which moves small-message latency by 2x for every library); "
       "conditions: per run in round order, CPU 0-1 hand-over ns (core_probe) / steal % "
-      "(over 8 runs: how many found the CPUs far apart, hand-over over 150 ns)")
+      "(over 8 runs: how many found the CPUs far apart, hand-over over 150 ns); "
+      "floor = hcomm_bench copy on the same ranks and CPUs (each rank copies its vector "
+      "to its output, all at once: the least any allreduce takes), peer/floor = the most "
+      "any library could be faster than that peer in that run")
 conditions = collections.defaultdict(list)
 for line in open(cond_path):
     sc, who, ns, steal = line.split()
@@ -232,12 +244,14 @@ def describe(runs):
     return (f"{far} of {len(runs)} runs far, steal up to "
             f"{max(steal for _, steal in runs):.1f}%")
 for sc in scenarios:
-    peers = sorted({who for (s, who, _) in data if s == sc and who != "hcomm"})
+    peers = sorted({who for (s, who, _) in data if s == sc and who not in ("hcomm", "floor")})
+    has_floor = any(s == sc and who == "floor" for (s, who, _) in data)
     print(f"\n== {sc} (peers: {', '.join(peers)})")
-    for who in peers + ["hcomm"]:
+    for who in peers + ["hcomm"] + (["floor"] if has_floor else []):
         print(f"   conditions {who:>10}: {describe(conditions.get((sc, who), []))}")
     print(f"{'size':>10} {'best':>10} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
-          f"{'hcomm bw':>9} {'speed-up':>9} {'paired':>8}   {'min: peer':>10} {'hcomm':>9}")
+          f"{'hcomm bw':>9} {'speed-up':>9} {'paired':>8}   {'min: peer':>10} {'hcomm':>9}"
+          + (f"   {'floor us':>9} {'peer/floor':>10}" if has_floor else ""))
     for b in want:
         h = data.get((sc, "hcomm", b))
         best = None
@@ -256,6 +270,9 @@ for sc in scenarios:
         hmin = min(x[0] for x in h)
         ratios = [best[4][r] / t for t, _, r in h if r in best[4] and t > 0]
         pr = f"{statistics.median(ratios):7.2f}x" if ratios else f"{'-':>8}"
+        f = data.get((sc, "floor", b))
+        ft = statistics.median(x[0] for x in f) if f else None
+        fl = f"   {ft:9.3f} {best[1] / ft:9.2f}x" if ft else ""
         print(f"{label:>10} {best[0]:>10} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
-              f"{best[1] / ht:8.2f}x {pr}   {best[3]:10.3f} {hmin:9.3f}")
+              f"{best[1] / ht:8.2f}x {pr}   {best[3]:10.3f} {hmin:9.3f}{fl}")
 EOF

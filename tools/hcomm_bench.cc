@@ -34,6 +34,12 @@
 //   broadcast, reduce 1.
 // Only the out-of-place variant is measured (broadcast is in place by API).
 //
+// copy: no communication; every rank copies its vector (size bytes) from its
+// send buffer to its receive buffer with memcpy, all at once, timed like a
+// collective. Any allreduce reads each rank's input and writes its output,
+// so above the caches the copy's time is the floor under it on the same
+// ranks and CPUs. busbw = algbw.
+//
 // Measurement, per message size:
 //   iters  = min(-n, max(1, 5e7 / bytes))   (-n for 0 bytes): small messages
 //            run -n iterations, large ones fewer, so that one run moves about
@@ -796,6 +802,30 @@ uint64_t ScatterChecked(Bench& b, size_t bytes, int /*iter*/) {
   return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
 }
 
+// copy: no communication. Each rank copies its vector from its send
+// buffer into its receive buffer (memcpy), all ranks at once: the least any
+// collective that reads every rank's input and writes its output (allreduce,
+// broadcast's receivers, ...) can take on the same ranks and CPUs. Above the
+// caches this is the memory's floor, which hcomm's times are set beside in
+// tools/compare_peers.sh.
+void CopyRun(Bench& b, size_t bytes, int iters) {
+  for (int i = 0; i < iters; ++i) {
+    std::memcpy(b.recvbuf, b.sendbuf, bytes);
+    // Each copy happens: the compiler may not merge repeated ones.
+    asm volatile("" ::: "memory");
+  }
+}
+
+uint64_t CopyChecked(Bench& b, size_t bytes, int /*iter*/) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const size_t count = bytes / Esize(b);
+  const uint64_t me = static_cast<uint64_t>(b.rank);
+  FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+  FillGarbage(b.recvbuf, count * Esize(b), t);
+  CopyRun(b, bytes, 1);
+  return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+}
+
 const OpDesc kOps[] = {
     {"p2p", "ping-pong between rank 0 and rank 1; time = one-way (round trip / 2)",
      /*min_ranks=*/2, P2pParticipates, P2pBufferBytes, /*time_divisor=*/2.0, P2pBusFactor,
@@ -830,6 +860,10 @@ const OpDesc kOps[] = {
      "busbw = algbw x (n-1)/n",
      /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, GatherLikeBusFactor, ScatterRun,
      ScatterChecked, CountPerRankOfTotal, ShownTotal, false, true},
+    {"copy", "no communication: each rank memcpy()s its vector (size bytes) into its "
+     "receive buffer; the memory floor beside allreduce; busbw = algbw",
+     /*min_ranks=*/1, AllParticipate, CollBufferBytes, 1.0, OneBusFactor, CopyRun, CopyChecked,
+     CountPerRankVector, ShownPerRankVector, false, false},
 };
 
 const OpDesc* FindOp(const std::string& name) {
