@@ -22,7 +22,10 @@ torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 Every blocking call ends by the communicator's timeout_ms. Errors raise
 hcomm.HcommError (attribute `status`) or a subclass per status code;
 hcomm.TimeoutError is also a builtin TimeoutError. The blocking calls
-release the GIL, so other Python threads run meanwhile.
+release the GIL, so other Python threads run meanwhile. Every collective
+takes async_op=True (as in torch.distributed): it returns at once with a
+Work (all_reduce: a Request) to wait() for, and runs in its turn among the
+group's collectives.
 """
 
 import atexit as _atexit
@@ -39,6 +42,7 @@ from ._communicator import (
     Communicator,
     ReduceOp,
     Request,
+    Work,
 )
 from ._communicator import _destroy_all
 from .errors import (
@@ -67,7 +71,7 @@ __all__ = [
     "send", "recv", "isend", "irecv", "wait_all", "Request",
     # collectives
     "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
-    "all_to_all", "gather", "scatter", "barrier", "ReduceOp",
+    "all_to_all", "gather", "scatter", "barrier", "ReduceOp", "Work",
     # objects and constants
     "Communicator", "SharedMemoryChannel", "ANY_SOURCE", "ANY_TAG", "UNDEFINED",
     "version", "__version__",
@@ -236,50 +240,54 @@ def wait_all(requests):
         raise first
 
 
+# Collectives: async_op=True returns a Work (all_reduce: a Request, or a
+# Work while other async collectives are pending) with wait() and
+# is_completed(); otherwise they return None once done.
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
-    """tensor = op over every rank's tensor, in place on every rank.
-    async_op=True returns a Request."""
+    """tensor = op over every rank's tensor, in place on every rank."""
     return _group(group).all_reduce(tensor, op, async_op)
 
 
-def broadcast(tensor, src, group=None):
+def broadcast(tensor, src, group=None, async_op=False):
     """Every rank's tensor = rank src's tensor."""
-    _group(group).broadcast(tensor, src)
+    return _group(group).broadcast(tensor, src, async_op)
 
 
-def reduce(tensor, dst, op=ReduceOp.SUM, group=None):
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
     """Rank dst's tensor = op over every rank's tensor."""
-    _group(group).reduce(tensor, dst, op)
+    return _group(group).reduce(tensor, dst, op, async_op)
 
 
-def all_gather(out, tensor, group=None):
+def all_gather(out, tensor, group=None, async_op=False):
     """out (size * len(tensor) elements) = every rank's tensor in rank order."""
-    _group(group).all_gather(out, tensor)
+    return _group(group).all_gather(out, tensor, async_op)
 
 
-def reduce_scatter(out, inp, op=ReduceOp.SUM, group=None):
+def reduce_scatter(out, inp, op=ReduceOp.SUM, group=None, async_op=False):
     """out on rank r = op over every rank's block r of inp (size * len(out))."""
-    _group(group).reduce_scatter(out, inp, op)
+    return _group(group).reduce_scatter(out, inp, op, async_op)
 
 
-def all_to_all(out, inp, group=None):
+def all_to_all(out, inp, group=None, async_op=False):
     """Block j of inp goes to rank j; block i of out comes from rank i."""
-    _group(group).all_to_all(out, inp)
+    return _group(group).all_to_all(out, inp, async_op)
 
 
-def gather(tensor, out=None, dst=0, group=None):
+def gather(tensor, out=None, dst=0, group=None, async_op=False):
     """Rank dst's out = every rank's tensor in rank order (out only on dst)."""
-    _group(group).gather(tensor, out, dst)
+    return _group(group).gather(tensor, out, dst, async_op)
 
 
-def scatter(out, inp=None, src=0, group=None):
+def scatter(out, inp=None, src=0, group=None, async_op=False):
     """Rank r's out = block r of rank src's inp (inp only on src)."""
-    _group(group).scatter(out, inp, src)
+    return _group(group).scatter(out, inp, src, async_op)
 
 
-def barrier(group=None):
+def barrier(group=None, async_op=False):
     """Returns once every rank of group has entered it."""
-    _group(group).barrier()
+    return _group(group).barrier(async_op)
 
 
 def _at_exit():

@@ -9,9 +9,11 @@ memory; and every call uses the handle inside an in-use section
 calls in progress instead of freeing the handle under them.
 """
 
+import collections
 import enum
 import functools
 import operator
+import os
 import threading
 import weakref
 
@@ -96,14 +98,119 @@ def _collective(method):
             return method(self, *args, **kwargs)
         except BaseException as e:
             if not getattr(e, "_hcomm_in_section", False) and not self._use.closed:
-                try:
+                def refusal():
                     with self._use as h:
                         refuse(h)
+                try:
+                    self._in_turn(refusal)  # after the async collectives pending
                 except HcommError:
                     pass  # the refusal expected (or the communicator gone meanwhile)
             raise
 
     return call
+
+
+def _taken(e):
+    """Marks e as raised after its collective took its turn (see _collective)."""
+    try:
+        e._hcomm_in_section = True
+    except AttributeError:
+        pass
+
+
+class Work:
+    """A collective started with async_op=True (all_reduce's is a Request,
+    unless other async collectives were still pending).
+
+    It runs on the communicator's collective thread after the collectives
+    called before it, each in its turn, so that every rank runs them in the
+    order it called them; a collective called without async_op while some
+    are pending waits for them and runs after them. wait() blocks until it
+    has run and raises its error, if any (each runs under the communicator's
+    timeout_ms); is_completed() never blocks. The tensors must stay
+    untouched until then; the Work keeps them alive meanwhile. A process
+    forked while one was pending cannot wait for it (InvalidArgumentError).
+    """
+
+    def __init__(self, keep):
+        self._keep = keep
+        self._event = threading.Event()
+        self._pid = os.getpid()
+        self._result = None
+        self._error = None
+        # As a Request's: nothing to tell for a collective.
+        self.source = None
+        self.tag = None
+        self.count = None
+
+    def _finish(self, result, error):
+        self._result, self._error, self._keep = result, error, None
+        self._event.set()
+
+    def _outcome(self):
+        if self._pid != os.getpid():
+            raise _invalid("this collective was started before the process forked; it runs "
+                           "in the parent, not here")
+        self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait(self):
+        """Blocks until the collective has run; returns True or raises its error."""
+        self._outcome()
+        return True
+
+    def is_completed(self):
+        """True once the collective has run (successfully or not). Never blocks."""
+        return self._event.is_set()
+
+    def __repr__(self):
+        return "<hcomm.Work %s>" % ("done" if self._event.is_set() else "pending")
+
+
+class _Turns:
+    """A communicator's async collectives: a queue that one thread at a time
+    (started when the queue fills, gone when it empties) works through in
+    order."""
+
+    def __init__(self):
+        self.cv = threading.Condition(threading.Lock())
+        self.items = collections.deque()
+        self.pending = 0  # queued or running; guarded by cv
+        self.running = False  # a thread is working through items
+        self.pid = os.getpid()
+
+    def add(self, fn, work):
+        with self.cv:
+            self.items.append((fn, work))
+            self.pending += 1
+            if self.running:
+                return
+            self.running = True
+        threading.Thread(target=self._drain, name="hcomm collectives", daemon=True).start()
+
+    def _drain(self):
+        while True:
+            with self.cv:
+                if not self.items:
+                    self.running = False
+                    return
+                fn, work = self.items.popleft()
+            try:
+                result, error = fn(), None
+            except BaseException as e:  # goes to the Work's wait()
+                result, error = None, e
+                _taken(e)
+            work._finish(result, error)
+            with self.cv:
+                self.pending -= 1
+                self.cv.notify_all()
+
+    def wait_idle(self):
+        with self.cv:
+            while self.pending:
+                self.cv.wait()
 
 
 def _src(src):
@@ -255,6 +362,7 @@ class Communicator:
         self._parent = parent  # Groups use their parent's connections.
         self._children = weakref.WeakSet()
         self._orphans = []
+        self._turns = _Turns()
         self._rank = _n.hcomm_comm_rank(handle)
         self._size = _n.hcomm_comm_size(handle)
         if parent is None:
@@ -323,8 +431,35 @@ class Communicator:
         return self._use.raw
 
     def _busy(self):
-        """True while a call is in progress here or in a group made from here."""
-        return self._use.busy or any(child._busy() for child in list(self._children))
+        """True while a call is in progress (or an async collective pending)
+        here or in a group made from here."""
+        return (self._use.busy or self._turns.pending > 0
+                or any(child._busy() for child in list(self._children)))
+
+    def _in_turn(self, fn, async_op=False, keep=()):
+        """Runs fn (a collective: its C call in a section on the handle) in
+        this communicator's order of collectives: here and now while no
+        async collective is pending, else after those, on their thread.
+        Returns fn's result, or with async_op a Work at once (keeping `keep`
+        alive until it has run)."""
+        if async_op and self._use.closed:
+            raise _invalid("the communicator has been destroyed")
+        turns = self._turns
+        if turns.pid != os.getpid():  # forked: the parent's queue is not ours
+            turns = self._turns = _Turns()
+        with turns.cv:
+            queue = async_op or turns.pending > 0
+        if not queue:
+            return fn()
+        work = Work(keep)
+        turns.add(fn, work)
+        if async_op:
+            return work
+        try:
+            return work._outcome()
+        except BaseException as e:
+            _taken(e)  # queued: the collective has its turn whatever happens here
+            raise
 
     def _orphan(self, keep):
         if not self._use.closed:
@@ -359,8 +494,11 @@ class Communicator:
         """Releases the communicator (local; waits up to timeout_ms for this
         rank's sends to be delivered). Calls begun after it raise
         InvalidArgumentError; calls in progress on other threads are waited
-        for (abort() ends them early). Groups made from it go first. Calling
-        it again does nothing."""
+        for (abort() ends them early), and so are async collectives still
+        pending. Groups made from it go first. Calling it again does
+        nothing."""
+        if self._turns.pid == os.getpid():
+            self._turns.wait_idle()  # each runs under its timeout
         self._use.close(self._release, before=self._destroy_children)
 
     def _destroy_children(self):
@@ -412,9 +550,12 @@ class Communicator:
         if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
             raise _invalid("ranks must be a list of ints, not %s" % type(ranks).__name__)
         ranks = [_int(r, "rank") for r in ranks]
-        with self._use as h:  # The child is made before destroy() can look for it.
-            handle = _n.hcomm_comm_create_group(h, ranks)
-            return None if handle is None else Communicator(handle, parent=self)
+
+        def call():
+            with self._use as h:  # The child is made before destroy() can look for it.
+                handle = _n.hcomm_comm_create_group(h, ranks)
+                return None if handle is None else Communicator(handle, parent=self)
+        return self._in_turn(call)
 
     @_collective
     def split(self, color, key=0):
@@ -422,9 +563,12 @@ class Communicator:
         Collective. Returns None for color None or hcomm.UNDEFINED."""
         color = UNDEFINED if color is None else _int(color, "color")
         key = _int(key, "key")
-        with self._use as h:
-            handle = _n.hcomm_comm_split(h, color, key)
-            return None if handle is None else Communicator(handle, parent=self)
+
+        def call():
+            with self._use as h:
+                handle = _n.hcomm_comm_split(h, color, key)
+                return None if handle is None else Communicator(handle, parent=self)
+        return self._in_turn(call)
 
     # ---- point-to-point ----------------------------------------------------
 
@@ -474,52 +618,77 @@ class Communicator:
 
     # ---- collectives (in place) -------------------------------------------
 
+    # async_op=True: the call returns at once with a Work (all_reduce: a
+    # Request over hcomm_iallreduce while no other async collective is
+    # pending) and runs in its turn; without it, None once done.
+
+    def _start(self, call, async_op, *buffers):
+        return self._in_turn(call, async_op, tuple(b.keep() for b in buffers) if async_op else ())
+
     @_collective
     def all_reduce(self, tensor, op=ReduceOp.SUM, async_op=False):
         """tensor = op over every rank's tensor, on every rank. With
-        async_op=True, returns a Request (iallreduce)."""
+        async_op=True, returns a Request (iallreduce) or a Work."""
         b = _tensors.as_buffer(tensor, True, "all_reduce")
         op = _op(op)
         if async_op:
             keep = (b.keep(),)
+
+            def start():
+                with self._use as h:
+                    return Request(self, _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op,
+                                                             h), keep)
+            turns = self._turns
+            with turns.cv:
+                idle = turns.pending == 0 and turns.pid == os.getpid()
+            if idle:  # Takes its turn now, in C, and completes there.
+                return start()
+
+        def call():
             with self._use as h:
-                return Request(self, _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op, h),
-                               keep)
-        with self._use as h:
-            _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, h)
-        return None
+                _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, h)
+        return self._start(call, async_op, b)
 
     @_collective
-    def broadcast(self, tensor, src):
+    def broadcast(self, tensor, src, async_op=False):
         """Every rank's tensor = rank src's tensor."""
         b = _tensors.as_buffer(tensor, True, "broadcast")
         src = _int(src, "src")
-        with self._use as h:
-            _n.hcomm_broadcast(b.obj, b.count, b.dtype, src, h)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_broadcast(b.obj, b.count, b.dtype, src, h)
+        return self._start(call, async_op, b)
 
     @_collective
-    def reduce(self, tensor, dst, op=ReduceOp.SUM):
+    def reduce(self, tensor, dst, op=ReduceOp.SUM, async_op=False):
         """Rank dst's tensor = op over every rank's tensor (others unchanged)."""
         dst = _int(dst, "dst")
         b = _tensors.as_buffer(tensor, dst == self._rank, "reduce")
         recv = b.obj if dst == self._rank else None
         op = _op(op)
-        with self._use as h:
-            _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, op, dst, h)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, op, dst, h)
+        return self._start(call, async_op, b)
 
     @_collective
-    def all_gather(self, out, tensor):
+    def all_gather(self, out, tensor, async_op=False):
         """out (size * len(tensor) elements) = every rank's tensor, in rank
         order. tensor may be this rank's block of out (in place)."""
         o = _tensors.as_buffer(out, True, "all_gather (out)")
         t = _tensors.as_buffer(tensor, False, "all_gather (tensor)")
         self._check_blocks("all_gather", o, t, "out", "tensor")
         send = self._in_place(o, t, self._rank * t.nbytes, "all_gather")
-        with self._use as h:
-            _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, h)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, h)
+        return self._start(call, async_op, o, t)
 
     @_collective
-    def reduce_scatter(self, out, inp, op=ReduceOp.SUM):
+    def reduce_scatter(self, out, inp, op=ReduceOp.SUM, async_op=False):
         """out (len(inp) / size elements) on rank r = op over every rank's block
         r of inp. out may be inp's first block (in place)."""
         o = _tensors.as_buffer(out, True, "reduce_scatter (out)")
@@ -531,11 +700,14 @@ class Communicator:
             if i.address() != o.address():
                 raise _invalid("reduce_scatter: out overlaps inp but is not its first block")
             i = recv = _tensors.as_buffer(inp, True, "reduce_scatter (inp)")  # In place.
-        with self._use as h:
-            _n.hcomm_reduce_scatter(i.obj, recv.obj, o.count, o.dtype, op, h)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_reduce_scatter(i.obj, recv.obj, o.count, o.dtype, op, h)
+        return self._start(call, async_op, o, i)
 
     @_collective
-    def all_to_all(self, out, inp):
+    def all_to_all(self, out, inp, async_op=False):
         """Block j of inp goes to rank j; block i of out comes from rank i.
         Both have size * count elements."""
         o = _tensors.as_buffer(out, True, "all_to_all (out)")
@@ -549,17 +721,21 @@ class Communicator:
                            % (i.count, self._size))
         if self._overlap(o, i):
             raise _invalid("all_to_all: out and inp must not overlap")
-        with self._use as h:
-            _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, h)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, h)
+        return self._start(call, async_op, o, i)
 
     @_collective
-    def gather(self, tensor, out=None, dst=0):
+    def gather(self, tensor, out=None, dst=0, async_op=False):
         """Rank dst's out (size * len(tensor) elements) = every rank's tensor in
         rank order; out is only needed (and used) on dst."""
         dst = _int(dst, "dst")
         t = _tensors.as_buffer(tensor, False, "gather (tensor)")
         recv = None
         send = t
+        bufs = [t]
         if dst == self._rank:
             if out is None:
                 raise _invalid("gather: the destination rank %d needs `out`" % dst)
@@ -567,16 +743,21 @@ class Communicator:
             self._check_blocks("gather", o, t, "out", "tensor")
             send = self._in_place(o, t, self._rank * t.nbytes, "gather")
             recv = o.obj
-        with self._use as h:
-            _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, h)
+            bufs.append(o)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, h)
+        return self._start(call, async_op, *bufs)
 
     @_collective
-    def scatter(self, out, inp=None, src=0):
+    def scatter(self, out, inp=None, src=0, async_op=False):
         """Block r of rank src's inp (size * len(out) elements) goes to rank r's
         out; inp is only needed (and used) on src."""
         src = _int(src, "src")
         o = _tensors.as_buffer(out, True, "scatter (out)")
         send = None
+        bufs = [o]
         if src == self._rank:
             if inp is None:
                 raise _invalid("scatter: the source rank %d needs `inp`" % src)
@@ -585,13 +766,19 @@ class Communicator:
             if self._overlap(i, o):
                 raise _invalid("scatter: out and inp must not overlap")
             send = i.obj
-        with self._use as h:
-            _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, h)
+            bufs.append(i)
 
-    def barrier(self):
+        def call():
+            with self._use as h:
+                _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, h)
+        return self._start(call, async_op, *bufs)
+
+    def barrier(self, async_op=False):
         """Returns once every rank of the group has entered the barrier."""
-        with self._use as h:
-            _n.hcomm_barrier(h)
+        def call():
+            with self._use as h:
+                _n.hcomm_barrier(h)
+        return self._in_turn(call, async_op)
 
     # ---- checks ------------------------------------------------------------
 

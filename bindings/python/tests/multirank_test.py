@@ -297,6 +297,97 @@ def refused_on_one_rank():
 
 
 @check
+def async_collectives():
+    """Every collective takes async_op=True and returns at once; they run in
+    the order called on every rank; a collective called without it while
+    some are pending waits its turn; a refusal of one rank's async call
+    (here: a read-only array) also waits its turn; destroy() lets pending
+    ones finish."""
+    if R == 3:
+        time.sleep(0.3)  # The others' queues wait for rank 3 meanwhile.
+    b = np.arange(8, dtype=np.float64) if R == 1 else np.zeros(8)
+    r = np.full(4, R + 1, np.int64)
+    g = np.zeros(2 * N, np.int32)
+    rs = np.zeros(2, np.float32)
+    a2a = np.zeros(N, np.int64)
+    ga = np.zeros(N, np.int32) if R == 0 else None
+    sc = np.zeros(3, np.uint8)
+    works = [
+        hcomm.broadcast(b, src=1, async_op=True),
+        hcomm.reduce(r, dst=2, async_op=True),
+        hcomm.all_gather(g, np.full(2, R, np.int32), async_op=True),
+        hcomm.reduce_scatter(rs, np.full(2 * N, R + 1, np.float32), async_op=True),
+        hcomm.all_to_all(a2a, np.arange(N, dtype=np.int64) + 10 * R, async_op=True),
+        hcomm.gather(np.array([R], np.int32), out=ga, dst=0, async_op=True),
+        hcomm.scatter(sc, np.arange(3 * N, dtype=np.uint8) if R == 3 else None, src=3,
+                      async_op=True),
+        hcomm.barrier(async_op=True),
+    ]
+    m = np.full(3, R, np.int64)
+    works.append(hcomm.all_reduce(m, op=hcomm.ReduceOp.MAX, async_op=True))
+    if R != 3:  # Still waiting for rank 3: queued behind the others.
+        assert all(isinstance(w, hcomm.Work) for w in works), works
+        assert not works[7].is_completed()  # the barrier needs rank 3
+    s = np.full(2, R + 1, np.float32)
+    hcomm.all_reduce(s)  # Waits for the async ones, then runs.
+    assert (s == 10).all(), s
+    assert all(w.is_completed() for w in works), works
+    hcomm.wait_all(works)
+    assert all(w.wait() for w in works)
+    assert (b == np.arange(8)).all(), b
+    assert (r == (10 if R == 2 else R + 1)).all(), r
+    assert (g == np.repeat(np.arange(N), 2)).all(), g
+    assert (rs == 10).all(), rs
+    assert (a2a == np.arange(N) * 10 + R).all(), a2a
+    assert R != 0 or (ga == np.arange(N)).all(), ga
+    assert (sc == np.arange(3 * R, 3 * R + 3)).all(), sc
+    assert (m == N - 1).all(), m
+    # Nothing pending: all_reduce's async form is a Request over iallreduce.
+    q = hcomm.all_reduce(np.ones(2, np.int32), async_op=True)
+    assert isinstance(q, hcomm.Request) and q.wait(), q
+    # Rank 0 refuses its call (read-only) while its queue is busy: the
+    # refusal takes its turn after the queued ones, as the call would have.
+    if R == 3:
+        time.sleep(0.3)
+    first = hcomm.barrier(async_op=True)
+    t = np.array([R + 1], np.int32)
+    if R == 0:
+        t.flags.writeable = False
+        try:
+            hcomm.all_reduce(t, async_op=True)
+            raise AssertionError("a read-only all_reduce did not raise")
+        except hcomm.InvalidArgumentError as e:
+            assert "read-only" in str(e), e
+    else:
+        w = hcomm.all_reduce(t, async_op=True)
+        try:
+            w.wait()
+            raise AssertionError("all_reduce with rank 0 refusing did not raise")
+        except hcomm.MismatchError as e:
+            assert "rank 0 rejected its call" in str(e), e
+    assert first.wait()
+    # A group destroyed with an async collective pending runs it first.
+    grp = hcomm.new_group(list(range(N)))
+    if R == 3:
+        time.sleep(0.3)
+    x = np.full(4, R + 1, np.float64)
+    w = grp.all_gather(np.zeros(4 * N), x, async_op=True)
+    y = np.full(4, R + 1, np.float64)
+    v = grp.broadcast(y, src=0, async_op=True)
+    grp.destroy()
+    assert w.is_completed() and v.is_completed() and v.wait(), (w, v)
+    assert (y == 1).all(), y
+    try:
+        grp.barrier(async_op=True)
+        raise AssertionError("barrier on a destroyed group did not raise")
+    except hcomm.InvalidArgumentError:
+        pass
+    t = np.array([R], np.int32)
+    hcomm.all_reduce(t)
+    assert t[0] == N * (N - 1) // 2, t
+
+
+@check
 def exceptions():
     try:
         hcomm.send(np.zeros(1), dst=N)
