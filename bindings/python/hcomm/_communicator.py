@@ -188,7 +188,10 @@ class _Turns:
             if self.running:
                 return
             self.running = True
-        threading.Thread(target=self._drain, name="hcomm collectives", daemon=True).start()
+        try:
+            threading.Thread(target=self._drain, name="hcomm collectives", daemon=True).start()
+        except RuntimeError:  # no thread to be had: run them here, in order
+            self._drain()
 
     def _drain(self):
         while True:

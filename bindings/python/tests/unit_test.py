@@ -218,6 +218,38 @@ class CollectivesTest(unittest.TestCase):
         self.assertTrue(req.is_completed())
         np.testing.assert_array_equal(t, 2.0)
 
+    def test_async_other_collectives(self):
+        t = np.arange(4, dtype=np.float64)
+        out = np.zeros(4)
+        works = [hcomm.broadcast(t, src=0, async_op=True),
+                 hcomm.all_gather(out, t, async_op=True),
+                 hcomm.barrier(async_op=True)]
+        self.assertTrue(all(isinstance(w, hcomm.Work) for w in works), works)
+        hcomm.wait_all(works)
+        self.assertTrue(all(w.is_completed() for w in works))
+        np.testing.assert_array_equal(out, t)
+        # A bad call raises at once, async or not.
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "all_gather"):
+            hcomm.all_gather(np.zeros(3), t, async_op=True)
+
+    def test_async_without_a_thread(self):
+        # Where no thread can be started, the collectives run at the call.
+        start = threading.Thread.start
+
+        def refuse(thread):
+            if thread.name == "hcomm collectives":
+                raise RuntimeError("can't start new thread")
+            start(thread)
+        threading.Thread.start = refuse
+        try:
+            t = np.full(3, 7, np.int32)
+            w = hcomm.reduce(t, dst=0, async_op=True)
+            self.assertTrue(w.is_completed() and w.wait())
+        finally:
+            threading.Thread.start = start
+        np.testing.assert_array_equal(t, 7)
+        self.assertTrue(hcomm.barrier(async_op=True).wait())
+
     def test_other_collectives(self):
         t = np.arange(4, dtype=np.float64)
         hcomm.broadcast(t, src=0)
