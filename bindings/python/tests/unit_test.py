@@ -373,6 +373,21 @@ class ErrorTest(unittest.TestCase):
             timer.join()
             comm.set_timeout(5000)
 
+    def test_ctrl_c_ends_a_work_wait_at_once(self):
+        # A Work still pending (made by hand: on one rank every collective
+        # is done at once) is waited for in Python, which Ctrl-C interrupts.
+        work = hcomm.Work(())
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                work.wait()
+        finally:
+            timer.join()
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertFalse(work.is_completed())
+
     def test_hierarchy(self):
         classes = {
             hcomm.InvalidArgumentError: 1, hcomm.NoDeviceError: 2, hcomm.OutOfMemoryError: 3,
