@@ -126,8 +126,8 @@ class Channel {
   // have it open keep working until they close; a later Open of the name
   // fails or creates a new channel), but not from the child of a fork made
   // after it opened the channel: there it only unmaps. Idempotent. The
-  // object can then only be destroyed. Errors: INTERNAL (munmap or shm_unlink failed; the object
-  // is closed anyway).
+  // object can then only be destroyed. Errors: INTERNAL (munmap or
+  // shm_unlink failed; the object is closed anyway).
   absl::Status Close();
 
   const std::string& name() const { return name_; }

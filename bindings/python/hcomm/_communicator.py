@@ -110,6 +110,20 @@ def _collective(method):
     return call
 
 
+# Forks this process has come out of (as hcomm::ForkCount() in C): what
+# tells a fork's child from the process that queued a collective, without a
+# getpid() system call (about 1 us here) on every collective.
+_forks = 0
+
+
+def _count_fork():
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
 def _taken(e):
     """Marks e as raised after its collective took its turn (see _collective)."""
     try:
@@ -135,7 +149,7 @@ class Work:
     def __init__(self, keep):
         self._keep = keep
         self._event = threading.Event()
-        self._pid = os.getpid()
+        self._forks = _forks
         self._result = None
         self._error = None
         # As a Request's: nothing to tell for a collective.
@@ -148,7 +162,7 @@ class Work:
         self._event.set()
 
     def _outcome(self):
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             raise _invalid("this collective was started before the process forked; it runs "
                            "in the parent, not here")
         self._event.wait()
@@ -175,11 +189,12 @@ class _Turns:
     order."""
 
     def __init__(self):
-        self.cv = threading.Condition(threading.Lock())
+        self.lock = threading.Lock()  # a plain `with` on it is cheaper than on cv
+        self.cv = threading.Condition(self.lock)
         self.items = collections.deque()
-        self.pending = 0  # queued or running; guarded by cv
+        self.pending = 0  # queued or running; guarded by lock
         self.running = False  # a thread is working through items
-        self.pid = os.getpid()
+        self.forks = _forks
 
     def add(self, fn, work):
         with self.cv:
@@ -439,22 +454,26 @@ class Communicator:
         return (self._use.busy or self._turns.pending > 0
                 or any(child._busy() for child in list(self._children)))
 
-    def _in_turn(self, fn, async_op=False, keep=()):
+    def _in_turn(self, fn, async_op=False, buffers=(), start=None):
         """Runs fn (a collective: its C call in a section on the handle) in
         this communicator's order of collectives: here and now while no
         async collective is pending, else after those, on their thread.
-        Returns fn's result, or with async_op a Work at once (keeping `keep`
-        alive until it has run)."""
+        Returns fn's result, or with async_op a Work at once (keeping the
+        `buffers` alive until it has run). start: for async_op, what starts
+        the collective in C, taking its turn at the call, where none is
+        pending (all_reduce's iallreduce)."""
         if async_op and self._use.closed:
             raise _invalid("the communicator has been destroyed")
         turns = self._turns
-        if turns.pid != os.getpid():  # forked: the parent's queue is not ours
+        if turns.forks != _forks:  # forked: the parent's queue is not ours
             turns = self._turns = _Turns()
-        with turns.cv:
-            queue = async_op or turns.pending > 0
-        if not queue:
+        with turns.lock:
+            idle = turns.pending == 0
+        if idle and not async_op:
             return fn()
-        work = Work(keep)
+        if idle and start is not None:
+            return start()
+        work = Work(tuple(b.keep() for b in buffers) if async_op else ())
         turns.add(fn, work)
         if async_op:
             return work
@@ -500,7 +519,7 @@ class Communicator:
         for (abort() ends them early), and so are async collectives still
         pending. Groups made from it go first. Calling it again does
         nothing."""
-        if self._turns.pid == os.getpid():
+        if self._turns.forks == _forks:
             self._turns.wait_idle()  # each runs under its timeout
         self._use.close(self._release, before=self._destroy_children)
 
@@ -625,32 +644,22 @@ class Communicator:
     # Request over hcomm_iallreduce while no other async collective is
     # pending) and runs in its turn; without it, None once done.
 
-    def _start(self, call, async_op, *buffers):
-        return self._in_turn(call, async_op, tuple(b.keep() for b in buffers) if async_op else ())
-
     @_collective
     def all_reduce(self, tensor, op=ReduceOp.SUM, async_op=False):
         """tensor = op over every rank's tensor, on every rank. With
         async_op=True, returns a Request (iallreduce) or a Work."""
         b = _tensors.as_buffer(tensor, True, "all_reduce")
         op = _op(op)
-        if async_op:
-            keep = (b.keep(),)
-
-            def start():
-                with self._use as h:
-                    return Request(self, _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op,
-                                                             h), keep)
-            turns = self._turns
-            with turns.cv:
-                idle = turns.pending == 0 and turns.pid == os.getpid()
-            if idle:  # Takes its turn now, in C, and completes there.
-                return start()
 
         def call():
             with self._use as h:
                 _n.hcomm_allreduce(b.obj, b.obj, b.count, b.dtype, op, h)
-        return self._start(call, async_op, b)
+
+        def start():
+            with self._use as h:
+                return Request(self, _n.hcomm_iallreduce(b.obj, b.obj, b.count, b.dtype, op, h),
+                               (b.keep(),))
+        return self._in_turn(call, async_op, (b,), start)
 
     @_collective
     def broadcast(self, tensor, src, async_op=False):
@@ -661,7 +670,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_broadcast(b.obj, b.count, b.dtype, src, h)
-        return self._start(call, async_op, b)
+        return self._in_turn(call, async_op, (b,))
 
     @_collective
     def reduce(self, tensor, dst, op=ReduceOp.SUM, async_op=False):
@@ -674,7 +683,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_reduce(b.obj, recv, b.count, b.dtype, op, dst, h)
-        return self._start(call, async_op, b)
+        return self._in_turn(call, async_op, (b,))
 
     @_collective
     def all_gather(self, out, tensor, async_op=False):
@@ -688,7 +697,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, h)
-        return self._start(call, async_op, o, t)
+        return self._in_turn(call, async_op, (o, t))
 
     @_collective
     def reduce_scatter(self, out, inp, op=ReduceOp.SUM, async_op=False):
@@ -707,7 +716,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_reduce_scatter(i.obj, recv.obj, o.count, o.dtype, op, h)
-        return self._start(call, async_op, o, i)
+        return self._in_turn(call, async_op, (o, i))
 
     @_collective
     def all_to_all(self, out, inp, async_op=False):
@@ -728,7 +737,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, h)
-        return self._start(call, async_op, o, i)
+        return self._in_turn(call, async_op, (o, i))
 
     @_collective
     def gather(self, tensor, out=None, dst=0, async_op=False):
@@ -751,7 +760,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, h)
-        return self._start(call, async_op, *bufs)
+        return self._in_turn(call, async_op, bufs)
 
     @_collective
     def scatter(self, out, inp=None, src=0, async_op=False):
@@ -774,7 +783,7 @@ class Communicator:
         def call():
             with self._use as h:
                 _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, h)
-        return self._start(call, async_op, *bufs)
+        return self._in_turn(call, async_op, bufs)
 
     def barrier(self, async_op=False):
         """Returns once every rank of the group has entered the barrier."""
