@@ -41,8 +41,8 @@ void StreamCopy(void* dst_v, const void* src_v, size_t n) {
 #endif
 }
 
-double CopyChooser::Cost(Method m, double ns_per_byte) {
-  return m == kStream ? kStreamBias * ns_per_byte : ns_per_byte;
+double CopyChooser::Cost(Method m, double ns_per_byte) const {
+  return m == kStream ? stream_bias_ * ns_per_byte : ns_per_byte;
 }
 
 double CopyChooser::Estimate(Method m) const {
@@ -68,7 +68,10 @@ CopyChooser::Method CopyChooser::Best() const {
 
 CopyChooser::Method CopyChooser::Next() {
   const Method best = Best();
-  if (++since_try_ < interval_) return best;
+  // Stream is first tried right after the first memcpy is timed: a
+  // chooser of whole calls may see only a few of them.
+  const bool untried = filled_[kMemcpy] > 0 && filled_[kStream] == 0;
+  if (!untried && ++since_try_ < interval_) return best;
   since_try_ = 0;
   return best == kMemcpy ? kStream : kMemcpy;
 }
@@ -85,9 +88,7 @@ void CopyChooser::Record(Method m, double ns_per_byte) {
   filled_[m] = std::min(3, filled_[m] + 1);
 }
 
-namespace {
-
-void CopyWith(CopyChooser::Method m, void* dst, const void* src, size_t n) {
+void CopyBy(CopyChooser::Method m, void* dst, const void* src, size_t n) {
   if (m == CopyChooser::kStream) {
     StreamCopy(dst, src, n);
   } else {
@@ -95,18 +96,14 @@ void CopyWith(CopyChooser::Method m, void* dst, const void* src, size_t n) {
   }
 }
 
-}  // namespace
-
 void SharedCopier::CopyTimedOrForced(void* dst, const void* src, size_t n) {
   if (forced_ >= 0) {
-    last_ = static_cast<CopyChooser::Method>(forced_);
-    CopyWith(last_, dst, src, n);
+    CopyBy(static_cast<CopyChooser::Method>(forced_), dst, src, n);
     return;
   }
   const CopyChooser::Method m = chooser_.Next();
-  last_ = m;
   const int64_t start = MonoNs();
-  CopyWith(m, dst, src, n);
+  CopyBy(m, dst, src, n);
   chooser_.Record(m, static_cast<double>(MonoNs() - start) / static_cast<double>(n));
 }
 

@@ -34,13 +34,21 @@ namespace hcomm {
 void StreamCopy(void* dst, const void* src, size_t n);
 
 // Which of two copy methods to use next, from their measured costs. The
-// policy of SharedCopier, apart from the clock, so that tests can drive it.
+// policy of SharedCopier, apart from the clock, so that tests can drive it;
+// ShmCollective also chooses its large reductions' method with one, from
+// the time of whole calls.
 class CopyChooser {
  public:
   enum Method { kMemcpy = 0, kStream = 1 };
 
-  // The method for the next copy: the one measured faster (memcpy until
-  // both have been measured), or, every Interval() copies, the other one.
+  // `stream_bias`: how much slower than it timed a streamed copy counts
+  // (kStreamBias where the timings are of the writer's copies alone, 1
+  // where they cover the readers' part too).
+  explicit CopyChooser(double stream_bias = kStreamBias) : stream_bias_(stream_bias) {}
+
+  // The method for the next copy: the one measured faster (memcpy first,
+  // then stream once, so both are measured), or, every Interval() copies,
+  // the other one.
   Method Next();
   // The cost of a copy that Next() chose, in nanoseconds per byte.
   void Record(Method m, double ns_per_byte);
@@ -58,17 +66,21 @@ class CopyChooser {
   static constexpr double kStreamBias = 2.0;
 
  private:
-  static double Cost(Method m, double ns_per_byte);
+  double Cost(Method m, double ns_per_byte) const;
   // The cost of a method: its last three timings' median, weighed by Cost.
   double Estimate(Method m) const;
   Method Best() const;
 
+  double stream_bias_;
   double samples_[2][3] = {};
   int filled_[2] = {};  // samples recorded per method, up to 3
   int next_[2] = {};    // where the next sample goes
   int interval_ = kMinInterval;
   int since_try_ = 0;  // copies since the slower method was last tried
 };
+
+// `n` bytes from src to dst with method `m`.
+void CopyBy(CopyChooser::Method m, void* dst, const void* src, size_t n);
 
 class SharedCopier {
  public:
@@ -86,17 +98,12 @@ class SharedCopier {
   // From now on, every copy (of any size) uses `m`, untimed: for tests
   // that must take each path, and for measurements of either.
   void Force(CopyChooser::Method m) { forced_ = m; }
-  // The method of the latest timed copy (kTimedBytes or more), or of any
-  // forced one: stores into other lines that the reader holds fare as
-  // that copy did.
-  CopyChooser::Method LastMethod() const { return last_; }
 
  private:
   void CopyTimedOrForced(void* dst, const void* src, size_t n);
 
   CopyChooser chooser_;
   int forced_ = -1;  // a Method, or -1: choose
-  CopyChooser::Method last_ = CopyChooser::kMemcpy;
 };
 
 }  // namespace hcomm

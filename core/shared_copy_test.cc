@@ -55,25 +55,41 @@ TEST(SharedCopierTest, CopiesSmallAndLargeBuffersWhicheverMethodItPicks) {
   }
 }
 
-// LastMethod is the method of the latest timed copy, or of any forced one.
-TEST(SharedCopierTest, LastMethodFollowsTimedAndForcedCopies) {
-  SharedCopier copier;
-  std::vector<char> src(SharedCopier::kTimedBytes, 'a'), dst(src.size());
-  EXPECT_EQ(CopyChooser::kMemcpy, copier.LastMethod());
-  copier.Copy(dst.data(), src.data(), src.size());  // memcpy until both are timed
-  EXPECT_EQ(CopyChooser::kMemcpy, copier.LastMethod());
-  copier.Force(CopyChooser::kStream);
-  copier.Copy(dst.data(), src.data(), 100);
-  EXPECT_EQ(CopyChooser::kStream, copier.LastMethod());
-  copier.Force(CopyChooser::kMemcpy);
-  copier.Copy(dst.data(), src.data(), src.size());
-  EXPECT_EQ(CopyChooser::kMemcpy, copier.LastMethod());
+// Forced, every copy of any size takes the method, and copies every byte.
+TEST(SharedCopierTest, ForcedCopiesCopyEveryByte) {
+  for (auto m : {CopyChooser::kStream, CopyChooser::kMemcpy}) {
+    SharedCopier copier;
+    copier.Force(m);
+    std::vector<char> src(SharedCopier::kTimedBytes + 3), dst(src.size() + 1, 'x');
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 13 + m);
+    for (size_t n : {size_t{100}, src.size()}) {
+      copier.Copy(dst.data(), src.data(), n);
+      ASSERT_EQ(0, memcmp(dst.data(), src.data(), n)) << m << " " << n;
+    }
+    EXPECT_EQ('x', dst[src.size()]);
+  }
+}
+
+// With a stream bias of 1 (timings that cover the readers' part), a
+// faster stream wins; with the default bias, the same timings keep memcpy.
+TEST(CopyChooserTest, StreamBiasDecidesCloseCalls) {
+  CopyChooser whole(1.0), writer_only;
+  const Counts a = Drive(whole, 200, 0.06, 0.04);
+  const Counts b = Drive(writer_only, 200, 0.06, 0.04);
+  EXPECT_GT(a.stream, 150);
+  EXPECT_GT(b.memcpy, 150);
 }
 
 TEST(CopyChooserTest, StartsWithMemcpyAndKeepsItWhileItIsFaster) {
   CopyChooser c;
   EXPECT_EQ(CopyChooser::kMemcpy, c.Next());
-  // One copy in kMinInterval tries the other method; the tries back off as
+  c.Record(CopyChooser::kMemcpy, 0.03);
+  // Stream is timed next, whatever memcpy took.
+  EXPECT_EQ(CopyChooser::kStream, c.Next());
+  c.Record(CopyChooser::kStream, 0.05);
+  EXPECT_EQ(CopyChooser::kMemcpy, c.Next());
+  c.Record(CopyChooser::kMemcpy, 0.03);
+  // Then one copy in kMinInterval tries the other method; the tries back off as
   // they keep losing clearly.
   const Counts n = Drive(c, 1000, 0.03, 0.05);
   EXPECT_GT(n.memcpy, 960);

@@ -103,7 +103,8 @@ ShmCollective::ShmCollective(std::string name, int rank, int nranks, void* base,
       n_(nranks),
       base_(base),
       bytes_(bytes),
-      slot_bytes_(slot_bytes) {
+      slot_bytes_(slot_bytes),
+      reduce_methods_(kReduceClasses, CopyChooser(1.0)) {
   char* p = static_cast<char*>(base);
   hdr_ = reinterpret_cast<Header*>(p);
   lines_ = reinterpret_cast<RankLine*>(p + RoundUp(sizeof(Header), kLine));
@@ -428,19 +429,45 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       p.s1 = std::min(p.len, p.s0 + q);
       return p;
     };
+    // The call's method: how this rank writes its slot, and whether it
+    // reduces its slice in pieces that it streams out (below). Chosen by
+    // the time of whole calls of about this size, which the copy's time
+    // alone misjudges: 2 ranks whose CPUs sit behind two caches took half
+    // as long again with memcpy, which the copies' own times favoured
+    // (16 us against 13 for 256 KiB, but the streamed copy counted twice).
+    // Ranks that share CPUs copy as the copier chooses: whole calls, timed
+    // while ranks take turns on the CPUs, chose worse (4 ranks on 2 CPUs,
+    // 1 MiB: 10-15% slower).
+    const bool share = waiter.ShareCpu();
+    CopyChooser* const chooser =
+        share || forced_ >= 0 ? nullptr : &reduce_methods_[ReduceClass(bytes)];
+    const auto m = chooser != nullptr ? chooser->Next()
+                                      : static_cast<CopyChooser::Method>(std::max(forced_, 0));
+    const int64_t start = chooser != nullptr ? MonoNs() : 0;
+    int64_t first_wait = 0;  // for the others to arrive: not the method's
+    auto put = [&](char* to, const char* from, size_t n) {
+      if (chooser != nullptr) {
+        CopyBy(m, to, from, n);
+      } else {
+        copier_.Copy(to, from, n);
+      }
+    };
     // The others need the rest of this rank's input in its slot; it reads
     // its own slice straight from the input.
     auto copy_in = [&](const Plan& p) {
       char* slot = Slot(rank_, p.b) + p.at;
       const char* mine = src + p.off * esize;
-      copier_.Copy(slot, mine, p.s0 * esize);
-      copier_.Copy(slot + p.s1 * esize, mine + p.s1 * esize, (p.len - p.s1) * esize);
+      put(slot, mine, p.s0 * esize);
+      put(slot + p.s1 * esize, mine + p.s1 * esize, (p.len - p.s1) * esize);
       Arrive(p.gen, fingerprint);
     };
     Plan cur = plan(0);
     copy_in(cur);
     for (;;) {
+      const bool first = chooser != nullptr && cur.off == 0;
+      const int64_t wait_start = first ? MonoNs() : 0;
       HCOMM_RETURN_IF_ERROR(WaitAll(0, cur.gen, seq, fingerprint, waiter));
+      if (first) first_wait = MonoNs() - wait_start;
       const size_t off = cur.off, len = cur.len, s0 = cur.s0, s1 = cur.s1;
       const char* mine = src + off * esize;
       auto slot = [&](int j) { return Slot(j, cur.b) + cur.at; };
@@ -448,11 +475,11 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       bool own_out = false;  // this rank's slice of the result is out already
       if (s1 > s0) {
         // Stores into the result, whose lines the others read two rounds
-        // ago, fare as the copy into the slot did: where it streamed, the
-        // slice is reduced in pieces that stay in this CPU's cache and
+        // ago, fare as stores into the slot do: where the call streams,
+        // the slice is reduced in pieces that stay in this CPU's cache and
         // streamed out. (Not where ranks share CPUs: each of them reads
         // the whole result, which should then stay in the cache.)
-        const bool staged = copier_.LastMethod() == CopyChooser::kStream && !waiter.ShareCpu();
+        const bool staged = m == CopyChooser::kStream && !share;
         const size_t step =
             staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
         char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
@@ -486,7 +513,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       // rounds on) only once it is done with this one, as every rank does.
       if (gets) {
         char* round_out = dst + off * esize;
-        if (waiter.ShareCpu()) {
+        if (share) {
           HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
           CopyOut(round_out, result, len * esize, 2 * bytes);
         } else {
@@ -505,6 +532,10 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
       }
       if (!more) break;
       cur = next;
+    }
+    if (chooser != nullptr) {
+      chooser->Record(m, static_cast<double>(MonoNs() - start - first_wait) /
+                             static_cast<double>(bytes));
     }
   }
   return absl::OkStatus();
@@ -674,6 +705,13 @@ absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int
 
 void ShmCollective::ForceCopyMethod(CopyChooser::Method m) {
   copier_.Force(m);
+  forced_ = m;
+}
+
+int ShmCollective::ReduceClass(size_t bytes) {
+  int c = 0;
+  for (size_t top = kSmallBytes * 2; top < bytes && c + 1 < kReduceClasses; top *= 4) ++c;
+  return c;
 }
 
 absl::Status ShmCollective::Barrier(uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter) {

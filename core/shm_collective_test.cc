@@ -164,6 +164,18 @@ TEST_P(ShmCollectiveSlotTest, AllReduceEveryPathAndOp) {
   }
 }
 
+// Unforced, each rank picks its method per call (and tries the other one
+// every few calls, on its own): the results stay exact over enough calls
+// of one size for both methods, mixed between ranks, and with ranks that
+// share CPUs or not. Declared here, defined after OnRanks.
+void CheckChosenMethods(int n, bool share);
+
+TEST_P(ShmCollectiveSlotTest, AllReduceExactWhileEachRankChoosesItsMethod) {
+  for (int n : {2, 3}) {
+    for (bool share : {true, false}) CheckChosenMethods(n, share);
+  }
+}
+
 // Runs `body(rank, segment, waiter)` on n thread ranks over one segment;
 // the first error of each rank (a non-empty string) fails the test.
 void OnRanks(int n, const std::function<std::string(int, ShmCollective&, ShmWaiter&)>& body,
@@ -180,6 +192,30 @@ void OnRanks(int n, const std::function<std::string(int, ShmCollective&, ShmWait
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "n=" << n << " rank " << r;
+}
+
+void CheckChosenMethods(int n, bool share) {
+  OnRanks(
+      n,
+      [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+        const size_t count = 200001;  // several rounds
+        std::vector<float> in(count), out(count);
+        for (uint64_t seq = 0; seq < 3 * CopyChooser::kMinInterval; ++seq) {
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i + seq) % 89 + r);
+          sc.Enter(seq, 7);
+          absl::Status s = sc.AllReduce(in.data(), out.data(), count, DataType::kFloat32,
+                                        ReduceOp::kSum, seq, 7, w);
+          if (!s.ok()) return s.ToString();
+          for (size_t i = 0; i < count; ++i) {
+            const float want = static_cast<float>((i + seq) % 89) * n + n * (n - 1) / 2.0f;
+            if (out[i] != want) {
+              return absl::StrCat("call ", seq, " [", i, "] = ", out[i], ", want ", want);
+            }
+          }
+        }
+        return "";
+      },
+      share);
 }
 
 // Byte i of rank r's block j.
