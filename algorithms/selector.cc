@@ -31,8 +31,8 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // 64 KiB 85 us by rendezvous) and shared memory ~2.5 us (64 KiB ping-pong
   // 5.2 us eagerly, 7.7 us by rendezvous); the eager limits are the
   // transports' (Transport::EagerBytes).
-  // Where CPUs are shared, shared memory sends up to 64 KiB eagerly and
-  // TCP up to 256 KiB against credit (Fabric::kCreditedEagerBytes).
+  // Where CPUs are shared, every transport sends up to the protocol's
+  // 64 KiB eagerly (Fabric::kEagerBytes).
   LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
                                    : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
   // The float32 sum kernel (//algorithms:reduce_bench, c = a + b) makes
@@ -46,7 +46,7 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // keep it.
   if (transport != "shm") m.reduce_cached_gbps = 20.0;
   m.cpus_shared = cpus_shared;
-  if (cpus_shared) m.eager_bytes = transport == "shm" ? 64 * 1024 : 256 * 1024;
+  if (cpus_shared) m.eager_bytes = 64 * 1024;
   return m;
 }
 

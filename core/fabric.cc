@@ -46,7 +46,6 @@ enum Kind : uint8_t {
   kGoodbye = 8,    // the sender is destroying its communicator
   kNotice = 9,     // a collective clash: id = culprit fp, id2 = reporter fp,
                    // size = culprit rank; fails (ctx, tag) everywhere
-  kCredit = 10,    // size = bytes of credited eager messages handed back
   kAbandon = 11,   // the sender aborted the communicator whose contexts are
                    // comm_id (point-to-point) and id (collectives)
 };
@@ -709,18 +708,10 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // CPUs over TCP, tree allreduce of 128 KiB, 64 KiB halves: 472 us eager
   // against 594 us by rendezvous).
   eager_bytes_.assign(size_, kEagerBytes);
-  credited_.assign(size_, false);
-  {
-    absl::MutexLock l(&mu_);
-    eager_credit_.assign(size_, kEagerCreditBytes);
-    credited_in_.assign(size_, 0);
-  }
   for (int r = 0; r < size_; ++r) {
-    if (route_[r] == nullptr) continue;
-    if (!oversubscribed_) eager_bytes_[r] = std::min(kEagerBytes, route_[r]->EagerBytes());
-    // Measured over TCP only (4 ranks on 2 CPUs, tree allreduce of 256 KiB:
-    // 734 us with 128 KiB messages eager against 1201 us by rendezvous).
-    credited_[r] = oversubscribed_ && strcmp(route_[r]->name(), "tcp") == 0;
+    if (route_[r] != nullptr && !oversubscribed_) {
+      eager_bytes_[r] = std::min(kEagerBytes, route_[r]->EagerBytes());
+    }
   }
   return absl::OkStatus();
 }
@@ -1303,9 +1294,6 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
     }
     if (bytes <= eager_bytes_[peer]) {
       sending_[r->id] = r;
-    } else if (credited_[peer] && bytes <= kCreditedEagerBytes && eager_credit_[peer] >= bytes) {
-      eager_credit_[peer] -= bytes;
-      sending_[r->id] = r;
     } else {
       r->rendezvous = true;
       awaiting_cts_[r->id] = r;
@@ -1499,7 +1487,6 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
       Complete(u.sender, absl::OkStatus());
       matcher.EraseUnexpected(it);
     } else if (u.complete) {
-      ReleaseStaged(u, out);
       matcher.EraseUnexpected(it);
     } else {
       u.claimed = r;  // let it finish arriving, then drop it
@@ -1511,7 +1498,6 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
       if (u.bytes > r->bytes) {
         FailTruncated(r, u.source, u.tag, u.bytes);
         if (u.complete) {
-          ReleaseStaged(u, out);
           matcher.EraseUnexpected(it);
         } else {
           // Still arriving: let it finish into the staging buffer, then drop it.
@@ -1527,7 +1513,6 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
       if (u.bytes > 0) memcpy(r->recv_buf, u.data.get(), u.bytes);
       r->out_bytes = u.bytes;
       Complete(r, absl::OkStatus());
-      ReleaseStaged(u, out);
       matcher.EraseUnexpected(it);
       return;
     }
@@ -1673,14 +1658,9 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
       }
     } else if (awaiting_cts_.erase(r->id) > 0) {
       out.push_back({r->peer, Pack(MakeMeta(kCancelRts, r->ctx, rank_, r->tag, r->bytes, r->id))});
-    } else if (route_[r->peer] != nullptr) {
-      if (!route_[r->peer]->Cancel(r->peer, r->frame)) {
-        result = MakeError(CodeOf(why),
-                           absl::StrCat(why.message(), " (part of it had left; the rest will "
-                                                       "still be delivered)"));
-      } else if (!r->rendezvous && r->bytes > kEagerBytes) {
-        eager_credit_[r->peer] += r->bytes;  // none of it left: no credit will come back
-      }
+    } else if (route_[r->peer] != nullptr && !route_[r->peer]->Cancel(r->peer, r->frame)) {
+      result = MakeError(CodeOf(why), absl::StrCat(why.message(), " (part of it had left; the "
+                                                                  "rest will still be delivered)"));
     }
     sending_.erase(r->id);
     Complete(r, result);
@@ -1822,12 +1802,11 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
   p.rx_req.reset();
   p.rx_unexpected = nullptr;
   p.rx_truncated = false;
-  p.rx_credited = 0;
   if (aborted_) return nullptr;
   if (m.kind == kEager) {
     if (payload_len > kEagerBytes) {
-      if (!AdmitCredited(peer, payload_len)) return nullptr;
-      p.rx_credited = payload_len;
+      FailOversizedEager(peer, payload_len);
+      return nullptr;
     }
     if (ClosedLocked(m.comm_id)) return nullptr;  // discard the payload
     std::shared_ptr<Request> r = MatcherFor(m.comm_id).TakePosted(peer, m.tag);
@@ -1865,44 +1844,21 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
 
 void Fabric::FailOversizedEager(int peer, uint64_t payload_len) {
   // No rank sends more than kEagerBytes eagerly (larger messages go by
-  // RTS/CTS) unless its credit covers it: the header is corrupt or the peer
-  // does not follow the protocol. Never allocate what such a header claims.
+  // RTS/CTS): the header is corrupt or the peer does not follow the
+  // protocol. Never allocate what such a header claims.
   FailPeerLocked(peer,
-                 PeerFailure(absl::StrCat(
-                     "rank ", rank_, ": rank ", peer, " sent an eager message of ", payload_len,
-                     " bytes, above the protocol's limit of ", kEagerBytes, " (",
-                     kCreditedEagerBytes, " against credit, of which it had ",
-                     kEagerCreditBytes - credited_in_[peer],
-                     " bytes left); its connection is unusable")),
+                 PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
+                                          " sent an eager message of ", payload_len,
+                                          " bytes, above the protocol's limit of ", kEagerBytes,
+                                          "; its connection is unusable")),
                  /*any_source=*/true);
-}
-
-bool Fabric::AdmitCredited(int peer, uint64_t len) {
-  if (len > kCreditedEagerBytes || len > kEagerCreditBytes - credited_in_[peer]) {
-    FailOversizedEager(peer, len);
-    return false;
-  }
-  credited_in_[peer] += len;
-  return true;
-}
-
-void Fabric::ReturnCredit(int peer, uint64_t len, std::vector<Outgoing>* out) {
-  credited_in_[peer] -= len;
-  out->push_back({peer, Pack(MakeMeta(kCredit, 0, rank_, 0, len, 0))});
-}
-
-void Fabric::ReleaseStaged(const Unexpected& u, std::vector<Outgoing>* out) {
-  if (u.kind == Unexpected::Kind::kEager && u.bytes > kEagerBytes) {
-    ReturnCredit(u.source, u.bytes, out);
-  }
 }
 
 void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
                           uint64_t payload_len) {
   Meta m = Unpack(fm);
   if (m.kind != kEager || payload_len == 0 || payload_len > kEagerBytes) {
-    // (An eager frame above kEagerBytes takes credit, which OnFrame and
-    // OnPayload account for.)
+    // (OnFrame fails the peer of an eager frame above kEagerBytes.)
     FrameSink::OnWholeFrame(peer, fm, payload, payload_len);
     return;
   }
@@ -1976,7 +1932,6 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
             }
             break;
           }
-          bool staged = false;  // the payload waits in the unexpected queue
           if (p.rx_req) {
             std::shared_ptr<Request> r = std::move(p.rx_req);
             if (p.rx_truncated) {
@@ -1987,7 +1942,6 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           } else if (p.rx_unexpected != nullptr) {
             Unexpected* u = p.rx_unexpected;
             u->complete = true;
-            staged = true;
             if (u->claimed) {
               std::shared_ptr<Request> r = std::move(u->claimed);
               if (!r->done.load()) {
@@ -1996,27 +1950,10 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
                 Complete(r, absl::OkStatus());
               }
               matcher.EraseUnexpected(u);
-              staged = false;
             }
           }
-          // Credit taken in OnFrame comes back once nothing of it is staged.
-          if (p.rx_credited > 0 && !staged) ReturnCredit(peer, p.rx_credited, &out);
-          p.rx_credited = 0;
           p.rx_unexpected = nullptr;
           p.rx_truncated = false;
-          break;
-        }
-        case kCredit: {
-          if (m.size > kEagerCreditBytes - eager_credit_[peer]) {
-            FailPeerLocked(peer,
-                           PeerFailure(absl::StrCat("rank ", rank_, ": rank ", peer,
-                                                    " handed back ", m.size,
-                                                    " bytes of eager credit it was never "
-                                                    "given; its connection is unusable")),
-                           /*any_source=*/true);
-            break;
-          }
-          eager_credit_[peer] += m.size;
           break;
         }
         case kData: {
@@ -2356,7 +2293,6 @@ void Fabric::EndContextsLocked(uint32_t first, uint32_t count, const absl::Statu
         out->push_back({u->source, Pack(MakeMeta(kReject, c, rank_, u->tag, u->bytes,
                                                  u->send_id))});
       }
-      ReleaseStaged(*u, out);
       u = m.unexpected().erase(u);
     }
     if (!keep) EraseMatcherLocked(it);
@@ -2383,8 +2319,6 @@ bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoin
           }
         }
       }
-      if (p.rx_credited > 0) ReturnCredit(peer, p.rx_credited, out);
-      p.rx_credited = 0;
       p.rx_unexpected = nullptr;
       p.rx_truncated = false;
       return true;

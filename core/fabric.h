@@ -81,14 +81,6 @@ class Fabric : public FrameSink {
   // transport may ask for less, Transport::EagerBytes); larger ones go by
   // rendezvous, and no eager frame above it is accepted.
   static constexpr size_t kEagerBytes = 64 * 1024;
-  // Where ranks share CPUs, messages over TCP up to kCreditedEagerBytes go
-  // eagerly too while the receiver has room for them: each rank may have
-  // kEagerCreditBytes of such messages in flight to each peer, and the peer
-  // hands the credit back (a CREDIT frame) once a message has left its
-  // staging (or went straight into a posted receive). So unexpected data
-  // stays bounded, and no rendezvous waits for a peer's time slice.
-  static constexpr size_t kCreditedEagerBytes = 256 * 1024;
-  static constexpr size_t kEagerCreditBytes = 1024 * 1024;
 
   // Joins the job described by `opts` (see core/config.h): rank 0 serves the
   // rendezvous store, every rank connects to every other. Blocks until all
@@ -328,7 +320,6 @@ class Fabric : public FrameSink {
     std::shared_ptr<Request> rx_req;
     Unexpected* rx_unexpected = nullptr;
     bool rx_truncated = false;
-    uint64_t rx_credited = 0;  // an eager frame above kEagerBytes: its size
   };
   // A frame to send once mu_ is released.
   struct Outgoing {
@@ -411,19 +402,8 @@ class Fabric : public FrameSink {
   // collective.
   Unexpected* QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
                          uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An eager frame above kEagerBytes from `peer` that its credit does not
-  // cover: its connection is unusable.
+  // An eager frame above kEagerBytes from `peer`: its connection is unusable.
   void FailOversizedEager(int peer, uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An eager frame of `len` > kEagerBytes from `peer`: counts it against
-  // the peer's credit, or fails the peer (false) where it has none.
-  bool AdmitCredited(int peer, uint64_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands `len` bytes of credit back to `peer`.
-  void ReturnCredit(int peer, uint64_t len, std::vector<Outgoing>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Before an eager arrival leaves the unexpected queue (delivered or
-  // refused): hands back its credit, if it took any.
-  void ReleaseStaged(const Unexpected& u, std::vector<Outgoing>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails with `why` (`describe`: annotated with each request) the receives
@@ -520,12 +500,6 @@ class Fabric : public FrameSink {
   // By peer: the largest message sent to it eagerly (its transport's
   // EagerBytes, at most kEagerBytes).
   std::vector<size_t> eager_bytes_;
-  // By peer: whether we send it credited eager messages (fixed after
-  // Bootstrap), the credit we have left, and the bytes of such messages
-  // from it that we have not yet handed credit back for.
-  std::vector<bool> credited_;
-  std::vector<uint64_t> eager_credit_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> credited_in_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0

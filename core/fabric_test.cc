@@ -296,9 +296,9 @@ class OneCpu {
 };
 
 // Each transport says how large an eager message may be (TCP: a frame that
-// fits one loopback segment; where ranks share CPUs, TCP up to
-// kCreditedEagerBytes against credit, and shared memory 64 KiB); one byte
-// more goes by rendezvous, whose send waits for the receiver.
+// fits one loopback segment; where ranks share CPUs, every transport the
+// protocol's 64 KiB); one byte more goes by rendezvous, whose send waits
+// for the receiver.
 void ExpectEagerLimit(bool cpus_shared) {
   RunRanks(2, [cpus_shared](int rank, const Options& o) {
     auto c = MustInit(o);
@@ -307,9 +307,7 @@ void ExpectEagerLimit(bool cpus_shared) {
       EXPECT_TRUE(c->oversubscribed());
     }
     const bool tcp = strcmp(c->TransportTo(1 - rank), "tcp") == 0;
-    const size_t limit = !tcp                ? 64 * 1024
-                         : c->oversubscribed() ? Fabric::kCreditedEagerBytes
-                                               : 64 * 1024 - 128;
+    const size_t limit = tcp && !c->oversubscribed() ? 64 * 1024 - 128 : Fabric::kEagerBytes;
     std::vector<char> eager = Pattern(limit, 1), over = Pattern(limit + 1, 2);
     if (rank == 0) {
       ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
@@ -341,8 +339,7 @@ void ExpectEagerLimit(bool cpus_shared) {
 TEST_P(FabricTest, EagerLimitFollowsTheTransport) { ExpectEagerLimit(/*cpus_shared=*/false); }
 
 // Both ranks on one CPU: a rendezvous would wait for the peer's time slice,
-// so every transport sends up to the protocol's 64 KiB eagerly, and TCP more
-// against credit.
+// so every transport sends up to the protocol's 64 KiB eagerly.
 TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
   if (GetParam() == testing::TransportMode::kMixed) {
     GTEST_SKIP() << "the two ranks are on two hosts: they share no CPU";
@@ -350,57 +347,6 @@ TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
   OneCpu one_cpu;  // the rank threads inherit it
   ASSERT_TRUE(one_cpu.pinned());
   ExpectEagerLimit(/*cpus_shared=*/true);
-}
-
-// Ranks sharing a CPU over TCP send messages up to 256 KiB eagerly while
-// the receiver's credit (1 MiB per peer) lasts: four such messages leave
-// with no receive posted, a fifth waits for one (rendezvous), and once the
-// receiver has taken the four, the credit is back.
-TEST_P(FabricTest, CreditedEagerWhereRanksShareACpu) {
-  if (GetParam() != testing::TransportMode::kTcp) {
-    GTEST_SKIP() << "credited eager messages are a TCP matter between ranks of one host";
-  }
-  OneCpu one_cpu;  // the rank threads inherit it
-  ASSERT_TRUE(one_cpu.pinned());
-  const size_t n = Fabric::kCreditedEagerBytes;
-  const int fit = static_cast<int>(Fabric::kEagerCreditBytes / n);
-  RunRanks(2, [&](int rank, const Options& o) {
-    auto c = MustInit(o);
-    ASSERT_NE(c, nullptr);
-    ASSERT_TRUE(c->oversubscribed());
-    int token = 0;
-    if (rank == 0) {
-      ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
-      for (int i = 0; i < fit; ++i) {
-        std::vector<char> m = Pattern(n, i);
-        ASSERT_OK(c->Send(0, m.data(), n, 1, 1, 30 + i, c->timeout()));
-      }
-      std::vector<char> m = Pattern(n, 99);
-      absl::Status s = c->Send(0, m.data(), n, 1, 1, 30 + fit, c->timeout());
-      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
-      EXPECT_NE(s.message().find("has not posted a matching receive"), absl::string_view::npos)
-          << s;
-      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
-      ASSERT_OK(c->Send(0, &token, sizeof token, 4, 1, 90, c->timeout()));
-      ASSERT_OK(c->Recv(0, &token, sizeof token, 4, 1, 91, c->timeout()));
-      // The credit came back ahead of that answer: eager again.
-      ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
-      ASSERT_OK(c->Send(0, m.data(), n, 1, 1, 92, c->timeout()));
-      ASSERT_TRUE(c->SetOption("timeout_ms", "30000").ok());
-      ASSERT_OK(c->Send(0, &token, sizeof token, 4, 1, 93, c->timeout()));
-    } else {
-      ASSERT_OK(c->Recv(0, &token, sizeof token, 4, 0, 90, c->timeout()));
-      std::vector<char> buf(n);
-      for (int i = fit - 1; i >= 0; --i) {  // out of order: each waits staged
-        ASSERT_OK(c->Recv(0, buf.data(), n, 1, 0, 30 + i, c->timeout()));
-        EXPECT_EQ(buf, Pattern(n, i)) << i;
-      }
-      ASSERT_OK(c->Send(0, &token, sizeof token, 4, 0, 91, c->timeout()));
-      ASSERT_OK(c->Recv(0, &token, sizeof token, 4, 0, 93, c->timeout()));
-      ASSERT_OK(c->Recv(0, buf.data(), n, 1, 0, 92, c->timeout()));
-      EXPECT_EQ(buf, Pattern(n, 99));
-    }
-  });
 }
 
 TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
