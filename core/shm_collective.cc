@@ -146,6 +146,7 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Create(const std::
     return fail(OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(errno))));
   }
   close(fd);
+  KeepFromForks(base, bytes);
   std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes, slot));
   // A fresh mapping is zero: counters and seqlocks start at 0.
   c->hdr_->nranks = static_cast<uint64_t>(nranks);
@@ -180,6 +181,7 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Open(const std::st
   if (base == MAP_FAILED) {
     return OutOfMem(absl::StrCat("cannot map ", name, ": ", strerror(errno)));
   }
+  KeepFromForks(base, bytes);
   std::unique_ptr<ShmCollective> c(new ShmCollective(name, rank, nranks, base, bytes, slot));
   const uint64_t magic =
       reinterpret_cast<std::atomic<uint64_t>*>(&c->hdr_->magic)->load(std::memory_order_acquire);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +28,11 @@ absl::StatusOr<size_t> ReserveHalving(int fd, const std::string& name, size_t un
         absl::StrCat("cannot reserve ", bytes, " bytes in /dev/shm for ", name, ": ", strerror(e));
     return e == ENOSPC ? OutOfMem(what) : Unavailable(what);
   }
+}
+
+void KeepFromForks(void* base, size_t bytes) {
+  // Fails only for a range that is not a mapping: nothing to keep then.
+  (void)madvise(base, bytes, MADV_DONTFORK);
 }
 
 }  // namespace hcomm

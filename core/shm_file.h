@@ -32,6 +32,13 @@ absl::StatusOr<size_t> ReserveHalving(int fd, const std::string& name, size_t un
                                       size_t min_unit,
                                       const std::function<size_t(size_t)>& bytes_for);
 
+// Leaves the mapping [base, base + bytes) out of every fork's child
+// (madvise MADV_DONTFORK). For a communicator's segments: the child's calls
+// with its parent's communicators are refused and never touch them, and a
+// copy in a child that outlives the parent would keep their pages in
+// /dev/shm. (Channels work in a child and keep their mappings.)
+void KeepFromForks(void* base, size_t bytes);
+
 }  // namespace hcomm
 
 #endif  // HCOMM_CORE_SHM_FILE_H_

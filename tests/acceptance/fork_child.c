@@ -6,7 +6,9 @@
  *
  * Each rank makes a channel and posts a receive, then forks. The child
  * (which has the parent's handles but none of its threads, and shares its
- * sockets and shared memory):
+ * sockets and channels):
+ *   - maps none of the communicator's segments in /dev/shm (the parent maps
+ *     some over shared memory);
  *   - reads its rank and size;
  *   - is refused (HCOMM_ERR_INVALID_ARGUMENT, naming the fork) an
  *     allreduce, a send, a wait on the parent's request, a split and an
@@ -68,8 +70,29 @@ static void Fail(const char* what, hcomm_status_t st) {
       Fail(#expr " (want INVALID_ARGUMENT naming the fork)", st_);             \
   } while (0)
 
+/* How many of this process's mappings are hcomm segments in /dev/shm
+ * (channels, /dev/shm/hcomm-ch-*, aside), or -1. */
+static int HcommSegments(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (f == NULL) return -1;
+  char line[1024];
+  int n = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (strstr(line, "/dev/shm/hcomm-") != NULL && strstr(line, "/dev/shm/hcomm-ch-") == NULL) {
+      ++n;
+    }
+  }
+  fclose(f);
+  return n;
+}
+
 static void Child(hcomm_comm_t comm, hcomm_request_t req, hcomm_channel_t ch, int rank) {
   g_who = "child";
+  const int segments = HcommSegments();
+  if (segments != 0) {
+    fprintf(stderr, "FAIL: child: maps %d of its parent's segments, want none\n", segments);
+    exit(1);
+  }
   int r = -1, n = 0;
   CALL(hcomm_comm_rank(comm, &r));
   CALL(hcomm_comm_size(comm, &n));
@@ -168,6 +191,13 @@ int main(void) {
   int got = -1;
   hcomm_request_t req = NULL;
   CALL(hcomm_irecv(&got, 1, HCOMM_INT32, peer, 7, comm, &req));
+  float one = 1.0f; /* makes the collectives' segment where ranks share memory */
+  CALL(hcomm_allreduce(&one, &one, 1, HCOMM_FLOAT32, HCOMM_SUM, comm));
+  const char* transports = getenv("HCOMM_TRANSPORTS");
+  if (transports != NULL && strcmp(transports, "shm") == 0 && HcommSegments() <= 0) {
+    fprintf(stderr, "FAIL: parent: maps no segment in /dev/shm over shared memory\n");
+    return 1;
+  }
 
   fflush(NULL);
   const pid_t pid = fork();

@@ -463,6 +463,7 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     return OutOfMem(
         absl::StrCat("shm: rank ", self, ": mmap of ", total, " bytes: ", strerror(errno)));
   }
+  KeepFromForks(base, total);
   seg->base = base;
   seg->size = total;
   madvise(base, total, MADV_HUGEPAGE);  // only helps where shmem THP is in advise mode
@@ -583,6 +584,7 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, ab
   if (base == MAP_FAILED) {
     return Unavailable(absl::StrCat(where, ": mmap: ", strerror(errno)));
   }
+  KeepFromForks(base, size);
   int pidfd = -1;
   auto fail = [&](absl::Status s) {
     munmap(base, size);
