@@ -98,6 +98,8 @@ class SharedCopier {
   // From now on, every copy (of any size) uses `m`, untimed: for tests
   // that must take each path, and for measurements of either.
   void Force(CopyChooser::Method m) { forced_ = m; }
+  // The method Force set, or -1 where the copier chooses.
+  int forced() const { return forced_; }
 
  private:
   void CopyTimedOrForced(void* dst, const void* src, size_t n);

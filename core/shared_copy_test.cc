@@ -59,7 +59,9 @@ TEST(SharedCopierTest, CopiesSmallAndLargeBuffersWhicheverMethodItPicks) {
 TEST(SharedCopierTest, ForcedCopiesCopyEveryByte) {
   for (auto m : {CopyChooser::kStream, CopyChooser::kMemcpy}) {
     SharedCopier copier;
+    EXPECT_EQ(-1, copier.forced());
     copier.Force(m);
+    EXPECT_EQ(m, copier.forced());
     std::vector<char> src(SharedCopier::kTimedBytes + 3), dst(src.size() + 1, 'x');
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 13 + m);
     for (size_t n : {size_t{100}, src.size()}) {

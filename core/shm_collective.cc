@@ -441,10 +441,11 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
     // while ranks take turns on the CPUs, chose worse (4 ranks on 2 CPUs,
     // 1 MiB: 10-15% slower).
     const bool share = waiter.ShareCpu();
+    const int forced = copier_.forced();
     CopyChooser* const chooser =
-        share || forced_ >= 0 ? nullptr : &reduce_methods_[ReduceClass(bytes)];
+        share || forced >= 0 ? nullptr : &reduce_methods_[ReduceClass(bytes)];
     const auto m = chooser != nullptr ? chooser->Next()
-                                      : static_cast<CopyChooser::Method>(std::max(forced_, 0));
+                                      : static_cast<CopyChooser::Method>(std::max(forced, 0));
     const int64_t start = chooser != nullptr ? MonoNs() : 0;
     int64_t first_wait = 0;  // for the others to arrive: not the method's
     auto put = [&](char* to, const char* from, size_t n) {
@@ -707,7 +708,6 @@ absl::Status ShmCollective::Scatter(const void* in, void* out, size_t bytes, int
 
 void ShmCollective::ForceCopyMethod(CopyChooser::Method m) {
   copier_.Force(m);
-  forced_ = m;
 }
 
 int ShmCollective::ReduceClass(size_t bytes) {

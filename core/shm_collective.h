@@ -216,7 +216,6 @@ class ShmCollective {
   uint64_t gen_ = 0;  // generations this rank has started
   int64_t nap_ns_ = 1'000'000;  // see SetNap
   SharedCopier copier_;  // this rank's copies into its slot
-  int forced_ = -1;      // a CopyChooser::Method that ForceCopyMethod set, or -1
   // The large reductions' method where ranks have CPUs of their own, one
   // chooser per class of sizes (a call's time per byte depends on its size
   // as much as on the method): timed over whole calls, which cover the
