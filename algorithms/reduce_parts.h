@@ -22,6 +22,29 @@
 
 namespace hcomm {
 
+// ReduceParts of float16/bfloat16 over more than kMaxHalfParts parts: each
+// chunk widened into float32 buffers (16 KiB of them, on the stack). Not
+// inlined, so that ReduceParts' other paths, which small collectives take,
+// need no such frame.
+template <typename Part>
+__attribute__((noinline)) void ReduceHalfPartsInChunks(char* dst, Part part, int n,
+                                                       size_t count, DataType t, ReduceOp op,
+                                                       int divisor) {
+  const ReduceOp rop = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  constexpr size_t kChunk = 2048;
+  float acc[kChunk], next[kChunk];
+  for (size_t i = 0; i < count; i += kChunk) {
+    const size_t len = std::min(kChunk, count - i);
+    WidenToFloat32(acc, part(0) + 2 * i, len, t);
+    for (int j = 1; j < n; ++j) {
+      WidenToFloat32(next, part(j) + 2 * i, len, t);
+      ReduceInto(acc, next, len, DataType::kFloat32, rop);
+    }
+    if (op == ReduceOp::kAvg) DivideBy(acc, len, DataType::kFloat32, divisor);
+    NarrowFromFloat32(dst + 2 * i, acc, len, t);
+  }
+}
+
 // dst (count elements of t) = op over part(0), ..., part(n - 1), in that
 // order; kAvg sums and divides by `divisor` here, while dst is still in the
 // cache. float16 and bfloat16 accumulate in float32 and are rounded once,
@@ -66,18 +89,7 @@ void ReduceParts(void* out, Part part, int n, size_t count, DataType t, ReduceOp
     ReduceHalfParts(dst, ptrs, n, count, t, op, divisor);
     return;
   }
-  constexpr size_t kChunk = 2048;
-  float acc[kChunk], next[kChunk];
-  for (size_t i = 0; i < count; i += kChunk) {
-    const size_t len = std::min(kChunk, count - i);
-    WidenToFloat32(acc, part(0) + 2 * i, len, t);
-    for (int j = 1; j < n; ++j) {
-      WidenToFloat32(next, part(j) + 2 * i, len, t);
-      ReduceInto(acc, next, len, DataType::kFloat32, rop);
-    }
-    if (op == ReduceOp::kAvg) DivideBy(acc, len, DataType::kFloat32, divisor);
-    NarrowFromFloat32(dst + 2 * i, acc, len, t);
-  }
+  ReduceHalfPartsInChunks(dst, part, n, count, t, op, divisor);
 }
 
 // ReduceParts of two parts: dst = a op b. dst may be a or b.

@@ -214,6 +214,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   }
   bool ShareCpu() const override { return c_->fabric_->oversubscribed(); }
   absl::Status Interrupted() override {
+    if (c_->fabric_->Calm()) return absl::OkStatus();
     absl::Status s = c_->fabric_->Usable();  // aborted (the world) or destroyed
     if (s.ok()) s = c_->fabric_->PoisonedStatus(c_->coll_ctx_, tag_);  // aborted, broken
     return s.ok() ? s : Explain(s);
@@ -405,7 +406,7 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
       std::vector<std::string> f = absl::StrSplit(line, ' ');
       uint32_t lctx = 0;
       if (f.size() < 5 || !absl::SimpleAtoi(f[1], &lctx) || lctx != ctx) continue;
-      if (f[0] == "C" && f.size() >= 6) {
+      if (f[0] == "C") {
         (void)absl::SimpleAtoi(f[2], &cseq);
         (void)absl::SimpleAtoi(f[3], &cfp);
         (void)absl::SimpleAtoi(f[4], &in_progress);
@@ -691,14 +692,21 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
   // the ring's 2.4-2.8.)
   const bool reduces = op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
                        op == CollectiveOp::kReduceScatter;
-  const int widen = reduces && IsHalfFloat(t) && !HalfTravelsAsIs(Algorithm::kRing) ? 2 : 1;
-  const Choice& choice = ChooseCached(op, bytes * widen, forced_algo_.load());
   // A collective of a communicator within one host runs in its shared
-  // segment, unless an algorithm is forced.
-  const bool use_shm = shm != nullptr && shm_coll_ != nullptr && !choice.forced;
+  // segment, unless an algorithm is forced: with none forced, the cost
+  // model is not asked (the segment's small calls are mostly overhead).
+  const bool segment = shm != nullptr && shm_coll_ != nullptr;
+  const Algorithm forced = forced_algo_.load();
+  const Choice* choice = nullptr;
+  if (!segment || forced != Algorithm::kAuto) {
+    const int widen = reduces && IsHalfFloat(t) && !HalfTravelsAsIs(Algorithm::kRing) ? 2 : 1;
+    choice = &ChooseCached(op, bytes * widen, forced);
+  }
+  const bool use_shm = segment && (choice == nullptr || !choice->forced);
   // Described only if something goes wrong: a collective's hot path
   // formats nothing.
-  CallInfo info{op, ticket, count, t, rop, root, choice.algo, size_, use_shm};
+  const Algorithm algo = use_shm ? Algorithm::kAuto : choice->algo;
+  CallInfo info{op, ticket, count, t, rop, root, algo, size_, use_shm};
   if (debug_info_ && rank_ == 0) {
     if (use_shm) {
       fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> shared memory (all ranks on this host)\n",
@@ -706,8 +714,8 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
     } else {
       fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)\n", CollectiveOpName(op),
               Bytes(bytes).c_str(), op == CollectiveOp::kBarrier ? "" : DataTypeName(t), size_,
-              AlgorithmName(choice.algo), choice.forced ? " [forced]" : "",
-              choice.Explain().c_str());
+              AlgorithmName(choice->algo), choice->forced ? " [forced]" : "",
+              choice->Explain().c_str());
     }
   }
   absl::Status s;
@@ -721,14 +729,14 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
     // Aborted, broken by a member's failure, or found clashing by another
     // rank already: even a collective that would send nothing (one rank)
     // fails.
-    s = peers.Interrupted();
+    if (!fabric_->Calm()) s = peers.Interrupted();
     if (use_shm) {
       if (s.ok()) s = RunInSegment(op, *shm, count, t, rop, root, tag, fp, peers);
       // Its counters are out of step now (as the others', which failed too).
       if (!s.ok()) shm_coll_.reset();
     } else {
       if (s.ok() && check_calls_ && fingerprints_ && size_ > 1) s = CheckCall(peers, tag);
-      if (s.ok()) s = body(peers, choice.algo);
+      if (s.ok()) s = body(peers, algo);
     }
   }
   fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);

@@ -757,17 +757,6 @@ Fabric::Activity* Fabric::ActivityFor(uint32_t ctx) {
   return a.get();
 }
 
-void Fabric::NoteCollective(Activity* a, uint64_t seq, uint64_t fingerprint, bool in_progress) {
-  const uint64_t v = a->version.load(std::memory_order_relaxed);
-  a->version.store(v + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  a->seq.store(seq, std::memory_order_relaxed);
-  a->fingerprint.store(fingerprint, std::memory_order_relaxed);
-  a->in_progress.store(in_progress, std::memory_order_relaxed);
-  a->since_ns.store(CoarseNs(), std::memory_order_relaxed);
-  a->version.store(v + 2, std::memory_order_release);
-}
-
 void Fabric::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes) {
   Activity* a = ActivityFor(ctx);
   absl::MutexLock l(&activity_mu_);
@@ -778,24 +767,20 @@ void Fabric::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t
 
 std::string Fabric::PendingState() {
   std::string out;
-  const int64_t now = CoarseNs();
   {
     absl::MutexLock l(&activity_mu_);
     for (const auto& [ctx, a] : activity_) {
       uint64_t seq = 0, fp = 0;
       bool in_progress = false;
-      int64_t since = now;
       for (int tries = 0; tries < 100; ++tries) {
         const uint64_t v1 = a->version.load(std::memory_order_acquire);
         seq = a->seq.load(std::memory_order_relaxed);
         fp = a->fingerprint.load(std::memory_order_relaxed);
         in_progress = a->in_progress.load(std::memory_order_relaxed);
-        since = a->since_ns.load(std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_acquire);
         if ((v1 & 1) == 0 && a->version.load(std::memory_order_relaxed) == v1) break;
       }
-      absl::StrAppend(&out, "C ", ctx, " ", seq, " ", fp, " ", in_progress ? 1 : 0, " ",
-                      (now - since) / 1000000, "\n");
+      absl::StrAppend(&out, "C ", ctx, " ", seq, " ", fp, " ", in_progress ? 1 : 0, "\n");
       if (!in_progress || a->segment_seq != seq) continue;
       for (int p : a->segment_waits) {
         absl::StrAppend(&out, "M ", ctx, " ", p, " ", seq, " ", a->segment_bytes, "\n");

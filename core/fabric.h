@@ -69,7 +69,6 @@ class Fabric : public FrameSink {
     std::atomic<uint64_t> seq{0};
     std::atomic<uint64_t> fingerprint{0};
     std::atomic<bool> in_progress{false};
-    std::atomic<int64_t> since_ns{0};
     // Under activity_mu_: world ranks a collective in a shared segment
     // waits for (NoteSegmentWait), and for which sequence number.
     std::vector<int> segment_waits;
@@ -185,6 +184,13 @@ class Fabric : public FrameSink {
     return std::min(absl::Seconds(1), std::max(absl::Milliseconds(20), timeout / 5));
   }
 
+  // Nothing has been aborted, closed or poisoned: Usable() and every
+  // PoisonedStatus() are OK. (Three loads, for the collectives' hot path.)
+  bool Calm() const {
+    return !aborted_flag_.load(std::memory_order_acquire) &&
+           !closing_.load(std::memory_order_acquire) &&
+           !any_poisoned_.load(std::memory_order_acquire);
+  }
   // Aborted if Abort was called or the fabric was destroyed, else OK.
   absl::Status Usable() {
     if (!aborted_flag_.load(std::memory_order_acquire) &&
@@ -275,12 +281,21 @@ class Fabric : public FrameSink {
   // collective context, which stays valid as long as the fabric.)
   struct Activity;
   Activity* ActivityFor(uint32_t ctx);
-  void NoteCollective(Activity* a, uint64_t seq, uint64_t fingerprint, bool in_progress);
+  // (Inline: every collective calls it twice, on its critical path.)
+  static void NoteCollective(Activity* a, uint64_t seq, uint64_t fingerprint, bool in_progress) {
+    const uint64_t v = a->version.load(std::memory_order_relaxed);
+    a->version.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    a->seq.store(seq, std::memory_order_relaxed);
+    a->fingerprint.store(fingerprint, std::memory_order_relaxed);
+    a->in_progress.store(in_progress, std::memory_order_relaxed);
+    a->version.store(v + 2, std::memory_order_release);
+  }
   // The collective in progress in `ctx` waits in a shared-memory segment
   // for world ranks `peers` (`bytes` per rank); cleared when it ends.
   void NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes);
   // This rank's pending work, one item per line:
-  //   C <ctx> <seq> <fingerprint> <in progress 0|1> <ms since>
+  //   C <ctx> <seq> <fingerprint> <in progress 0|1>
   //   R <ctx> <world peer|-1> <tag|-1> <capacity>     posted receive
   //   X <ctx> <world source> <tag> <bytes>            receive being written
   //   S <ctx> <world peer> <tag> <bytes> <w|q>        send: w = no matching

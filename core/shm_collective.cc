@@ -387,159 +387,172 @@ absl::Status ShmCollective::Reduce(const void* in, void* out, size_t count, Data
 absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, DataType t,
                                      ReduceOp op, int root, uint64_t seq, uint64_t fingerprint,
                                      ShmWaiter& waiter) {
-  const size_t esize = DataTypeSize(t);
-  const size_t bytes = count * esize;
+  const size_t bytes = count * DataTypeSize(t);
   if (count == 0) return absl::OkStatus();
-  const bool gets = root < 0 || root == rank_;  // this rank gets the result
   if (n_ == 1) {
     if (out != in) memmove(out, in, bytes);
     return absl::OkStatus();
   }
+  if (bytes <= kSmallBytes) {
+    return ReduceSmall(in, out, count, t, op, root, seq, fingerprint, waiter);
+  }
+  return ReduceLarge(in, out, count, t, op, root, seq, fingerprint, waiter);
+}
+
+absl::Status ShmCollective::ReduceSmall(const void* in, void* out, size_t count, DataType t,
+                                        ReduceOp op, int root, uint64_t seq,
+                                        uint64_t fingerprint, ShmWaiter& waiter) {
+  const size_t bytes = count * DataTypeSize(t);
+  // Every rank that gets the result reduces every slot, in rank order: one
+  // round.
+  return Round(
+      bytes, [&](char* area) { memcpy(area, in, bytes); },
+      [&](int b) {
+        if (root >= 0 && root != rank_) return;
+        ReduceParts(out, [&](int j) -> const char* { return Area(j, b, bytes); }, n_, count, t,
+                    op, n_);
+      },
+      seq, fingerprint, waiter);
+}
+
+absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count, DataType t,
+                                        ReduceOp op, int root, uint64_t seq,
+                                        uint64_t fingerprint, ShmWaiter& waiter) {
+  const size_t esize = DataTypeSize(t);
+  const size_t bytes = count * esize;
+  const bool gets = root < 0 || root == rank_;  // this rank gets the result
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  if (bytes <= kSmallBytes) {
-    // Every rank that gets the result reduces every slot, in rank order:
-    // one round.
-    HCOMM_RETURN_IF_ERROR(Round(
-        bytes, [&](char* area) { memcpy(area, src, bytes); },
-        [&](int b) {
-          if (!gets) return;
-          ReduceParts(dst, [&](int j) -> const char* { return Area(j, b, bytes); }, n_, count, t,
-                      op, n_);
-        },
-        seq, fingerprint, waiter));
-  } else {
-    const size_t per_round = ReduceRoundBytes() / esize;
-    // Slices of a round, in whole cache lines.
-    const size_t grain = std::max<size_t>(1, kLine / esize);
-    struct Plan {
-      size_t off, len;  // the round's elements
-      size_t s0, s1;    // this rank reduces [s0, s1) of them
-      uint64_t gen;
-      int b;      // the round's buffers
-      size_t at;  // its place in them
-    };
-    auto plan = [&](size_t off) {
-      Plan p;
-      p.off = off;
-      p.len = std::min(per_round, count - off);
-      p.gen = ++gen_;
-      p.b = static_cast<int>(p.gen & 1);
-      p.at = Offset(p.len * esize);
-      const size_t q = RoundUp((p.len + n_ - 1) / n_, grain);
-      p.s0 = std::min(p.len, q * rank_);
-      p.s1 = std::min(p.len, p.s0 + q);
-      return p;
-    };
-    // The call's method: how this rank writes its slot, and whether it
-    // reduces its slice in pieces that it streams out (below). Chosen by
-    // the time of whole calls of about this size, which the copy's time
-    // alone misjudges: 2 ranks whose CPUs sit behind two caches took half
-    // as long again with memcpy, which the copies' own times favoured
-    // (16 us against 13 for 256 KiB, but the streamed copy counted twice).
-    // Ranks that share CPUs copy as the copier chooses: whole calls, timed
-    // while ranks take turns on the CPUs, chose worse (4 ranks on 2 CPUs,
-    // 1 MiB: 10-15% slower).
-    const bool share = waiter.ShareCpu();
-    const int forced = copier_.forced();
-    CopyChooser* const chooser =
-        share || forced >= 0 ? nullptr : &reduce_methods_[ReduceClass(bytes)];
-    const auto m = chooser != nullptr ? chooser->Next()
-                                      : static_cast<CopyChooser::Method>(std::max(forced, 0));
-    const int64_t start = chooser != nullptr ? MonoNs() : 0;
-    int64_t first_wait = 0;  // for the others to arrive: not the method's
-    auto put = [&](char* to, const char* from, size_t n) {
-      if (chooser != nullptr) {
-        CopyBy(m, to, from, n);
-      } else {
-        copier_.Copy(to, from, n);
-      }
-    };
-    // The others need the rest of this rank's input in its slot; it reads
-    // its own slice straight from the input.
-    auto copy_in = [&](const Plan& p) {
-      char* slot = Slot(rank_, p.b) + p.at;
-      const char* mine = src + p.off * esize;
-      put(slot, mine, p.s0 * esize);
-      put(slot + p.s1 * esize, mine + p.s1 * esize, (p.len - p.s1) * esize);
-      Arrive(p.gen, fingerprint);
-    };
-    Plan cur = plan(0);
-    copy_in(cur);
-    for (;;) {
-      const bool first = chooser != nullptr && cur.off == 0;
-      const int64_t wait_start = first ? MonoNs() : 0;
-      HCOMM_RETURN_IF_ERROR(WaitAll(0, cur.gen, seq, fingerprint, waiter));
-      if (first) first_wait = MonoNs() - wait_start;
-      const size_t off = cur.off, len = cur.len, s0 = cur.s0, s1 = cur.s1;
-      const char* mine = src + off * esize;
-      auto slot = [&](int j) { return Slot(j, cur.b) + cur.at; };
-      char* const result = Result(cur.b) + cur.at;
-      bool own_out = false;  // this rank's slice of the result is out already
-      if (s1 > s0) {
-        // Stores into the result, whose lines the others read two rounds
-        // ago, fare as stores into the slot do: where the call streams,
-        // the slice is reduced in pieces that stay in this CPU's cache and
-        // streamed out. (Not where ranks share CPUs: each of them reads
-        // the whole result, which should then stay in the cache.)
-        const bool staged = m == CopyChooser::kStream && !share;
-        const size_t step =
-            staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
-        char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
-        // Staged, a rank that gets the result copies each piece of its
-        // slice out from there too, not later from the result in memory.
-        own_out = staged && gets;
-        for (size_t i = s0; i < s1; i += step) {
-          const size_t k = std::min(step, s1 - i), o = i * esize;
-          auto part = [&](int j) { return j == rank_ ? mine + o : slot(j) + o; };
-          ReduceParts(staged ? stage : result + o, part, n_, k, t, op, n_);
-          if (!staged) continue;
-          StreamCopy(result + o, stage, k * esize);
-          if (own_out) CopyOut(dst + off * esize + o, stage, k * esize, 2 * bytes);
-        }
-      }
-      Publish(1, cur.gen);
-      // The next round's input goes in while the others finish this one:
-      // its buffers are the round before this one's, which every rank was
-      // done with when it arrived at this round, and no rank writes this
-      // round's result into them before everyone arrives at the next.
-      // (2 ranks, 16 MiB: the waits for each other had taken a fifth of
-      // the time.)
-      const bool more = off + len < count;
-      Plan next{};
-      if (more) {
-        next = plan(off + len);
-        copy_in(next);
-      }
-      // A rank without the result goes on: it arrives at the next round
-      // (after which the root may find this round's buffers rewritten two
-      // rounds on) only once it is done with this one, as every rank does.
-      if (gets) {
-        char* round_out = dst + off * esize;
-        if (share) {
-          HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
-          CopyOut(round_out, result, len * esize, 2 * bytes);
-        } else {
-          // This rank's own slice is final already: out with it while the
-          // others finish theirs, then the rest. (2 ranks, 1-16 MiB: 8-12%
-          // faster in two sets of interleaved runs. Where ranks share CPUs
-          // the order changes no CPU's work, and the medians were no
-          // better.)
-          if (!own_out) {
-            CopyOut(round_out + s0 * esize, result + s0 * esize, (s1 - s0) * esize, 2 * bytes);
-          }
-          HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
-          CopyOut(round_out, result, s0 * esize, 2 * bytes);
-          CopyOut(round_out + s1 * esize, result + s1 * esize, (len - s1) * esize, 2 * bytes);
-        }
-      }
-      if (!more) break;
-      cur = next;
-    }
+  const size_t per_round = ReduceRoundBytes() / esize;
+  // Slices of a round, in whole cache lines.
+  const size_t grain = std::max<size_t>(1, kLine / esize);
+  struct Plan {
+    size_t off, len;  // the round's elements
+    size_t s0, s1;    // this rank reduces [s0, s1) of them
+    uint64_t gen;
+    int b;      // the round's buffers
+    size_t at;  // its place in them
+  };
+  auto plan = [&](size_t off) {
+    Plan p;
+    p.off = off;
+    p.len = std::min(per_round, count - off);
+    p.gen = ++gen_;
+    p.b = static_cast<int>(p.gen & 1);
+    p.at = Offset(p.len * esize);
+    const size_t q = RoundUp((p.len + n_ - 1) / n_, grain);
+    p.s0 = std::min(p.len, q * rank_);
+    p.s1 = std::min(p.len, p.s0 + q);
+    return p;
+  };
+  // The call's method: how this rank writes its slot, and whether it
+  // reduces its slice in pieces that it streams out (below). Chosen by
+  // the time of whole calls of about this size, which the copy's time
+  // alone misjudges: 2 ranks whose CPUs sit behind two caches took half
+  // as long again with memcpy, which the copies' own times favoured
+  // (16 us against 13 for 256 KiB, but the streamed copy counted twice).
+  // Ranks that share CPUs copy as the copier chooses: whole calls, timed
+  // while ranks take turns on the CPUs, chose worse (4 ranks on 2 CPUs,
+  // 1 MiB: 10-15% slower).
+  const bool share = waiter.ShareCpu();
+  const int forced = copier_.forced();
+  CopyChooser* const chooser =
+      share || forced >= 0 ? nullptr : &reduce_methods_[ReduceClass(bytes)];
+  const auto m = chooser != nullptr ? chooser->Next()
+                                    : static_cast<CopyChooser::Method>(std::max(forced, 0));
+  const int64_t start = chooser != nullptr ? MonoNs() : 0;
+  int64_t first_wait = 0;  // for the others to arrive: not the method's
+  auto put = [&](char* to, const char* from, size_t n) {
     if (chooser != nullptr) {
-      chooser->Record(m, static_cast<double>(MonoNs() - start - first_wait) /
-                             static_cast<double>(bytes));
+      CopyBy(m, to, from, n);
+    } else {
+      copier_.Copy(to, from, n);
     }
+  };
+  // The others need the rest of this rank's input in its slot; it reads
+  // its own slice straight from the input.
+  auto copy_in = [&](const Plan& p) {
+    char* slot = Slot(rank_, p.b) + p.at;
+    const char* mine = src + p.off * esize;
+    put(slot, mine, p.s0 * esize);
+    put(slot + p.s1 * esize, mine + p.s1 * esize, (p.len - p.s1) * esize);
+    Arrive(p.gen, fingerprint);
+  };
+  Plan cur = plan(0);
+  copy_in(cur);
+  for (;;) {
+    const bool first = chooser != nullptr && cur.off == 0;
+    const int64_t wait_start = first ? MonoNs() : 0;
+    HCOMM_RETURN_IF_ERROR(WaitAll(0, cur.gen, seq, fingerprint, waiter));
+    if (first) first_wait = MonoNs() - wait_start;
+    const size_t off = cur.off, len = cur.len, s0 = cur.s0, s1 = cur.s1;
+    const char* mine = src + off * esize;
+    auto slot = [&](int j) { return Slot(j, cur.b) + cur.at; };
+    char* const result = Result(cur.b) + cur.at;
+    bool own_out = false;  // this rank's slice of the result is out already
+    if (s1 > s0) {
+      // Stores into the result, whose lines the others read two rounds
+      // ago, fare as stores into the slot do: where the call streams,
+      // the slice is reduced in pieces that stay in this CPU's cache and
+      // streamed out. (Not where ranks share CPUs: each of them reads
+      // the whole result, which should then stay in the cache.)
+      const bool staged = m == CopyChooser::kStream && !share;
+      const size_t step =
+          staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
+      char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
+      // Staged, a rank that gets the result copies each piece of its
+      // slice out from there too, not later from the result in memory.
+      own_out = staged && gets;
+      for (size_t i = s0; i < s1; i += step) {
+        const size_t k = std::min(step, s1 - i), o = i * esize;
+        auto part = [&](int j) { return j == rank_ ? mine + o : slot(j) + o; };
+        ReduceParts(staged ? stage : result + o, part, n_, k, t, op, n_);
+        if (!staged) continue;
+        StreamCopy(result + o, stage, k * esize);
+        if (own_out) CopyOut(dst + off * esize + o, stage, k * esize, 2 * bytes);
+      }
+    }
+    Publish(1, cur.gen);
+    // The next round's input goes in while the others finish this one:
+    // its buffers are the round before this one's, which every rank was
+    // done with when it arrived at this round, and no rank writes this
+    // round's result into them before everyone arrives at the next.
+    // (2 ranks, 16 MiB: the waits for each other had taken a fifth of
+    // the time.)
+    const bool more = off + len < count;
+    Plan next{};
+    if (more) {
+      next = plan(off + len);
+      copy_in(next);
+    }
+    // A rank without the result goes on: it arrives at the next round
+    // (after which the root may find this round's buffers rewritten two
+    // rounds on) only once it is done with this one, as every rank does.
+    if (gets) {
+      char* round_out = dst + off * esize;
+      if (share) {
+        HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
+        CopyOut(round_out, result, len * esize, 2 * bytes);
+      } else {
+        // This rank's own slice is final already: out with it while the
+        // others finish theirs, then the rest. (2 ranks, 1-16 MiB: 8-12%
+        // faster in two sets of interleaved runs. Where ranks share CPUs
+        // the order changes no CPU's work, and the medians were no
+        // better.)
+        if (!own_out) {
+          CopyOut(round_out + s0 * esize, result + s0 * esize, (s1 - s0) * esize, 2 * bytes);
+        }
+        HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
+        CopyOut(round_out, result, s0 * esize, 2 * bytes);
+        CopyOut(round_out + s1 * esize, result + s1 * esize, (len - s1) * esize, 2 * bytes);
+      }
+    }
+    if (!more) break;
+    cur = next;
+  }
+  if (chooser != nullptr) {
+    chooser->Record(m, static_cast<double>(MonoNs() - start - first_wait) /
+                           static_cast<double>(bytes));
   }
   return absl::OkStatus();
 }

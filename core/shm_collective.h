@@ -173,6 +173,13 @@ class ShmCollective {
   // The reductions; root < 0: every rank gets the result.
   absl::Status ReduceTo(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                         int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // Their calls of up to kSmallBytes, in one round: a function of its own,
+  // so that such a call runs none of the large path's setup.
+  absl::Status ReduceSmall(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                           int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // Larger calls, in rounds of slices, each rank reducing its slice.
+  absl::Status ReduceLarge(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                           int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
   // allgather (root < 0) and gather: only the ranks that get the blocks
   // read them, and the root writes none.
   absl::Status GatherTo(const void* in, void* out, size_t bytes, int root, uint64_t seq,
