@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "algorithms/reduce_parts.h"
+#include "core/fence.h"
 #include "core/shared_copy.h"
 #include "core/shm_file.h"
 #include "core/spin.h"
@@ -61,6 +62,9 @@ struct ShmCollective::Header {
   uint64_t slot_bytes;
   std::atomic<uint32_t> sleepers;  // ranks asleep on `bell`
   std::atomic<uint32_t> bell;      // futex word: bumped when a counter moves
+  // Non-zero once a rank that cannot use asymmetric fences (core/fence.h)
+  // mapped the segment: every rank then fences fully on both sides.
+  std::atomic<uint32_t> fenced;
 };
 
 // One per rank, written only by that rank: which collective the rank is in
@@ -151,6 +155,7 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Create(const std::
   // A fresh mapping is zero: counters and seqlocks start at 0.
   c->hdr_->nranks = static_cast<uint64_t>(nranks);
   c->hdr_->slot_bytes = slot;
+  c->JoinFences();
   std::atomic_thread_fence(std::memory_order_release);
   reinterpret_cast<std::atomic<uint64_t>*>(&c->hdr_->magic)->store(kMagic,
                                                                  std::memory_order_release);
@@ -189,7 +194,17 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Open(const std::st
       c->hdr_->slot_bytes != slot) {
     return Unavailable(absl::StrCat(name, " has another layout"));
   }
+  c->JoinFences();
   return c;
+}
+
+void ShmCollective::JoinFences() {
+  light_ = RegisterAsymmetricFences();
+  if (!light_) hdr_->fenced.store(1, std::memory_order_relaxed);
+}
+
+bool ShmCollective::LightFences() const {
+  return light_ && hdr_->fenced.load(std::memory_order_relaxed) == 0;
 }
 
 void ShmCollective::Unlink() {
@@ -230,7 +245,7 @@ void ShmCollective::Publish(int which, uint64_t gen) {
   (which == 0 ? me.arrived : me.reduced).store(gen, std::memory_order_release);
   // Pairs with the sleeper's fence: either it sees the new counter before
   // it sleeps, or we see it counted and wake it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  LightFence(LightFences());
   if (hdr_->sleepers.load(std::memory_order_relaxed) > 0) {
     hdr_->bell.fetch_add(1, std::memory_order_release);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAKE, INT_MAX, nullptr,
@@ -308,7 +323,7 @@ absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
     // Sleep until a counter moves (or for a nap, to look around).
     hdr_->sleepers.fetch_add(1, std::memory_order_relaxed);
     const uint32_t bell = hdr_->bell.load(std::memory_order_acquire);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    HeavyFence(LightFences());
     if (!all_there()) {
       const struct timespec ts = {static_cast<time_t>(nap_ns_ / 1'000'000'000),
                                   static_cast<long>(nap_ns_ % 1'000'000'000)};

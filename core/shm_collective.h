@@ -170,6 +170,11 @@ class ShmCollective {
   // Publishes this rank's arrival at round `gen` of collective `fingerprint`.
   void Arrive(uint64_t gen, uint64_t fingerprint);
   void Publish(int which, uint64_t gen);
+  // The wake-up handshake's fences (core/fence.h): JoinFences registers
+  // this process, or marks the segment for full fences where it cannot;
+  // LightFences: every rank registered, so publishers fence lightly.
+  void JoinFences();
+  bool LightFences() const;
   // The reductions; root < 0: every rank gets the result.
   absl::Status ReduceTo(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                         int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
@@ -220,6 +225,7 @@ class ShmCollective {
   Header* hdr_;
   RankLine* lines_;
   char* data_;
+  bool light_ = false;  // this process uses asymmetric fences (JoinFences)
   uint64_t gen_ = 0;  // generations this rank has started
   int64_t nap_ns_ = 1'000'000;  // see SetNap
   SharedCopier copier_;  // this rank's copies into its slot
