@@ -931,6 +931,26 @@ TEST(CollectiveErrorsTest, IAllReduceKeepsCallOrder) {
   });
 }
 
+// Turns handed over many times between the worker that runs iallreduces
+// and the caller waiting behind them: a turn's end that missed its waiter
+// (the handshake of WaitTurn and FinishTurn, core/fence.h) would leave the
+// caller asleep until the test's timeout.
+TEST(CollectiveErrorsTest, TurnsPassBetweenTheWorkerAndTheCaller) {
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok());
+    for (int i = 0; i < 300; ++i) {
+      int a = rank + i, b = rank * i;
+      auto req = (*c)->IAllReduce(&a, &a, 1, DataType::kInt32, ReduceOp::kSum);
+      ASSERT_TRUE(req.ok());
+      ASSERT_TRUE((*c)->AllReduce(&b, &b, 1, DataType::kInt32, ReduceOp::kSum).ok());
+      ASSERT_TRUE((*c)->Wait(req->get(), (*c)->Deadline()).ok());
+      ASSERT_EQ(a, 1 + 2 * i) << "call " << i;
+      ASSERT_EQ(b, i) << "call " << i;
+    }
+  });
+}
+
 // A call refused behind a nonblocking collective still running takes its
 // turn after it, without waiting for it: rank 1 joins the iallreduce only
 // once rank 0's refused broadcast has returned.

@@ -41,6 +41,7 @@
 #include "algorithms/selector.h"
 #include "core/config.h"
 #include "core/fabric.h"
+#include "core/fence.h"
 #include "core/request.h"
 #include "core/shm_collective.h"
 
@@ -252,6 +253,8 @@ class Communicator {
   std::atomic<uint64_t> next_ticket_{0};
   std::atomic<uint64_t> now_serving_{0};
   std::atomic<int> turn_waiters_{0};
+  // The process uses asymmetric fences (core/fence.h) for that handshake.
+  const bool light_fences_ = RegisterAsymmetricFences();
   absl::Mutex turn_mu_;
   absl::CondVar turn_cv_;
   Scratch scratch_[4];  // used only by the collective being served
