@@ -26,7 +26,7 @@
 namespace hcomm {
 namespace {
 
-constexpr uint64_t kMagic = 0x68636f6d6d534332ULL;  // "hcommSC2"
+constexpr uint64_t kMagic = 0x68636f6d6d534333ULL;  // "hcommSC3": Header::fenced
 constexpr size_t kLine = 64;
 constexpr size_t kInlineBytes = 20;
 // Outputs are written around the caches (StreamCopy) once all ranks'
