@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/fence.h"
 #include "core/shared_copy.h"
 #include "core/shm_file.h"
 #include "core/spin.h"
@@ -195,17 +196,8 @@ void ReadRecordPiece(const char* data, uint64_t size, uint64_t pos, uint64_t len
   if (p1 > p0) RingRead(data, size, pos + (p0 - a), dst + (p0 - kRecHdrBytes), p1 - p0);
 }
 
-// A full barrier (store-load ordering), for the Dekker-style handshakes
-// between a publisher and a sleeper. On x86 a locked add to the stack is
-// about half the cost of mfence and orders the same (as Linux's smp_mb).
-inline void FullFence() {
-#if defined(__x86_64__)
-  asm volatile("lock; addl $0,-4(%%rsp)" ::: "memory", "cc");
-#else
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-#endif
-}
-
+// The Dekker-style handshakes between a publisher and a sleeper below
+// fence fully on both sides (FullFence, core/fence.h).
 void WakeOwner(SegHeader* h) {
   // Pairs with the fence a sleeper runs between announcing itself and
   // checking for work: either it sees what we published, or we see it.
