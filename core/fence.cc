@@ -4,6 +4,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace hcomm {
 
 namespace {
@@ -20,7 +23,10 @@ bool RegisterAsymmetricFences() {
   const pid_t me = getpid();
   if (registered_pid.load(std::memory_order_acquire) == me) return true;
   if (refused_pid.load(std::memory_order_acquire) == me) return false;
-  const long cmds = Membarrier(MEMBARRIER_CMD_QUERY);
+  // HCOMM_MEMBARRIER=0 declines (as a kernel without the command would).
+  const char* env = getenv("HCOMM_MEMBARRIER");
+  const bool declined = env != nullptr && strcmp(env, "0") == 0;
+  const long cmds = declined ? -1 : Membarrier(MEMBARRIER_CMD_QUERY);
   const bool ok = cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
                   Membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
   (ok ? registered_pid : refused_pid).store(me, std::memory_order_release);

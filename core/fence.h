@@ -28,8 +28,9 @@ namespace hcomm {
 
 // Registers this process for membarrier's expedited global command, once
 // per process (a forked child registers anew). False where the kernel or
-// a seccomp filter refuses it: handshakes this process takes part in must
-// then fence on both sides.
+// a seccomp filter refuses it, or HCOMM_MEMBARRIER=0 declines it (the
+// heavy fence interrupts the CPUs running registered processes):
+// handshakes this process takes part in must then fence on both sides.
 bool RegisterAsymmetricFences();
 
 // A full barrier. On x86 a locked add to the stack orders as mfence does,

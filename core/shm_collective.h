@@ -141,6 +141,9 @@ class ShmCollective {
   // own (at the clock, a peer's health, its waiter); 1 ms. Tests lengthen it
   // to see that an arrival wakes the sleepers.
   void SetNap(absl::Duration nap) { nap_ns_ = absl::ToInt64Nanoseconds(nap); }
+  // Whether arrivals are published with light fences (core/fence.h): every
+  // rank that mapped the segment registered for them.
+  bool light_fences() const { return LightFences(); }
   // How many ranks are asleep on the bell now.
   int Sleepers() const;
   // Bytes of each slot of this segment (kSlotBytes unless /dev/shm was short).

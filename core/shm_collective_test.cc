@@ -1,6 +1,7 @@
 #include "core/shm_collective.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/fence.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -680,6 +682,54 @@ TEST(ShmCollectiveTest, TheLastArrivalWakesTheSleepers) {
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// A rank that declines asymmetric fences (HCOMM_MEMBARRIER=0, as a kernel
+// without membarrier would) marks the segment, and every rank publishes
+// with full fences again, the registered ones too: their wakes still reach
+// it. Here rank 1, a forked process that declines, falls asleep in each
+// barrier before rank 0 (this process) arrives; its naps are a minute
+// long, so only the wakes end its waits in time.
+TEST(ShmCollectiveTest, ARankWithoutAsymmetricFencesMakesEveryRankFenceFully) {
+  const std::string name = UniqueName();
+  auto created = ShmCollective::Create(name, 0, 2, g_slot_bytes);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ShmCollective& seg = **created;
+  EXPECT_EQ(seg.light_fences(), RegisterAsymmetricFences());
+  constexpr int kBarriers = 20;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("HCOMM_MEMBARRIER", "0", 1);
+    auto opened = ShmCollective::Open(name, 1, 2);
+    if (!opened.ok() || (*opened)->light_fences()) _exit(2);
+    (*opened)->SetNap(absl::Seconds(60));
+    TestWaiter w;
+    w.share_cpu = false;
+    for (int i = 0; i < kBarriers; ++i) {
+      (*opened)->Enter(i, 7);
+      const absl::Time start = absl::Now();
+      if (!(*opened)->Barrier(i, 7, w).ok()) _exit(3);
+      if (absl::Now() - start > absl::Seconds(30)) _exit(4);  // slept through a wake
+    }
+    _exit(0);
+  }
+  TestWaiter w;
+  w.share_cpu = false;
+  for (int i = 0; i < kBarriers; ++i) {
+    // Arrive once rank 1 has fallen asleep (it spins 100 us first).
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (seg.Sleepers() < 1 && absl::Now() < give_up) absl::SleepFor(absl::Microseconds(200));
+    EXPECT_EQ(seg.Sleepers(), 1) << "rank 1 did not fall asleep before barrier " << i;
+    EXPECT_FALSE(seg.light_fences()) << "the segment is not marked";
+    seg.Enter(i, 7);
+    absl::Status s = seg.Barrier(i, 7, w);
+    ASSERT_TRUE(s.ok()) << "barrier " << i << ": " << s;
+  }
+  seg.Unlink();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 // Two collectives with the same shape of rounds (one round of 20 bytes):
