@@ -203,7 +203,7 @@ void ShmCollective::JoinFences() {
   if (!light_) hdr_->fenced.store(1, std::memory_order_relaxed);
 }
 
-bool ShmCollective::LightFences() const {
+bool ShmCollective::light_fences() const {
   return light_ && hdr_->fenced.load(std::memory_order_relaxed) == 0;
 }
 
@@ -245,7 +245,7 @@ void ShmCollective::Publish(int which, uint64_t gen) {
   (which == 0 ? me.arrived : me.reduced).store(gen, std::memory_order_release);
   // Pairs with the sleeper's fence: either it sees the new counter before
   // it sleeps, or we see it counted and wake it.
-  LightFence(LightFences());
+  LightFence(light_fences());
   if (hdr_->sleepers.load(std::memory_order_relaxed) > 0) {
     hdr_->bell.fetch_add(1, std::memory_order_release);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAKE, INT_MAX, nullptr,
@@ -323,7 +323,7 @@ absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
     // Sleep until a counter moves (or for a nap, to look around).
     hdr_->sleepers.fetch_add(1, std::memory_order_relaxed);
     const uint32_t bell = hdr_->bell.load(std::memory_order_acquire);
-    HeavyFence(LightFences());
+    HeavyFence(light_fences());
     if (!all_there()) {
       const struct timespec ts = {static_cast<time_t>(nap_ns_ / 1'000'000'000),
                                   static_cast<long>(nap_ns_ % 1'000'000'000)};

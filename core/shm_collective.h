@@ -143,7 +143,7 @@ class ShmCollective {
   void SetNap(absl::Duration nap) { nap_ns_ = absl::ToInt64Nanoseconds(nap); }
   // Whether arrivals are published with light fences (core/fence.h): every
   // rank that mapped the segment registered for them.
-  bool light_fences() const { return LightFences(); }
+  bool light_fences() const;
   // How many ranks are asleep on the bell now.
   int Sleepers() const;
   // Bytes of each slot of this segment (kSlotBytes unless /dev/shm was short).
@@ -173,11 +173,9 @@ class ShmCollective {
   // Publishes this rank's arrival at round `gen` of collective `fingerprint`.
   void Arrive(uint64_t gen, uint64_t fingerprint);
   void Publish(int which, uint64_t gen);
-  // The wake-up handshake's fences (core/fence.h): JoinFences registers
-  // this process, or marks the segment for full fences where it cannot;
-  // LightFences: every rank registered, so publishers fence lightly.
+  // Registers this process for the wake-up handshake's asymmetric fences
+  // (core/fence.h), or marks the segment for full fences where it cannot.
   void JoinFences();
-  bool LightFences() const;
   // The reductions; root < 0: every rank gets the result.
   absl::Status ReduceTo(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                         int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
