@@ -77,6 +77,10 @@ CopyChooser::Method CopyChooser::Next() {
 }
 
 void CopyChooser::Record(Method m, double ns_per_byte) {
+  if (!warm_) {
+    warm_ = true;
+    return;
+  }
   const Method best = Best();
   if (m != best && filled_[best] > 0) {
     // A try of the slower method: if it lost clearly, try it less often.

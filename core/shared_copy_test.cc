@@ -84,6 +84,9 @@ TEST(CopyChooserTest, StreamBiasDecidesCloseCalls) {
 
 TEST(CopyChooserTest, StartsWithMemcpyAndKeepsItWhileItIsFaster) {
   CopyChooser c;
+  // The first copy warms up, and its time is not kept.
+  EXPECT_EQ(CopyChooser::kMemcpy, c.Next());
+  c.Record(CopyChooser::kMemcpy, 0.03);
   EXPECT_EQ(CopyChooser::kMemcpy, c.Next());
   c.Record(CopyChooser::kMemcpy, 0.03);
   // Stream is timed next, whatever memcpy took.
@@ -97,6 +100,18 @@ TEST(CopyChooserTest, StartsWithMemcpyAndKeepsItWhileItIsFaster) {
   EXPECT_GT(n.memcpy, 960);
   EXPECT_GE(n.stream, 1000 / CopyChooser::kMaxInterval);
   EXPECT_EQ(CopyChooser::kMaxInterval, c.Interval());
+}
+
+// The first copy pays for pages touched for the first time: however long
+// it took, memcpy keeps winning from the second copy on.
+TEST(CopyChooserTest, AColdFirstCopyDoesNotDecide) {
+  CopyChooser c(1.0);
+  EXPECT_EQ(CopyChooser::kMemcpy, c.Next());
+  c.Record(CopyChooser::kMemcpy, 3.0);
+  // Stream is only tried: once at once, once after kMinInterval copies.
+  const Counts n = Drive(c, 20, 0.03, 0.05);
+  EXPECT_EQ(2, n.stream);
+  EXPECT_EQ(18, n.memcpy);
 }
 
 TEST(CopyChooserTest, SwitchesWithinTwoCopiesWhenMemcpyTurnsSlow) {
