@@ -106,7 +106,8 @@ def hcomm_go_test(name, pkg, srcs, size = "medium", tags = None, **kwargs):
 def hcomm_go_binary(name, srcs, pkg = Label("//bindings/go:hcomm_go"), visibility = None):
     """`go build` of the main package srcs (imports hcomm.local/hcomm).
 
-    Makes the executable NAME; put //c_api:libhcomm_c.so beside it in the
-    data of whatever runs it.
+    Makes the executable file NAME (built by the rule NAME_build: a rule
+    and its output may not share a name); put //c_api:libhcomm_c.so beside
+    it in the data of whatever runs it.
     """
-    _go_build(name, "binary", pkg, srcs, name, executable = True)
+    _go_build(name + "_build", "binary", pkg, srcs, name, executable = True)
