@@ -33,7 +33,7 @@ constexpr size_t kInlineBytes = 20;
 // inputs and outputs together pass this (a server's last-level cache):
 // more than the caches would keep anyway.
 constexpr size_t kStreamTotalBytes = 32 << 20;
-// Pieces reduced in private memory before they are streamed out: well
+// Pieces reduced in private memory before they are copied out: well
 // within a CPU's own cache.
 constexpr size_t kStageBytes = 64 << 10;
 // Rounds of this many bytes and more, up to a quarter slot, move through
@@ -460,12 +460,12 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
     p.s1 = std::min(p.len, p.s0 + q);
     return p;
   };
-  // The call's method: how this rank writes its slot, and whether it
-  // reduces its slice in pieces that it streams out (below). Chosen by
-  // the time of whole calls of about this size, which the copy's time
-  // alone misjudges: 2 ranks whose CPUs sit behind two caches took half
-  // as long again with memcpy, which the copies' own times favoured
-  // (16 us against 13 for 256 KiB, but the streamed copy counted twice).
+  // The call's method: how this rank writes its slot and its slice of the
+  // result (below). Chosen by the time of whole calls of about this size,
+  // which the copy's time alone misjudges: 2 ranks whose CPUs sit behind
+  // two caches took half as long again with memcpy, which the copies' own
+  // times favoured (16 us against 13 for 256 KiB, but the streamed copy
+  // counted twice).
   // Ranks that share CPUs copy as the copier chooses: whole calls, timed
   // while ranks take turns on the CPUs, chose worse (4 ranks on 2 CPUs,
   // 1 MiB: 10-15% slower).
@@ -506,12 +506,17 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
     char* const result = Result(cur.b) + cur.at;
     bool own_out = false;  // this rank's slice of the result is out already
     if (s1 > s0) {
-      // Stores into the result, whose lines the others read two rounds
-      // ago, fare as stores into the slot do: where the call streams,
-      // the slice is reduced in pieces that stay in this CPU's cache and
-      // streamed out. (Not where ranks share CPUs: each of them reads
-      // the whole result, which should then stay in the cache.)
-      const bool staged = m == CopyChooser::kStream && !share;
+      // The slice is reduced in pieces that stay in this CPU's cache and
+      // copied into the result from there with the call's method. The
+      // others read the result's lines two rounds ago, and the reduction
+      // kernel's stores into lines that another CPU's cache holds wait
+      // for each line in turn: 2 ranks whose CPUs sit behind two caches,
+      // memcpy method, 5 alternations, 1 MiB 141 us and 4 MiB 572 with
+      // the kernel's stores into the result, 86 and 341 staged (streaming
+      // 82 and 344), 64 MiB 12.8 ms and 10.2 (10.8). (Not where ranks
+      // share CPUs: each of them reads the whole result, which should then
+      // stay in the cache.)
+      const bool staged = !share;
       const size_t step =
           staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
       char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
@@ -523,7 +528,7 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
         auto part = [&](int j) { return j == rank_ ? mine + o : slot(j) + o; };
         ReduceParts(staged ? stage : result + o, part, n_, k, t, op, n_);
         if (!staged) continue;
-        StreamCopy(result + o, stage, k * esize);
+        put(result + o, stage, k * esize);
         if (own_out) CopyOut(dst + off * esize + o, stage, k * esize, 2 * bytes);
       }
     }
