@@ -504,32 +504,29 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
     const char* mine = src + off * esize;
     auto slot = [&](int j) { return Slot(j, cur.b) + cur.at; };
     char* const result = Result(cur.b) + cur.at;
-    bool own_out = false;  // this rank's slice of the result is out already
+    char* const round_out = gets ? dst + off * esize : nullptr;
     if (s1 > s0) {
       // The slice is reduced in pieces that stay in this CPU's cache and
-      // copied into the result from there with the call's method. The
-      // others read the result's lines two rounds ago, and the reduction
-      // kernel's stores into lines that another CPU's cache holds wait
-      // for each line in turn: 2 ranks whose CPUs sit behind two caches,
-      // memcpy method, 5 alternations, 1 MiB 141 us and 4 MiB 572 with
-      // the kernel's stores into the result, 86 and 341 staged (streaming
-      // 82 and 344), 64 MiB 12.8 ms and 10.2 (10.8). (Not where ranks
-      // share CPUs: each of them reads the whole result, which should then
-      // stay in the cache.)
-      const bool staged = !share;
-      const size_t step =
-          staged ? std::max(grain, kStageBytes / esize / grain * grain) : s1 - s0;
-      char* stage = staged ? Stage(std::min(step, s1 - s0) * esize) : nullptr;
-      // Staged, a rank that gets the result copies each piece of its
-      // slice out from there too, not later from the result in memory.
-      own_out = staged && gets;
+      // copied into the result from there, as the slot is written; a rank
+      // that gets the result copies its own slice out from there too,
+      // before the others have finished theirs. The others read the
+      // result's lines two rounds ago, and the reduction kernel's stores
+      // into lines that another CPU's cache holds wait for each line in
+      // turn, where a memcpy of whole lines does not (CPUs behind two
+      // caches: 512 KiB in 70-90 us against 14). Against the kernel
+      // storing into the result, 6-10 alternations each: 2 ranks with
+      // memcpy forced, 1 MiB 141 us and 4 MiB 572 before, 86 and 341 after
+      // (streaming 82 and 344), with each rank's choice 4-64 MiB 3-9%
+      // faster; 4 ranks on 2 CPUs, 64 KiB-64 MiB 4-11% faster (1 MiB 256
+      // us and 233, 64 MiB 24.1 ms and 22.0).
+      const size_t step = std::max(grain, kStageBytes / esize / grain * grain);
+      char* stage = Stage(std::min(step, s1 - s0) * esize);
       for (size_t i = s0; i < s1; i += step) {
         const size_t k = std::min(step, s1 - i), o = i * esize;
         auto part = [&](int j) { return j == rank_ ? mine + o : slot(j) + o; };
-        ReduceParts(staged ? stage : result + o, part, n_, k, t, op, n_);
-        if (!staged) continue;
+        ReduceParts(stage, part, n_, k, t, op, n_);
         put(result + o, stage, k * esize);
-        if (own_out) CopyOut(dst + off * esize + o, stage, k * esize, 2 * bytes);
+        if (gets) CopyOut(round_out + o, stage, k * esize, 2 * bytes);
       }
     }
     Publish(1, cur.gen);
@@ -549,23 +546,9 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
     // (after which the root may find this round's buffers rewritten two
     // rounds on) only once it is done with this one, as every rank does.
     if (gets) {
-      char* round_out = dst + off * esize;
-      if (share) {
-        HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
-        CopyOut(round_out, result, len * esize, 2 * bytes);
-      } else {
-        // This rank's own slice is final already: out with it while the
-        // others finish theirs, then the rest. (2 ranks, 1-16 MiB: 8-12%
-        // faster in two sets of interleaved runs. Where ranks share CPUs
-        // the order changes no CPU's work, and the medians were no
-        // better.)
-        if (!own_out) {
-          CopyOut(round_out + s0 * esize, result + s0 * esize, (s1 - s0) * esize, 2 * bytes);
-        }
-        HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
-        CopyOut(round_out, result, s0 * esize, 2 * bytes);
-        CopyOut(round_out + s1 * esize, result + s1 * esize, (len - s1) * esize, 2 * bytes);
-      }
+      HCOMM_RETURN_IF_ERROR(WaitAll(1, cur.gen, seq, fingerprint, waiter));
+      CopyOut(round_out, result, s0 * esize, 2 * bytes);
+      CopyOut(round_out + s1 * esize, result + s1 * esize, (len - s1) * esize, 2 * bytes);
     }
     if (!more) break;
     cur = next;

@@ -11,11 +11,12 @@
 //
 // Reductions: small vectors are reduced by every rank from every slot (in
 // rank order, so all get the same bits), one round of counters. Large ones:
-// rank r reduces slice r of every rank's segment into a shared result,
-// raises a second counter, and every rank (reduce: the root) copies the
-// whole result out; a rank copies into its slot only what the others
-// reduce, and reads its own slice in place. The segment stays in cache;
-// each rank reads its input and writes its output once.
+// rank r reduces slice r of every rank's segment in pieces in private
+// memory, copies them into a shared result (and its output), raises a
+// second counter, and every rank (reduce: the root) copies the others'
+// slices out; a rank copies into its slot only what the others reduce,
+// and reads its own slice in place. The segment stays in cache; each rank
+// reads its input and writes its output once.
 //
 // The rest (broadcast, allgather, reduce-scatter, alltoall, gather,
 // scatter, barrier) take one round of counters per round of data: every
