@@ -6,13 +6,17 @@
 
 #include "core/spin.h"
 
-#if defined(__SSE2__)
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 namespace hcomm {
 
-void StreamCopy(void* dst_v, const void* src_v, size_t n) {
+namespace shared_copy_internal {
+
+void StreamCopy16(void* dst_v, const void* src_v, size_t n) {
   char* dst = static_cast<char*>(dst_v);
   const char* src = static_cast<const char*>(src_v);
 #if defined(__SSE2__)
@@ -39,6 +43,52 @@ void StreamCopy(void* dst_v, const void* src_v, size_t n) {
 #else
   memcpy(dst, src, n);
 #endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void StreamCopy32(void* dst_v, const void* src_v, size_t n) {
+  char* dst = static_cast<char*>(dst_v);
+  const char* src = static_cast<const char*>(src_v);
+  const size_t head = std::min(n, (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32);
+  memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  }
+  memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+}
+
+bool CpuHasAvx2() {
+  // libgcc's check includes the OS's support for the YMM state (XGETBV).
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+}
+#else
+bool CpuHasAvx2() { return false; }
+#endif
+
+}  // namespace shared_copy_internal
+
+void StreamCopy(void* dst, const void* src, size_t n) {
+  static const bool wide = shared_copy_internal::CpuHasAvx2();
+#if defined(__x86_64__)
+  if (wide) {
+    shared_copy_internal::StreamCopy32(dst, src, n);
+    return;
+  }
+#endif
+  shared_copy_internal::StreamCopy16(dst, src, n);
 }
 
 double CopyChooser::Cost(Method m, double ns_per_byte) const {

@@ -25,14 +25,16 @@ Counts Drive(CopyChooser& c, int copies, double memcpy_cost, double stream_cost)
   return n;
 }
 
-TEST(StreamCopyTest, CopiesEveryByteAtAnyAlignmentAndLength) {
+// Every byte of src to dst, none around it, at every alignment of either
+// and lengths around each loop's step.
+void CheckCopies(void (*copy)(void*, const void*, size_t)) {
   std::vector<unsigned char> src(4096 + 64), dst(4096 + 128);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
   for (size_t so : {0, 1, 15, 16, 33}) {
-    for (size_t d : {0, 3, 16, 63}) {
-      for (size_t n : {0, 1, 15, 16, 63, 64, 65, 127, 1000, 4096}) {
+    for (size_t d : {0, 3, 16, 31, 32, 63}) {
+      for (size_t n : {0, 1, 15, 16, 31, 32, 63, 64, 65, 127, 128, 129, 255, 1000, 4096}) {
         std::fill(dst.begin(), dst.end(), 0xEE);
-        StreamCopy(dst.data() + d, src.data() + so, n);
+        copy(dst.data() + d, src.data() + so, n);
         ASSERT_EQ(0, memcmp(dst.data() + d, src.data() + so, n)) << so << " " << d << " " << n;
         for (size_t i = 0; i < d; ++i) ASSERT_EQ(0xEE, dst[i]);
         for (size_t i = d + n; i < dst.size(); ++i) ASSERT_EQ(0xEE, dst[i]) << i;
@@ -40,6 +42,19 @@ TEST(StreamCopyTest, CopiesEveryByteAtAnyAlignmentAndLength) {
     }
   }
 }
+
+TEST(StreamCopyTest, CopiesEveryByteAtAnyAlignmentAndLength) { CheckCopies(StreamCopy); }
+
+TEST(StreamCopyTest, SixteenByteStoresCopyEveryByte) {
+  CheckCopies(shared_copy_internal::StreamCopy16);
+}
+
+#if defined(__x86_64__)
+TEST(StreamCopyTest, ThirtyTwoByteStoresCopyEveryByte) {
+  if (!shared_copy_internal::CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  CheckCopies(shared_copy_internal::StreamCopy32);
+}
+#endif
 
 TEST(SharedCopierTest, CopiesSmallAndLargeBuffersWhicheverMethodItPicks) {
   SharedCopier copier;
