@@ -81,8 +81,8 @@ bool CpuHasAvx2() { return false; }
 }  // namespace shared_copy_internal
 
 void StreamCopy(void* dst, const void* src, size_t n) {
-  static const bool wide = shared_copy_internal::CpuHasAvx2();
 #if defined(__x86_64__)
+  static const bool wide = shared_copy_internal::CpuHasAvx2();
   if (wide) {
     shared_copy_internal::StreamCopy32(dst, src, n);
     return;
