@@ -15,16 +15,31 @@
 namespace hcomm {
 
 namespace shared_copy_internal {
+namespace {
 
-void StreamCopy16(void* dst_v, const void* src_v, size_t n) {
+#if defined(__SSE2__)
+// The aligned middle of a streamed copy: `body` streams the whole steps of
+// n bytes from src to dst (`align`-aligned) and returns how many it did.
+using StreamBody = size_t (*)(char* dst, const char* src, size_t n);
+
+// memcpy up to dst's next `align` boundary, `body` from there, memcpy of
+// the rest, then the fence: the stores are weakly ordered, and must be
+// visible before whatever the caller publishes next (a counter, a ring's
+// head).
+void StreamAligned(void* dst_v, const void* src_v, size_t n, size_t align, StreamBody body) {
   char* dst = static_cast<char*>(dst_v);
   const char* src = static_cast<const char*>(src_v);
-#if defined(__SSE2__)
-  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  const size_t head = std::min(n, (align - reinterpret_cast<uintptr_t>(dst) % align) % align);
   memcpy(dst, src, head);
   dst += head;
   src += head;
   n -= head;
+  const size_t done = body(dst, src, n);
+  memcpy(dst + done, src + done, n - done);
+  _mm_sfence();
+}
+
+size_t Stream16(char* dst, const char* src, size_t n) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -36,24 +51,12 @@ void StreamCopy16(void* dst_v, const void* src_v, size_t n) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
     _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
   }
-  memcpy(dst + i, src + i, n - i);
-  // The stores are weakly ordered: they must be visible before whatever
-  // the caller publishes next (a counter, a ring's head).
-  _mm_sfence();
-#else
-  memcpy(dst, src, n);
-#endif
+  return i;
 }
+#endif
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void StreamCopy32(void* dst_v, const void* src_v, size_t n) {
-  char* dst = static_cast<char*>(dst_v);
-  const char* src = static_cast<const char*>(src_v);
-  const size_t head = std::min(n, (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32);
-  memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  n -= head;
+__attribute__((target("avx2"))) size_t Stream32(char* dst, const char* src, size_t n) {
   size_t i = 0;
   for (; i + 128 <= n; i += 128) {
     __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
@@ -65,8 +68,23 @@ __attribute__((target("avx2"))) void StreamCopy32(void* dst_v, const void* src_v
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
   }
-  memcpy(dst + i, src + i, n - i);
-  _mm_sfence();
+  return i;
+}
+#endif
+
+}  // namespace
+
+void StreamCopy16(void* dst, const void* src, size_t n) {
+#if defined(__SSE2__)
+  StreamAligned(dst, src, n, 16, Stream16);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+#if defined(__x86_64__)
+void StreamCopy32(void* dst, const void* src, size_t n) {
+  StreamAligned(dst, src, n, 32, Stream32);
 }
 
 bool CpuHasAvx2() {
