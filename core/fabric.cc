@@ -32,6 +32,10 @@
 #include "transports/tcp/tcp_transport.h"
 
 namespace hcomm {
+
+// Every eager payload is staged in one of the pool's size classes.
+static_assert(Fabric::kEagerBytes <= PayloadPool::kMaxPooled);
+
 namespace {
 
 // Frame kinds of the point-to-point protocol.
@@ -1332,7 +1336,7 @@ void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
   u.fingerprint = r->fingerprint;
   if (r->bytes <= kEagerBytes) {
     u.kind = Unexpected::Kind::kEager;
-    u.data.reset(new char[std::max<size_t>(r->bytes, 1)]);
+    u.data = payloads_.Take(r->bytes);
     if (r->bytes > 0) memcpy(u.data.get(), r->send_buf, r->bytes);
     u.complete = true;
     matcher.AddUnexpected(std::move(u));
@@ -1878,7 +1882,7 @@ Unexpected* Fabric::QueueEager(Matcher& matcher, int peer, int tag, uint64_t fin
   u.tag = tag;
   u.bytes = payload_len;
   u.fingerprint = fingerprint;
-  u.data.reset(new char[payload_len]);
+  u.data = payloads_.Take(payload_len);
   CheckArrivalAgainstPosted(matcher, peer, tag, fingerprint);
   return matcher.AddUnexpected(std::move(u));
 }

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "core/config.h"
 #include "core/matcher.h"
+#include "core/payload_pool.h"
 #include "core/request.h"
 #include "transports/transport.h"
 
@@ -519,6 +520,9 @@ class Fabric : public FrameSink {
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0
   int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
+  // Eager payloads that arrived before their receive are staged here;
+  // declared before contexts_, whose queues hold its buffers.
+  PayloadPool payloads_;
   // Matching state per context, created on first use (a peer may send on a
   // context before this rank has set up the communicator it belongs to).
   absl::flat_hash_map<uint32_t, std::unique_ptr<Matcher>> contexts_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@
 #include <list>
 #include <memory>
 
+#include "core/payload_pool.h"
 #include "core/request.h"
 
 namespace hcomm {
@@ -32,7 +33,7 @@ struct Unexpected {
   int source = 0;
   int tag = 0;
   uint64_t bytes = 0;
-  std::unique_ptr<char[]> data;  // kEager
+  PayloadPool::Buffer data;      // kEager
   bool complete = false;         // kEager: payload fully arrived
   uint64_t send_id = 0;          // kRts: the sender's request id
   uint64_t fingerprint = 0;      // the sender's collective fingerprint

@@ -76,7 +76,7 @@ sources_of() {
     handshake)     echo "${COMMON[*]} core/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
     config)        echo "${COMMON[*]} core/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/config.cc core/handshake.cc core/store_server.cc \
-                         core/store_client.cc core/matcher.cc core/fabric.cc @pb \
+                         core/store_client.cc core/matcher.cc core/payload_pool.cc core/fabric.cc @pb \
                          transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
                          core/shared_copy.cc core/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac

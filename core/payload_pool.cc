@@ -1,0 +1,57 @@
+#include "core/payload_pool.h"
+
+#include <algorithm>
+
+namespace hcomm {
+
+void PayloadPool::Release::operator()(char* p) const {
+  if (pool != nullptr) {
+    pool->Give(p, size_class);
+  } else {
+    delete[] p;
+  }
+}
+
+PayloadPool::~PayloadPool() {
+  for (auto& list : free_) {
+    for (char* p : list) delete[] p;
+  }
+}
+
+PayloadPool::Buffer PayloadPool::Take(size_t bytes) {
+  if (bytes < kMinPooled || bytes > kMaxPooled) {
+    return Buffer(new char[std::max<size_t>(bytes, 1)], Release{});
+  }
+  int c = 0;
+  while (ClassBytes(c) < bytes) ++c;
+  {
+    absl::MutexLock l(&mu_);
+    if (!free_[c].empty()) {
+      char* p = free_[c].back();
+      free_[c].pop_back();
+      return Buffer(p, Release{this, c});
+    }
+  }
+  return Buffer(new char[ClassBytes(c)], Release{this, c});
+}
+
+void PayloadPool::Give(char* p, int size_class) {
+  {
+    absl::MutexLock l(&mu_);
+    std::vector<char*>& list = free_[size_class];
+    if ((list.size() + 1) * ClassBytes(size_class) <= kKeepBytes) {
+      list.push_back(p);
+      return;
+    }
+  }
+  delete[] p;
+}
+
+size_t PayloadPool::KeptBytes() const {
+  absl::MutexLock l(&mu_);
+  size_t total = 0;
+  for (int c = 0; c < kClasses; ++c) total += free_[c].size() * ClassBytes(c);
+  return total;
+}
+
+}  // namespace hcomm
