@@ -15,7 +15,9 @@ TEST(PayloadPoolTest, BuffersHoldWhatWasAskedFor) {
     PayloadPool::Buffer b = pool.Take(bytes);
     ASSERT_NE(b.get(), nullptr) << bytes;
     memset(b.get(), 0x5a, bytes);
-    if (bytes > 0) EXPECT_EQ(b[bytes - 1], 0x5a) << bytes;
+    if (bytes > 0) {
+      EXPECT_EQ(b[bytes - 1], 0x5a) << bytes;
+    }
   }
 }
 
