@@ -14,8 +14,10 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "c_api/forks.h"
+#include "c_api/interrupt_hook.h"
 #include "c_api/internal.h"
 #include "c_api/request_slots.h"
+#include "core/interrupt.h"
 #include "core/status.h"
 
 static_assert(HCOMM_ERR_INTERNAL == static_cast<int>(hcomm::ErrorCode::kInternal),
@@ -56,6 +58,7 @@ hcomm_status_t BadArg(const std::string& message) {
 // Runs `body`, turning any escaping exception into HCOMM_ERR_INTERNAL.
 template <typename F>
 hcomm_status_t Guard(const char* fn, F&& body) {
+  hcomm::ClearInterrupt();  // a new call: not interrupted (core/interrupt.h)
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -353,6 +356,8 @@ const char* hcomm_status_string(hcomm_status_t status) {
 }
 
 const char* hcomm_last_error(void) { return last_error.c_str(); }
+
+void hcomm_internal_set_interrupt_check(int (*check)(void)) { hcomm::SetInterruptCheck(check); }
 
 hcomm_status_t hcomm_version(int* major, int* minor, int* patch) {
   if (major) *major = HCOMM_VERSION_MAJOR;

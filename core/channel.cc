@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/interrupt.h"
 #include "core/status.h"
 
 namespace hcomm {
@@ -94,6 +95,18 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadli
   }
   // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
   syscall(SYS_futex, FutexWord(word), FUTEX_WAIT, expected, timeout, nullptr, 0);
+}
+
+// FutexWait for a reader or writer that has let go of the channel's lock:
+// where a binding looks for Ctrl-C (core/interrupt.h), in naps of its
+// period, running the check after each, outside the lock.
+void SleepUnlocked(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+  if (!InterruptCheckSet()) {
+    FutexWait(word, expected, deadline);
+    return;
+  }
+  FutexWait(word, expected, std::min(deadline, absl::Now() + kInterruptCheckPeriod));
+  InterruptNow(absl::Now());
 }
 
 void FutexWakeAll(std::atomic<uint32_t>* word) {
@@ -455,10 +468,11 @@ absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
       if (wake) FutexWakeAll(&header_->data_seq);
       return absl::OkStatus();
     }
-    if (absl::Now() >= deadline) {
+    if (absl::Now() >= deadline || Interrupted()) {
       Unlock();
       return Timeout(absl::StrCat(
-          "write of ", n, " bytes to channel '", name_, "' timed out after ",
+          "write of ", n, " bytes to channel '", name_, "' ",
+          Interrupted() ? "interrupted (a signal handler raised)" : "timed out", " after ",
           absl::FormatDuration(absl::Now() - start), ": it needs ", need,
           " bytes of ring space and ", free_bytes, " of ", capacity_,
           " bytes are free (no reader has made room)"));
@@ -466,7 +480,7 @@ absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
     const uint32_t seq = header_->space_seq.load(std::memory_order_acquire);
     ++header_->space_waiters;
     Unlock();
-    FutexWait(&header_->space_seq, seq, deadline);
+    SleepUnlocked(&header_->space_seq, seq, deadline);
     HCOMM_RETURN_IF_ERROR(Lock(deadline, op));
     --header_->space_waiters;
   }
@@ -525,16 +539,19 @@ absl::Status Channel::Read(void* buf, size_t cap, size_t* n, absl::Time deadline
       if (wake) FutexWakeAll(&header_->space_seq);
       return absl::OkStatus();
     }
-    if (absl::Now() >= deadline) {
+    if (absl::Now() >= deadline || Interrupted()) {
       Unlock();
-      return Timeout(absl::StrCat("read from channel '", name_, "' timed out after ",
+      return Timeout(absl::StrCat("read from channel '", name_, "' ",
+                                  Interrupted() ? "interrupted (a signal handler raised)"
+                                                : "timed out",
+                                  " after ",
                                   absl::FormatDuration(absl::Now() - start),
                                   ": the channel is empty (no writer sent a message)"));
     }
     const uint32_t seq = header_->data_seq.load(std::memory_order_acquire);
     ++header_->data_waiters;
     Unlock();
-    FutexWait(&header_->data_seq, seq, deadline);
+    SleepUnlocked(&header_->data_seq, seq, deadline);
     HCOMM_RETURN_IF_ERROR(Lock(deadline, op));
     --header_->data_waiters;
   }

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "algorithms/reduce.h"
 #include "core/communicator.h"
+#include "core/interrupt.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 #include "testing/multirank.h"
@@ -710,6 +711,68 @@ TEST_P(GroupAbortTest, DestroyFailsAPendingIAllReduceAtOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, GroupAbortTest,
+                         ::testing::Values(testing::TransportMode::kShm,
+                                           testing::TransportMode::kTcp),
+                         ModeName);
+
+// A language binding's Ctrl-C (core/interrupt.h): the check, run from
+// inside the waits of the thread it names, ends a blocked collective and a
+// blocked receive as their deadlines would, long before them; the
+// communicator goes on (the withdrawn receive takes nothing).
+std::atomic<bool> interrupt_armed{false};
+std::thread::id interrupt_thread;
+int InterruptRank0() {
+  return interrupt_armed.load() && std::this_thread::get_id() == interrupt_thread ? 1 : 0;
+}
+
+class InterruptTest : public ::testing::TestWithParam<testing::TransportMode> {
+ protected:
+  void SetUp() override { testing::SetTransportMode(GetParam()); }
+  void TearDown() override {
+    SetInterruptCheck(nullptr);
+    testing::SetTransportMode(testing::TransportMode::kDefault);
+  }
+};
+
+TEST_P(InterruptTest, EndsABlockedCollectiveAndReceiveAsTheirDeadlinesWould) {
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    Communicator& comm = **c;
+    ASSERT_TRUE(comm.SetOption("timeout_ms", "30000").ok());
+    int x = 0;
+    if (rank == 0) {
+      interrupt_thread = std::this_thread::get_id();
+      SetInterruptCheck(&InterruptRank0);
+      interrupt_armed = true;
+      std::vector<float> v(1 << 16, 1.0f);  // rank 1 never calls it
+      absl::Time t0 = absl::Now();
+      absl::Status s = comm.AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
+                                      ReduceOp::kSum);
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_NE(s.message().find("interrupted"), std::string::npos) << s;
+      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      ClearInterrupt();  // what each C API call does
+      t0 = absl::Now();
+      s = comm.Recv(&x, sizeof x, 4, 1, 7);  // not sent until rank 1 is released
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_NE(s.message().find("recv from rank 1 tag 7"), std::string::npos) << s;
+      EXPECT_NE(s.message().find("interrupted"), std::string::npos) << s;
+      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      interrupt_armed = false;
+      ClearInterrupt();
+      ASSERT_TRUE(comm.Send(&x, sizeof x, 4, 1, 99).ok());  // release rank 1
+      ASSERT_TRUE(comm.Recv(&x, sizeof x, 4, 1, 7).ok());
+      EXPECT_EQ(x, 5);
+    } else {
+      ASSERT_TRUE(comm.Recv(&x, sizeof x, 4, 0, 99).ok());
+      x = 5;
+      ASSERT_TRUE(comm.Send(&x, sizeof x, 4, 0, 7).ok());
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, InterruptTest,
                          ::testing::Values(testing::TransportMode::kShm,
                                            testing::TransportMode::kTcp),
                          ModeName);

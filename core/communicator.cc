@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/interrupt.h"
 #include "core/shm_file.h"
 #include "core/status.h"
 
@@ -157,7 +158,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     // this request was posted.
     const absl::Time began = final_deadline_ - timeout_;
     absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_, began);
-    if (CodeOf(s) == ErrorCode::kTimeout && !reported_) {
+    if (CodeOf(s) == ErrorCode::kTimeout && !reported_ && !hcomm::Interrupted()) {
       // The last part of the timeout: ask everyone what they wait on, and
       // keep waiting meanwhile (the message may still come).
       reported_ = true;
@@ -194,15 +195,21 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
       noted_ = world.size();
       c_->fabric_->NoteSegmentWait(c_->coll_ctx_, world, info_.count * DataTypeSize(info_.t));
     }
-    if (!reported_ && now >= deadline_) {
+    // A Python Ctrl-C (core/interrupt.h) ends the wait as the deadline would.
+    const bool interrupted = now < final_deadline_ && InterruptNow(now);
+    if (!reported_ && now >= deadline_ && !interrupted) {
       reported_ = true;
       report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
     }
-    if (now < final_deadline_) return absl::OkStatus();
-    const std::string waited = absl::StrFormat("%.1f s", absl::ToDoubleSeconds(timeout_));
+    if (now < final_deadline_ && !interrupted) return absl::OkStatus();
+    const std::string waited = absl::StrFormat(
+        "%.1f s",
+        absl::ToDoubleSeconds(interrupted ? now - (final_deadline_ - timeout_) : timeout_));
     const char* what = strcmp(phase, "arrive") == 0 ? "arrive" : "finish reducing";
     return Explain(Timeout(absl::StrCat(
-        "rank ", c_->rank_, " waited ", waited, " in the shared-memory segment for ",
+        "rank ", c_->rank_,
+        interrupted ? " was interrupted (a signal handler raised) after " : " waited ", waited,
+        " in the shared-memory segment for ",
         missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " to ", what,
         " (", info_.count * DataTypeSize(info_.t), " bytes per rank)")));
   }

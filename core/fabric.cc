@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/handshake.h"
+#include "core/interrupt.h"
 #include "core/net.h"
 #include "core/shm_file.h"
 #include "core/spin.h"
@@ -236,7 +237,7 @@ absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time d
     const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
     absl::Status s = store_client_->Wait(keys, slice);
     if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return s;
-    if (slice < deadline) {
+    if (slice < deadline && !Interrupted()) {
       HCOMM_RETURN_IF_ERROR(FailedElsewhere());
       continue;
     }
@@ -248,7 +249,9 @@ absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time d
     for (size_t i = 0; have.ok() && i < keys.size(); ++i) {
       if (!(*have)[i]) missing.push_back(absl::StrCat("'", keys[i], "'"));
     }
-    return Unavailable(absl::StrCat("init timed out after ", Seconds(absl::Now() - start),
+    return Unavailable(absl::StrCat("init ", Interrupted() ? "interrupted (a signal handler raised)"
+                                                          : "timed out",
+                                    " after ", Seconds(absl::Now() - start),
                                     ": the store never got ",
                                     missing.empty() ? "what it waited for"
                                                     : absl::StrJoin(missing, ", ")));
@@ -290,7 +293,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   for (;;) {
     auto client = StoreClient::Connect(store_hp, opts.job_token, deadline);
     if (!client.ok() && CodeOf(client.status()) == ErrorCode::kUnavailable &&
-        absl::Now() < deadline) {
+        absl::Now() < deadline && !Interrupted()) {
       // Reset in the handshake: a store closing as we came (see below).
       absl::SleepFor(absl::Milliseconds(50));
       continue;
@@ -314,7 +317,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
                                        "has ended (an earlier init's), and no new job came up "
                                        "there in time"));
     }
-    if (CodeOf(stale) != ErrorCode::kUnavailable || absl::Now() >= deadline) {
+    if (CodeOf(stale) != ErrorCode::kUnavailable || absl::Now() >= deadline || Interrupted()) {
       return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
                                       store_hp.ToString(), ": ", stale.message()));
     }
@@ -426,7 +429,11 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     if (!missing.empty()) {
       return Unavailable(absl::StrCat(
-          where, ": init timed out after ", Seconds(absl::Milliseconds(opts.timeout_ms)), ": ",
+          where, ": init ",
+          Interrupted() ? "interrupted (a signal handler raised)"
+                        : absl::StrCat("timed out after ",
+                                       Seconds(absl::Milliseconds(opts.timeout_ms))),
+          ": ",
           size_ - static_cast<int>(missing.size()), " of ", size_, " ranks joined the store at ",
           store_hp.ToString(), "; missing: ",
           missing.empty() ? std::string("unknown") : absl::StrJoin(missing, ", ")));
@@ -968,7 +975,7 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline, absl::Time since) {
     absl::Time spin_until = now + spin_;
     for (bool first = true; !r->done.load(std::memory_order_acquire); first = false) {
       if (!first) now = absl::Now();
-      if (now >= deadline) break;
+      if (now >= deadline || InterruptNow(now)) break;
       if (!transports_.empty() && progress_mu_.TryLock()) {
         absl::Duration block = now < spin_until && !transport_spins_
                                    ? absl::ZeroDuration()
@@ -1590,7 +1597,9 @@ std::string Fabric::PendingReason(const Request& r) {
 }
 
 absl::Status Fabric::TimeoutStatus(const Request& r, absl::Duration waited) {
-  return Timeout(absl::StrCat("rank ", rank_, ": ", Describe(r), " timed out after ",
+  return Timeout(absl::StrCat("rank ", rank_, ": ", Describe(r),
+                              Interrupted() ? " interrupted (a signal handler raised) after "
+                                            : " timed out after ",
                               Seconds(waited), ": ", PendingReason(r)));
 }
 
@@ -1598,7 +1607,7 @@ absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReport
                                     std::string* report) {
   if (reporter != nullptr) {
     absl::Status s = Wait(r, end - ReportReserve(end - r->started));
-    if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
+    if (CodeOf(s) != ErrorCode::kTimeout || r->done.load() || Interrupted()) return s;
     *report = (*reporter)(end);
   }
   return Wait(r, end);
@@ -2165,7 +2174,8 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
       absl::MutexLock l(&mu_);
       if (aborted_ || destroyed_ || ClosedLocked(first) || !InFlightLocked(first, count)) break;
     }
-    if (absl::Now() >= deadline) break;
+    const absl::Time now = absl::Now();
+    if (now >= deadline || InterruptNow(now)) break;
     if (!transports_.empty() && progress_mu_.TryLock()) {
       PollAll(absl::Milliseconds(5));
       progress_mu_.Unlock();
@@ -2373,7 +2383,9 @@ absl::Status Fabric::Destroy() {
         absl::MutexLock l(&mu_);
         pending = !awaiting_cts_.empty() || !sending_.empty() || PendingSendsAll() > 0;
       }
-      if (!pending || absl::Now() >= deadline) break;
+      if (!pending) break;
+      const absl::Time now = absl::Now();
+      if (now >= deadline || InterruptNow(now)) break;
       PollOnce(absl::Milliseconds(5));
     }
     // 2. Goodbye to every peer still up, then close our side.

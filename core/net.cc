@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/interrupt.h"
 #include "core/status.h"
 
 namespace hcomm {
@@ -29,7 +30,11 @@ int PollTimeoutMs(absl::Time deadline) {
   absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
   int64_t ms = absl::ToInt64Milliseconds(left + absl::Microseconds(999));
-  return static_cast<int>(std::min<int64_t>(ms, 1000));  // wake at least every second
+  // Wake at least every second, and as often as a Ctrl-C is looked for
+  // (core/interrupt.h) where a binding asks for that.
+  const int64_t most = InterruptCheckSet() ? absl::ToInt64Milliseconds(kInterruptCheckPeriod)
+                                           : 1000;
+  return static_cast<int>(std::min<int64_t>(ms, most));
 }
 
 absl::Status WaitFor(int fd, short events, absl::Time deadline, const char* what) {
@@ -41,8 +46,15 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, const char* what
     if (r < 0 && errno != EINTR) {
       return Internal(absl::StrCat("poll: ", strerror(errno)));
     }
-    if (r == 0 && absl::Now() >= deadline) {
-      return Timeout(absl::StrCat("timed out waiting for the socket to become ", what));
+    if (r == 0) {
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return Timeout(absl::StrCat("timed out waiting for the socket to become ", what));
+      }
+      if (InterruptNow(now)) {
+        return Timeout(absl::StrCat("interrupted (a signal handler raised) while waiting for "
+                                    "the socket to become ", what));
+      }
     }
   }
 }
@@ -233,8 +245,10 @@ absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline) {
   for (;;) {
     absl::StatusOr<Fd> fd = Connect(hp, deadline);
     if (fd.ok()) return fd;
-    if (absl::Now() + backoff >= deadline) {
-      return Annotate(fd.status(), "gave up at the deadline");
+    const absl::Time now = absl::Now();
+    if (now + backoff >= deadline) return Annotate(fd.status(), "gave up at the deadline");
+    if (InterruptNow(now)) {
+      return Annotate(fd.status(), "gave up: interrupted (a signal handler raised)");
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(200));

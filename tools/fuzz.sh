@@ -68,7 +68,7 @@ OBJ="$WORK/obj"
 mkdir -p "$GEN/core" "$OBJ" "$WORK/bin" "$WORK/corpus" "$WORK/artifacts" "$WORK/logs"
 
 # Library sources per target (paths relative to the repository root).
-COMMON=(core/status.cc core/forks.cc core/net.cc)
+COMMON=(core/status.cc core/forks.cc core/interrupt.cc core/net.cc)
 sources_of() {
   case "$1" in
     store_request) echo "${COMMON[*]} core/store_server.cc core/handshake.cc @pb fuzz/store_request_fuzzer.cc" ;;

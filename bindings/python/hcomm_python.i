@@ -27,9 +27,12 @@
 
 %{
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "c_api/interrupt_hook.h"
 
 /* Imports hcomm.errors (the package's exception classes) once. */
 static PyObject* hcomm_py_errors_module(void) {
@@ -94,6 +97,9 @@ static void hcomm_py_buffer_error(const char* func, const char* param, int writa
 /* ---- status: the one error typemap ------------------------------------- */
 
 %typemap(out) hcomm_status_t {
+  /* A signal handler that raised inside the call (hcomm_py_check_signals):
+   * its exception is what the caller gets, whatever the call returned. */
+  if (PyErr_Occurred() != NULL) SWIG_fail;
   if ($1 != HCOMM_SUCCESS) {
     hcomm_py_set_error((int)$1, hcomm_last_error(), NULL);
     SWIG_fail;
@@ -105,6 +111,7 @@ static void hcomm_py_buffer_error(const char* func, const char* param, int writa
  * message that did not fit (exception attribute `nbytes`), so the caller can
  * grow its buffer and read again. */
 %typemap(out) hcomm_status_t hcomm_channel_read {
+  if (PyErr_Occurred() != NULL) SWIG_fail;
   if ($1 != HCOMM_SUCCESS) {
     hcomm_py_set_error((int)$1, hcomm_last_error(), $1 == HCOMM_ERR_MISMATCH ? arg4 : NULL);
     SWIG_fail;
@@ -243,6 +250,32 @@ HCOMM_PY_OUT_HANDLE(hcomm_channel_t, out)
 }
 
 /* ---- helpers for the package --------------------------------------------- */
+
+/* hcomm_py_enable_interrupts(ident): from now on a blocking call made on the
+ * thread `ident` (the main thread's threading ident, i.e. its pthread_t),
+ * which is where Python runs signal handlers, runs them every 100 ms while
+ * it waits (c_api/interrupt_hook.h). When one raises (Ctrl-C's
+ * KeyboardInterrupt), the call ends as at its deadline and the exception
+ * propagates. Other threads' calls are left alone. */
+%nothread hcomm_py_enable_interrupts;
+%inline %{
+static unsigned long hcomm_py_main_thread;
+
+static int hcomm_py_check_signals(void) {
+  if ((unsigned long)pthread_self() != hcomm_py_main_thread) return 0;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  /* The exception a handler raises stays set on this thread for the
+   * status typemap to find when the call returns. */
+  const int raised = PyErr_CheckSignals() != 0;
+  PyGILState_Release(gil);
+  return raised;
+}
+
+static void hcomm_py_enable_interrupts(unsigned long ident) {
+  hcomm_py_main_thread = ident;
+  hcomm_internal_set_interrupt_check(&hcomm_py_check_signals);
+}
+%}
 
 /* hcomm_py_buffer_address(obj): the address of obj's memory, read through the
  * buffer protocol (the package checks buffers of one call for overlap). */

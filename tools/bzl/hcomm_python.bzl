@@ -58,7 +58,8 @@ def hcomm_py_library(
         linkopts = ["-Wl,-rpath,$$ORIGIN/../../lib"],
         linkshared = 1,
         visibility = visibility,
-        deps = [c_library],
+        # c_api/interrupt_hook.h: Ctrl-C in blocking calls (hcomm_python.i).
+        deps = [c_library, "//c_api:interrupt_hook"],
     )
 
     native.py_library(

@@ -22,7 +22,10 @@ torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 Every blocking call ends by the communicator's timeout_ms. Errors raise
 hcomm.HcommError (attribute `status`) or a subclass per status code;
 hcomm.TimeoutError is also a builtin TimeoutError. The blocking calls
-release the GIL, so other Python threads run meanwhile. Every collective
+release the GIL, so other Python threads run meanwhile; on the main thread
+they run Python's signal handlers every 100 ms while they wait, so Ctrl-C
+ends one within that with KeyboardInterrupt (the call ends as it would at
+its deadline). Every collective
 takes async_op=True (as in torch.distributed): it returns at once with a
 Work (all_reduce: a Request) to wait() for, and runs in its turn among the
 group's collectives.
@@ -298,3 +301,6 @@ def _at_exit():
 
 
 _atexit.register(_at_exit)
+# Ctrl-C (any signal handler that raises) ends a blocking call of the main
+# thread within 100 ms instead of at its deadline.
+_native.hcomm_py_enable_interrupts(_threading.main_thread().ident)

@@ -295,8 +295,8 @@ class Request:
     def wait(self):
         """Blocks until the operation is done; returns True or raises its error.
 
-        On hcomm.TimeoutError the operation is still pending and wait() may
-        be called again.
+        On hcomm.TimeoutError, or a KeyboardInterrupt (Ctrl-C) that ended the
+        wait, the operation is still pending and wait() may be called again.
         """
         if not self._done:
             h = self._enter()

@@ -12,6 +12,7 @@ blocked in its barrier, and HCOMM_CHECK_COLLECTIVES set on rank 0 only.
 
 import builtins
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -406,6 +407,30 @@ def exceptions():
             assert time.monotonic() - t0 < 10
         finally:
             hcomm.get_default_group().set_timeout(30000)
+    hcomm.barrier()
+
+
+@check
+def ctrl_c_ends_a_collective():
+    # Rank 0 alone calls an allreduce of a group of every rank: Ctrl-C ends
+    # it long before its 30 s timeout (in the shared-memory segment, or over
+    # TCP, whichever the run uses), and the job goes on.
+    g = hcomm.new_group(list(range(N)))
+    if R == 0:
+        g.set_timeout(30000)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            g.all_reduce(np.ones(1 << 16, np.float32))
+            raise AssertionError("the allreduce returned")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            timer.join()
+        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+    hcomm.barrier()
+    g.destroy()
     hcomm.barrier()
 
 

@@ -358,20 +358,48 @@ class PointToPointTest(unittest.TestCase):
 
 
 class ErrorTest(unittest.TestCase):
-    def test_ctrl_c_in_a_blocking_call_is_not_lost(self):
-        # SIGINT while the call waits in C: Python's handler runs when it
-        # returns (here at its 1 s timeout), and the KeyboardInterrupt is
-        # what the caller gets, not a RuntimeError built in its place.
+    def test_ctrl_c_ends_a_blocking_call(self):
+        # SIGINT while the main thread waits in C: the call runs Python's
+        # handler within 100 ms and ends as at its deadline (the receive is
+        # withdrawn), and the KeyboardInterrupt is what the caller gets, not
+        # a TimeoutError built in its place, long before the 30 s timeout.
         comm = hcomm.get_default_group()
-        comm.set_timeout(1000)
+        comm.set_timeout(30000)
         timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
+        t0 = time.monotonic()
         try:
             with self.assertRaises(KeyboardInterrupt):
                 hcomm.recv(np.zeros(1), src=0, tag=4343)  # nobody sends it
         finally:
             timer.join()
             comm.set_timeout(5000)
+        self.assertLess(time.monotonic() - t0, 5)
+        # The communicator goes on, and the withdrawn receive takes nothing.
+        hcomm.send(np.array([7.0]), 0, tag=4343)
+        got = np.zeros(1)
+        hcomm.recv(got, src=0, tag=4343)
+        self.assertEqual(got[0], 7.0)
+
+    def test_a_handler_that_does_not_raise_leaves_the_call_waiting(self):
+        # Handlers run from inside the wait; one that returns normally does
+        # not end the call, which then ends at its own deadline.
+        seen = []
+        old = signal.signal(signal.SIGUSR1, lambda *_: seen.append(1))
+        comm = hcomm.get_default_group()
+        comm.set_timeout(1000)
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            with self.assertRaises(hcomm.TimeoutError):
+                hcomm.recv(np.zeros(1), src=0, tag=4344)
+        finally:
+            timer.join()
+            comm.set_timeout(5000)
+            signal.signal(signal.SIGUSR1, old)
+        self.assertEqual(seen, [1])
+        self.assertGreater(time.monotonic() - t0, 0.9)
 
     def test_ctrl_c_ends_a_work_wait_at_once(self):
         # A Work still pending (made by hand: on one rank every collective
@@ -677,6 +705,22 @@ class ChannelTest(unittest.TestCase):
         self.assertFalse(os.path.exists("/dev/shm/hcomm-ch-" + name))
         with self.assertRaisesRegex(hcomm.InvalidArgumentError, "closed"):
             ch.write(b"x")
+
+    def test_ctrl_c_ends_a_blocking_read(self):
+        # A read of a minute that nothing will satisfy: Ctrl-C ends it within
+        # 100 ms or so, and the channel still works.
+        with hcomm.SharedMemoryChannel(self.name(), 4096, create=True) as ch:
+            timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+            t0 = time.monotonic()
+            try:
+                with self.assertRaises(KeyboardInterrupt):
+                    ch.read(timeout_ms=60000)
+            finally:
+                timer.join()
+            self.assertLess(time.monotonic() - t0, 5)
+            ch.write(b"after")
+            self.assertEqual(ch.read(), b"after")
 
     def test_read_grows_its_buffer(self):
         with hcomm.SharedMemoryChannel(self.name(), 1 << 20, create=True) as ch:

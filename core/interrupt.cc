@@ -1,0 +1,52 @@
+#include "core/interrupt.h"
+
+#include <atomic>
+
+namespace hcomm {
+namespace {
+
+std::atomic<InterruptCheck> g_check{nullptr};
+
+struct ThreadState {
+  bool interrupted = false;
+  // When the check may next run; InfinitePast: the thread has not waited
+  // since its call began.
+  absl::Time next_check = absl::InfinitePast();
+};
+
+ThreadState& Mine() {
+  thread_local ThreadState state;
+  return state;
+}
+
+}  // namespace
+
+void SetInterruptCheck(InterruptCheck check) { g_check.store(check, std::memory_order_release); }
+
+bool InterruptCheckSet() { return g_check.load(std::memory_order_relaxed) != nullptr; }
+
+bool InterruptNow(absl::Time now) {
+  const InterruptCheck check = g_check.load(std::memory_order_acquire);
+  if (check == nullptr) return false;
+  ThreadState& s = Mine();
+  if (s.interrupted) return true;
+  if (s.next_check == absl::InfinitePast()) {
+    s.next_check = now + kInterruptCheckPeriod;
+    return false;
+  }
+  if (now < s.next_check) return false;
+  s.next_check = now + kInterruptCheckPeriod;
+  s.interrupted = check() != 0;
+  return s.interrupted;
+}
+
+bool Interrupted() { return InterruptCheckSet() && Mine().interrupted; }
+
+void ClearInterrupt() {
+  if (!InterruptCheckSet()) return;
+  ThreadState& s = Mine();
+  s.interrupted = false;
+  s.next_check = absl::InfinitePast();
+}
+
+}  // namespace hcomm
