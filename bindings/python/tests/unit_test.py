@@ -357,6 +357,13 @@ class PointToPointTest(unittest.TestCase):
         np.testing.assert_array_equal(buf, [1, 2, 3])
 
 
+def _signal_soon(sig):
+    """Sends this process `sig` in 0.2 s (from a thread); join() the result."""
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), sig))
+    timer.start()
+    return timer
+
+
 class ErrorTest(unittest.TestCase):
     def test_ctrl_c_ends_a_blocking_call(self):
         # SIGINT while the main thread waits in C: the call runs Python's
@@ -365,8 +372,7 @@ class ErrorTest(unittest.TestCase):
         # a TimeoutError built in its place, long before the 30 s timeout.
         comm = hcomm.get_default_group()
         comm.set_timeout(30000)
-        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
+        timer = _signal_soon(signal.SIGINT)
         t0 = time.monotonic()
         try:
             with self.assertRaises(KeyboardInterrupt):
@@ -388,8 +394,7 @@ class ErrorTest(unittest.TestCase):
         old = signal.signal(signal.SIGUSR1, lambda *_: seen.append(1))
         comm = hcomm.get_default_group()
         comm.set_timeout(1000)
-        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
-        timer.start()
+        timer = _signal_soon(signal.SIGUSR1)
         t0 = time.monotonic()
         try:
             with self.assertRaises(hcomm.TimeoutError):
@@ -405,8 +410,7 @@ class ErrorTest(unittest.TestCase):
         # A Work still pending (made by hand: on one rank every collective
         # is done at once) is waited for in Python, which Ctrl-C interrupts.
         work = hcomm.Work(())
-        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
+        timer = _signal_soon(signal.SIGINT)
         t0 = time.monotonic()
         try:
             with self.assertRaises(KeyboardInterrupt):
@@ -710,8 +714,7 @@ class ChannelTest(unittest.TestCase):
         # A read of a minute that nothing will satisfy: Ctrl-C ends it within
         # 100 ms or so, and the channel still works.
         with hcomm.SharedMemoryChannel(self.name(), 4096, create=True) as ch:
-            timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-            timer.start()
+            timer = _signal_soon(signal.SIGINT)
             t0 = time.monotonic()
             try:
                 with self.assertRaises(KeyboardInterrupt):
