@@ -29,6 +29,7 @@ PayloadPool::Buffer PayloadPool::Take(size_t bytes) {
     if (!free_[c].empty()) {
       char* p = free_[c].back();
       free_[c].pop_back();
+      kept_bytes_ -= ClassBytes(c);
       return Buffer(p, Release{this, c});
     }
   }
@@ -38,9 +39,9 @@ PayloadPool::Buffer PayloadPool::Take(size_t bytes) {
 void PayloadPool::Give(char* p, int size_class) {
   {
     absl::MutexLock l(&mu_);
-    std::vector<char*>& list = free_[size_class];
-    if ((list.size() + 1) * ClassBytes(size_class) <= kKeepBytes) {
-      list.push_back(p);
+    if (kept_bytes_ + ClassBytes(size_class) <= kKeepBytes) {
+      free_[size_class].push_back(p);
+      kept_bytes_ += ClassBytes(size_class);
       return;
     }
   }
@@ -49,9 +50,7 @@ void PayloadPool::Give(char* p, int size_class) {
 
 size_t PayloadPool::KeptBytes() const {
   absl::MutexLock l(&mu_);
-  size_t total = 0;
-  for (int c = 0; c < kClasses; ++c) total += free_[c].size() * ClassBytes(c);
-  return total;
+  return kept_bytes_;
 }
 
 }  // namespace hcomm

@@ -9,8 +9,9 @@
 // 64 KiB arrivals, each allocated and freed on its own, makes glibc's heap
 // grow and shrink at every one (sbrk). The page faults of that made a ring
 // allreduce of 1-2 MiB, sent in 64 KiB eager pieces by 4 ranks on 2 CPUs
-// over TCP, 4-6x slower. A class keeps up to kKeepBytes of freed blocks; beyond that
-// they go back to the allocator, so a burst does not pin its memory.
+// over TCP, 4-6x slower. The pool keeps up to kKeepBytes of freed blocks in
+// all (128 blocks of 64 KiB); beyond that they go back to the
+// allocator, so a burst does not pin its memory.
 // Smaller payloads are plain allocations, which glibc's caches serve well.
 //
 // Thread-safe. The pool must outlive every Buffer it handed out.
@@ -30,7 +31,7 @@ class PayloadPool {
  public:
   static constexpr size_t kMinPooled = 4 * 1024;
   static constexpr size_t kMaxPooled = 64 * 1024;  // the eager protocol's limit
-  static constexpr size_t kKeepBytes = 2 * 1024 * 1024;
+  static constexpr size_t kKeepBytes = 8 * 1024 * 1024;
 
   // Frees a buffer: back to its class (`pool` set) or to the allocator.
   struct Release {
@@ -57,6 +58,7 @@ class PayloadPool {
 
   mutable absl::Mutex mu_;
   std::vector<char*> free_[kClasses] ABSL_GUARDED_BY(mu_);
+  size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // in free_
 };
 
 }  // namespace hcomm

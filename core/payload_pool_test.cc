@@ -46,13 +46,21 @@ TEST(PayloadPoolTest, SmallAndOversizedPayloadsAreNotKept) {
   EXPECT_EQ(pool.KeptBytes(), 0u);
 }
 
-TEST(PayloadPoolTest, KeepsAtMostItsLimitPerClass) {
+TEST(PayloadPoolTest, KeepsAtMostItsLimitInAll) {
   PayloadPool pool;
   {
     std::vector<PayloadPool::Buffer> burst;
-    for (int i = 0; i < 100; ++i) burst.push_back(pool.Take(PayloadPool::kMaxPooled));
+    const size_t n = 2 * PayloadPool::kKeepBytes / PayloadPool::kMaxPooled;
+    for (size_t i = 0; i < n; ++i) burst.push_back(pool.Take(PayloadPool::kMaxPooled));
+    for (size_t i = 0; i < n; ++i) burst.push_back(pool.Take(PayloadPool::kMinPooled));
   }
   EXPECT_EQ(pool.KeptBytes(), PayloadPool::kKeepBytes);
+  // What is kept is handed out again.
+  std::vector<PayloadPool::Buffer> again;
+  for (size_t i = 0; i < PayloadPool::kKeepBytes / PayloadPool::kMaxPooled; ++i) {
+    again.push_back(pool.Take(PayloadPool::kMaxPooled));
+  }
+  EXPECT_EQ(pool.KeptBytes(), 0u);
 }
 
 TEST(PayloadPoolTest, ThreadsTakeAndFreeConcurrently) {
@@ -70,7 +78,7 @@ TEST(PayloadPoolTest, ThreadsTakeAndFreeConcurrently) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_LE(pool.KeptBytes(), 5 * PayloadPool::kKeepBytes);
+  EXPECT_LE(pool.KeptBytes(), PayloadPool::kKeepBytes);
 }
 
 }  // namespace
