@@ -381,6 +381,9 @@ class Communicator:
         self._children = weakref.WeakSet()
         self._orphans = []
         self._turns = _Turns()
+        # iallreduces started here (weak references), oldest first, pruned
+        # as they end; guarded by self._turns.lock.
+        self._started = collections.deque()
         self._rank = _n.hcomm_comm_rank(handle)
         self._size = _n.hcomm_comm_size(handle)
         if parent is None:
@@ -467,12 +470,18 @@ class Communicator:
         turns = self._turns
         if turns.forks != _forks:  # forked: the parent's queue is not ours
             turns = self._turns = _Turns()
+            self._started = collections.deque()
         with turns.lock:
             idle = turns.pending == 0
         if idle and not async_op:
+            if self._started:
+                self._settle_started()
             return fn()
         if idle and start is not None:
-            return start()
+            req = start()
+            with turns.lock:
+                self._started.append(weakref.ref(req))
+            return req
         work = Work(tuple(b.keep() for b in buffers) if async_op else ())
         turns.add(fn, work)
         if async_op:
@@ -482,6 +491,23 @@ class Communicator:
         except BaseException as e:
             _taken(e)  # queued: the collective has its turn whatever happens here
             raise
+
+    def _settle_started(self):
+        """Waits for the iallreduces started here that still run, through
+        Request.wait(), which Ctrl-C ends: the blocking collective's C call
+        would otherwise wait for its turn behind them where no signal
+        handler runs. Their errors stay for their own wait()."""
+        with self._turns.lock:
+            started = [r() for r in self._started]
+        for req in started:
+            if req is not None and not req._done:
+                try:
+                    req.wait()
+                except HcommError:
+                    pass  # raised again by its own wait()
+        with self._turns.lock:
+            while self._started and (self._started[0]() is None or self._started[0]()._done):
+                self._started.popleft()
 
     def _orphan(self, keep):
         if not self._use.closed:

@@ -435,6 +435,39 @@ def ctrl_c_ends_a_collective():
 
 
 @check
+def ctrl_c_ends_a_wait_behind_an_iallreduce():
+    # Rank 0 alone starts an iallreduce of a group and then calls a blocking
+    # barrier there, which waits for the iallreduce first (in Request.wait):
+    # Ctrl-C ends that long before the 30 s timeout; abort() ends the rest.
+    g = hcomm.new_group(list(range(N)))
+    if R == 0:
+        g.set_timeout(30000)
+        req = g.all_reduce(np.ones(4, np.float32), async_op=True)
+        assert isinstance(req, hcomm.Request), req
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            g.barrier()
+            raise AssertionError("the barrier returned")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            timer.join()
+        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+        assert not req.is_completed()
+        g.abort()
+        try:
+            req.wait()
+            raise AssertionError("the aborted iallreduce succeeded")
+        except hcomm.AbortedError:
+            pass
+    hcomm.barrier()
+    g.destroy()
+    hcomm.barrier()
+
+
+@check
 def shared_memory_channel():
     name = "pymulti-" + os.environ.get("HCOMM_JOB_KEY", str(os.getppid()))
     if R == 0:
