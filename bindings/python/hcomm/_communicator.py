@@ -480,6 +480,7 @@ class Communicator:
         if idle and start is not None:
             req = start()
             with turns.lock:
+                self._prune_started()
                 self._started.append(weakref.ref(req))
             return req
         work = Work(tuple(b.keep() for b in buffers) if async_op else ())
@@ -506,8 +507,13 @@ class Communicator:
                 except HcommError:
                     pass  # raised again by its own wait()
         with self._turns.lock:
-            while self._started and (self._started[0]() is None or self._started[0]()._done):
-                self._started.popleft()
+            self._prune_started()
+
+    def _prune_started(self):
+        """Drops the iallreduces that have ended (or are gone) from the front
+        of self._started (under self._turns.lock)."""
+        while self._started and (self._started[0]() is None or self._started[0]()._done):
+            self._started.popleft()
 
     def _orphan(self, keep):
         if not self._use.closed:
