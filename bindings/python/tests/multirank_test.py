@@ -410,6 +410,22 @@ def exceptions():
     hcomm.barrier()
 
 
+def _ends_at_ctrl_c(call):
+    """Sends this rank SIGINT in 0.3 s and checks that `call` (which would
+    wait 30 s) ends with KeyboardInterrupt within 5 s."""
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        call()
+        raise AssertionError("%s returned" % call)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        timer.join()
+    assert time.monotonic() - t0 < 5, time.monotonic() - t0
+
+
 @check
 def ctrl_c_ends_a_collective():
     # Rank 0 alone calls an allreduce of a group of every rank: Ctrl-C ends
@@ -418,17 +434,7 @@ def ctrl_c_ends_a_collective():
     g = hcomm.new_group(list(range(N)))
     if R == 0:
         g.set_timeout(30000)
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        t0 = time.monotonic()
-        try:
-            g.all_reduce(np.ones(1 << 16, np.float32))
-            raise AssertionError("the allreduce returned")
-        except KeyboardInterrupt:
-            pass
-        finally:
-            timer.join()
-        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+        _ends_at_ctrl_c(lambda: g.all_reduce(np.ones(1 << 16, np.float32)))
     hcomm.barrier()
     g.destroy()
     hcomm.barrier()
@@ -444,17 +450,7 @@ def ctrl_c_ends_a_wait_behind_an_iallreduce():
         g.set_timeout(30000)
         req = g.all_reduce(np.ones(4, np.float32), async_op=True)
         assert isinstance(req, hcomm.Request), req
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        t0 = time.monotonic()
-        try:
-            g.barrier()
-            raise AssertionError("the barrier returned")
-        except KeyboardInterrupt:
-            pass
-        finally:
-            timer.join()
-        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+        _ends_at_ctrl_c(g.barrier)
         assert not req.is_completed()
         g.abort()
         try:
