@@ -3,9 +3,10 @@
 #include <atomic>
 
 namespace hcomm {
-namespace {
 
-std::atomic<InterruptCheck> g_check{nullptr};
+std::atomic<InterruptCheck> interrupt_internal::check{nullptr};
+
+namespace {
 
 struct ThreadState {
   bool interrupted = false;
@@ -21,12 +22,12 @@ ThreadState& Mine() {
 
 }  // namespace
 
-void SetInterruptCheck(InterruptCheck check) { g_check.store(check, std::memory_order_release); }
-
-bool InterruptCheckSet() { return g_check.load(std::memory_order_relaxed) != nullptr; }
+void SetInterruptCheck(InterruptCheck check) {
+  interrupt_internal::check.store(check, std::memory_order_release);
+}
 
 bool InterruptNow(absl::Time now) {
-  const InterruptCheck check = g_check.load(std::memory_order_acquire);
+  const InterruptCheck check = interrupt_internal::check.load(std::memory_order_acquire);
   if (check == nullptr) return false;
   ThreadState& s = Mine();
   if (s.interrupted) return true;
@@ -42,8 +43,7 @@ bool InterruptNow(absl::Time now) {
 
 bool Interrupted() { return InterruptCheckSet() && Mine().interrupted; }
 
-void ClearInterrupt() {
-  if (!InterruptCheckSet()) return;
+void interrupt_internal::ClearSlow() {
   ThreadState& s = Mine();
   s.interrupted = false;
   s.next_check = absl::InfinitePast();

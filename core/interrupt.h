@@ -20,6 +20,9 @@
 #ifndef HCOMM_CORE_INTERRUPT_H_
 #define HCOMM_CORE_INTERRUPT_H_
 
+#include <atomic>
+
+#include "absl/base/optimization.h"
 #include "absl/time/time.h"
 
 namespace hcomm {
@@ -30,17 +33,27 @@ using InterruptCheck = int (*)();
 
 constexpr absl::Duration kInterruptCheckPeriod = absl::Milliseconds(100);
 
+namespace interrupt_internal {
+extern std::atomic<InterruptCheck> check;
+void ClearSlow();
+}  // namespace interrupt_internal
+
 // Registers `check` for every thread (nullptr: none).
 void SetInterruptCheck(InterruptCheck check);
-// Whether any check is registered.
-bool InterruptCheckSet();
+// Whether any check is registered. (Inline, as ClearInterrupt: every C API
+// call asks.)
+inline bool InterruptCheckSet() {
+  return interrupt_internal::check.load(std::memory_order_relaxed) != nullptr;
+}
 // Whether this thread's call was interrupted, running the check when the
 // period has passed.
 bool InterruptNow(absl::Time now);
 // Whether this thread's call was interrupted, without running the check.
 bool Interrupted();
 // Starts a new call on this thread: not interrupted, the period afresh.
-void ClearInterrupt();
+inline void ClearInterrupt() {
+  if (ABSL_PREDICT_FALSE(InterruptCheckSet())) interrupt_internal::ClearSlow();
+}
 
 }  // namespace hcomm
 
