@@ -233,6 +233,12 @@ TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
   drain.join();
   EXPECT_TRUE(sent.load());
   EXPECT_EQ(0, slept_through);
+  // `sent` says the last bytes left the hub for its socket, not that the
+  // peer read them: the drain may have stopped just before.
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       s.leaf_sinks[0]->from().empty() && absl::Now() < end;) {
+    s.leaves[0]->Poll(absl::Milliseconds(10));
+  }
   ASSERT_EQ(std::vector<int>{0}, s.leaf_sinks[0]->from());
   EXPECT_EQ(big, s.leaf_sinks[0]->payload(0));
   spin();
