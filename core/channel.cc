@@ -471,8 +471,7 @@ absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
     if (absl::Now() >= deadline || Interrupted()) {
       Unlock();
       return Timeout(absl::StrCat(
-          "write of ", n, " bytes to channel '", name_, "' ",
-          Interrupted() ? "interrupted (a signal handler raised)" : "timed out", " after ",
+          "write of ", n, " bytes to channel '", name_, "' ", TimedOutOrInterrupted(), " after ",
           absl::FormatDuration(absl::Now() - start), ": it needs ", need,
           " bytes of ring space and ", free_bytes, " of ", capacity_,
           " bytes are free (no reader has made room)"));
@@ -541,9 +540,7 @@ absl::Status Channel::Read(void* buf, size_t cap, size_t* n, absl::Time deadline
     }
     if (absl::Now() >= deadline || Interrupted()) {
       Unlock();
-      return Timeout(absl::StrCat("read from channel '", name_, "' ",
-                                  Interrupted() ? "interrupted (a signal handler raised)"
-                                                : "timed out",
+      return Timeout(absl::StrCat("read from channel '", name_, "' ", TimedOutOrInterrupted(),
                                   " after ",
                                   absl::FormatDuration(absl::Now() - start),
                                   ": the channel is empty (no writer sent a message)"));

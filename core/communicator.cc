@@ -123,6 +123,8 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   // The tag its messages travel under: the collective's, or that of the
   // check before it (CheckCall).
   void set_wire_tag(int tag) { wire_tag_ = tag; }
+  // When the collective began to wait (StartClock).
+  absl::Time Began() const { return final_deadline_ - timeout_; }
   void StartClock() {
     if (clock_started_) return;
     clock_started_ = true;
@@ -156,14 +158,13 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     StartClock();
     // A timeout counts from the first wait of the collective, not from when
     // this request was posted.
-    const absl::Time began = final_deadline_ - timeout_;
-    absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_, began);
+    absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_, Began());
     if (CodeOf(s) == ErrorCode::kTimeout && !reported_ && !hcomm::Interrupted()) {
       // The last part of the timeout: ask everyone what they wait on, and
       // keep waiting meanwhile (the message may still come).
       reported_ = true;
       report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
-      s = c_->fabric_->Wait(r, final_deadline_, began);
+      s = c_->fabric_->Wait(r, final_deadline_, Began());
     }
     if (!s.ok()) return Explain(s);
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {
@@ -202,13 +203,12 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
       report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
     }
     if (now < final_deadline_ && !interrupted) return absl::OkStatus();
-    const std::string waited = absl::StrFormat(
-        "%.1f s",
-        absl::ToDoubleSeconds(interrupted ? now - (final_deadline_ - timeout_) : timeout_));
+    const absl::Duration waited = interrupted ? now - Began() : timeout_;
     const char* what = strcmp(phase, "arrive") == 0 ? "arrive" : "finish reducing";
     return Explain(Timeout(absl::StrCat(
         "rank ", c_->rank_,
-        interrupted ? " was interrupted (a signal handler raised) after " : " waited ", waited,
+        interrupted ? absl::StrCat(" was ", TimedOutOrInterrupted(), " after ") : " waited ",
+        absl::StrFormat("%.1f s", absl::ToDoubleSeconds(waited)),
         " in the shared-memory segment for ",
         missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " to ", what,
         " (", info_.count * DataTypeSize(info_.t), " bytes per rank)")));

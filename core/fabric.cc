@@ -249,9 +249,8 @@ absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time d
     for (size_t i = 0; have.ok() && i < keys.size(); ++i) {
       if (!(*have)[i]) missing.push_back(absl::StrCat("'", keys[i], "'"));
     }
-    return Unavailable(absl::StrCat("init ", Interrupted() ? "interrupted (a signal handler raised)"
-                                                          : "timed out",
-                                    " after ", Seconds(absl::Now() - start),
+    return Unavailable(absl::StrCat("init ", TimedOutOrInterrupted(), " after ",
+                                    Seconds(absl::Now() - start),
                                     ": the store never got ",
                                     missing.empty() ? "what it waited for"
                                                     : absl::StrJoin(missing, ", ")));
@@ -268,7 +267,8 @@ void Fabric::TellInitFailure(const absl::Status& s) {
 
 absl::Status Fabric::Bootstrap(const Options& opts) {
   if (size_ == 1) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + absl::Milliseconds(opts.timeout_ms);
+  const absl::Time began = absl::Now();
+  const absl::Time deadline = began + absl::Milliseconds(opts.timeout_ms);
   HCOMM_ASSIGN_OR_RETURN(net::HostPort store_hp, net::ParseHostPort(opts.store_addr, "store_addr"));
   const std::string where = absl::StrCat("rank ", rank_, " of ", size_);
 
@@ -429,10 +429,8 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     }
     if (!missing.empty()) {
       return Unavailable(absl::StrCat(
-          where, ": init ",
-          Interrupted() ? "interrupted (a signal handler raised)"
-                        : absl::StrCat("timed out after ",
-                                       Seconds(absl::Milliseconds(opts.timeout_ms))),
+          where, ": init ", TimedOutOrInterrupted(), " after ",
+          Seconds(Interrupted() ? absl::Now() - began : absl::Milliseconds(opts.timeout_ms)),
           ": ",
           size_ - static_cast<int>(missing.size()), " of ", size_, " ranks joined the store at ",
           store_hp.ToString(), "; missing: ",
@@ -1597,10 +1595,8 @@ std::string Fabric::PendingReason(const Request& r) {
 }
 
 absl::Status Fabric::TimeoutStatus(const Request& r, absl::Duration waited) {
-  return Timeout(absl::StrCat("rank ", rank_, ": ", Describe(r),
-                              Interrupted() ? " interrupted (a signal handler raised) after "
-                                            : " timed out after ",
-                              Seconds(waited), ": ", PendingReason(r)));
+  return Timeout(absl::StrCat("rank ", rank_, ": ", Describe(r), " ", TimedOutOrInterrupted(),
+                              " after ", Seconds(waited), ": ", PendingReason(r)));
 }
 
 absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,

@@ -43,6 +43,10 @@ bool InterruptNow(absl::Time now) {
 
 bool Interrupted() { return InterruptCheckSet() && Mine().interrupted; }
 
+const char* TimedOutOrInterrupted() {
+  return Interrupted() ? "interrupted (a signal handler raised)" : "timed out";
+}
+
 void interrupt_internal::ClearSlow() {
   ThreadState& s = Mine();
   s.interrupted = false;

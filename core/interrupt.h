@@ -50,6 +50,9 @@ inline bool InterruptCheckSet() {
 bool InterruptNow(absl::Time now);
 // Whether this thread's call was interrupted, without running the check.
 bool Interrupted();
+// How a wait that ended unfinished says why: "interrupted (a signal handler
+// raised)" after an interrupt of this thread's call, else "timed out".
+const char* TimedOutOrInterrupted();
 // Starts a new call on this thread: not interrupted, the period afresh.
 inline void ClearInterrupt() {
   if (ABSL_PREDICT_FALSE(InterruptCheckSet())) interrupt_internal::ClearSlow();

@@ -48,12 +48,9 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, const char* what
     }
     if (r == 0) {
       const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        return Timeout(absl::StrCat("timed out waiting for the socket to become ", what));
-      }
-      if (InterruptNow(now)) {
-        return Timeout(absl::StrCat("interrupted (a signal handler raised) while waiting for "
-                                    "the socket to become ", what));
+      if (now >= deadline || InterruptNow(now)) {
+        return Timeout(absl::StrCat(TimedOutOrInterrupted(),
+                                    " waiting for the socket to become ", what));
       }
     }
   }
@@ -248,7 +245,7 @@ absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline) {
     const absl::Time now = absl::Now();
     if (now + backoff >= deadline) return Annotate(fd.status(), "gave up at the deadline");
     if (InterruptNow(now)) {
-      return Annotate(fd.status(), "gave up: interrupted (a signal handler raised)");
+      return Annotate(fd.status(), absl::StrCat("gave up: ", TimedOutOrInterrupted()));
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
