@@ -11,11 +11,15 @@
 //
 // Each rank owns one inbound segment in /dev/shm ("/hcomm-<job_key>-<rank>",
 // mode 0600) holding one single-producer/single-consumer ring per local peer
-// (the writer is that peer). A frame is a 56-byte record header (kind,
-// length, FrameMeta) followed inline by its payload, padded to 64 bytes; the
-// ring is a byte stream, so a frame larger than the free space (or than the
-// whole ring) streams through it in pieces while the reader copies each
-// piece out: that is the pipelined two-copy path. Payloads above
+// (the writer is that peer). A frame is a 56-byte record header (seal,
+// kind, length, FrameMeta) followed inline by its payload, padded to 64
+// bytes. The reader waits on the seal word where the next record starts,
+// which the writer stores last: an 8-byte frame arrives in the one cache
+// line the reader was watching. The ring is a byte stream, so a frame
+// larger than the free space (or than the whole ring) streams through it in
+// pieces, sealed with the first, the rest following the ring's tail index,
+// while the reader copies each piece out: that is the pipelined two-copy
+// path. Payloads above
 // kCmaMinBytes move with one copy instead: the sender puts only the record
 // header into the ring and the buffer's address into a per-ring slot table;
 // the receiver reads the payload with process_vm_readv straight into the
@@ -275,6 +279,7 @@ class ShmTransport : public Transport {
     shm_internal::RingCtl* out_ctl = nullptr;  // our ring in the peer's segment
     char* out_data = nullptr;
     uint64_t out_size = 0;
+    uint64_t out_seal_key = 0;  // the peer's segment's (record seals)
     // The peer's bell socket; peer_bell_len 0: none, or not reachable from
     // here at Connect.
     sockaddr_un peer_bell{};
@@ -283,6 +288,7 @@ class ShmTransport : public Transport {
     shm_internal::RingCtl* in_ctl = nullptr;  // the peer's ring in our segment
     char* in_data = nullptr;
     uint64_t in_size = 0;
+    uint64_t in_seal_key = 0;
 
     // Producer side.
     Lock send_mu;
@@ -316,6 +322,8 @@ class ShmTransport : public Transport {
     uint64_t rx_tail_cached ABSL_GUARDED_BY(recv_mu) = 0;
     uint64_t rx_cma_seen ABSL_GUARDED_BY(recv_mu) = 0;
     std::atomic<bool> rx_more{false};  // a visit stopped on its budget
+    // A visit stopped inside a record whose rest follows the tail.
+    std::atomic<bool> rx_partial{false};
 
     // Why the connection ended, before it is reported.
     Lock loss_mu;
@@ -346,6 +354,10 @@ class ShmTransport : public Transport {
   int SleepUntilReady(int64_t deadline);
   // AnythingReady without the clock: data, space, acks or a flag waiting.
   bool WorkReady();
+  // Whether c's inbound ring may hold something to read, without its lock:
+  // a sealed record at the head, or (inside a streamed record) a tail that
+  // moved. A hint: the lock holder decides.
+  bool InboundReady(Conn* c);
 
   // Receiving (c->recv_mu held). ReadRing reads what is available on c's
   // inbound ring; `drain`: the writer is gone, read every complete record
