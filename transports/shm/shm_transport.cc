@@ -155,17 +155,19 @@ static_assert(sizeof(RecHdr) == kRecHdrBytes, "record header has no padding");
 static_assert(ShmTransport::kCmaSlots <= 255, "a CMA slot index fits the header");
 static_assert(kMaxPayload == uint64_t{1} << 48, "a payload length fits the header");
 
-// The seal of a record at ring position `pos` (a 64-bit mix, never 0: the
-// word of a fresh ring).
-inline uint64_t Seal(uint64_t key, uint64_t pos) {
-  uint64_t x = pos ^ key;
-  x ^= x >> 31;
-  x *= 0x7fb5d329728ea185ull;
-  x ^= x >> 27;
-  x *= 0x81dadef4bc2dd44dull;
+// A 64-bit mix (Murmur3's finaliser): every input bit moves every output bit.
+inline uint64_t Mix64(uint64_t x) {
   x ^= x >> 33;
-  return x | 1;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
 }
+
+// The seal of a record at ring position `pos` (never 0: the word of a
+// fresh ring).
+inline uint64_t Seal(uint64_t key, uint64_t pos) { return Mix64(pos ^ key) | 1; }
 
 inline std::atomic<uint64_t>* SealWord(char* data, uint64_t size, uint64_t pos) {
   return reinterpret_cast<std::atomic<uint64_t>*>(data + (pos & (size - 1)));
@@ -222,14 +224,17 @@ void RingRead(const char* data, uint64_t size, uint64_t pos, void* dst, uint64_t
 void WriteRecordPiece(char* data, uint64_t size, uint64_t pos, const RecHdr& h, const char* payload,
                       uint64_t a, uint64_t n, SharedCopier& copier) {
   const uint64_t end = a + n;
-  if (a < kRecHdrBytes) {
-    uint64_t k = std::min(end, kRecHdrBytes) - a;
-    RingWrite(data, size, pos, reinterpret_cast<const char*>(&h) + a, k, copier);
-  }
   uint64_t p0 = std::max(a, kRecHdrBytes);
   uint64_t p1 = std::min(end, kRecHdrBytes + h.len);
   if (p1 > p0) {
     RingWrite(data, size, pos + (p0 - a), payload + (p0 - kRecHdrBytes), p1 - p0, copier);
+  }
+  // The header last: its line is the one the reader watches, and taking it
+  // from the reader before a long payload copy would make the seal take it
+  // once more.
+  if (a < kRecHdrBytes) {
+    uint64_t k = std::min(end, kRecHdrBytes) - a;
+    RingWrite(data, size, pos, reinterpret_cast<const char*>(&h) + a, k, copier);
   }
 }
 
@@ -312,12 +317,7 @@ std::string SegmentName(const std::string& job_key, int self) {
 uint64_t RandomWord() {
   uint64_t x = static_cast<uint64_t>(MonoNs()) ^ (static_cast<uint64_t>(getpid()) << 32) ^
                reinterpret_cast<uintptr_t>(&x);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x | 1;
+  return Mix64(x) | 1;
 }
 
 void Prefault(void* base, size_t len) {
@@ -518,7 +518,7 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   h->ring_bytes = ring_bytes;
   h->total_bytes = total;
   h->probe = RandomWord();
-  h->seal_key = RandomWord() * 0x9e3779b97f4a7c15ull;
+  h->seal_key = RandomWord();
   for (int i = 0; i <= kMaxLocalPeers; ++i) h->ring_peer[i] = i < n ? peers[i] : -1;
 
   for (int i = 0; i < n; ++i) {
