@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/interrupt.h"
 #include "core/shm_file.h"
@@ -208,7 +207,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     return Explain(Timeout(absl::StrCat(
         "rank ", c_->rank_,
         interrupted ? absl::StrCat(" was ", TimedOutOrInterrupted(), " after ") : " waited ",
-        absl::StrFormat("%.1f s", absl::ToDoubleSeconds(waited)),
+        Seconds(waited),
         " in the shared-memory segment for ",
         missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " to ", what,
         " (", info_.count * DataTypeSize(info_.t), " bytes per rank)")));

@@ -102,12 +102,6 @@ std::string TagName(int tag) {
   return tag == kAnyTag ? std::string("any tag") : absl::StrCat("tag ", tag);
 }
 
-std::string Seconds(absl::Duration d) {
-  return absl::StrCat(absl::ToDoubleSeconds(d) < 10 ? absl::StrFormat("%.2f", absl::ToDoubleSeconds(d))
-                                                     : absl::StrFormat("%.0f", absl::ToDoubleSeconds(d)),
-                      " s");
-}
-
 // Peer-connection hello, sent by the connecting side after the handshake.
 struct Hello {
   uint64_t job_id;

@@ -5,6 +5,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace hcomm {
 namespace {
@@ -71,6 +72,11 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context) {
     out.SetPayload(url, payload);
   });
   return out;
+}
+
+std::string Seconds(absl::Duration d) {
+  const double s = absl::ToDoubleSeconds(d);
+  return s < 10 ? absl::StrFormat("%.2f s", s) : absl::StrFormat("%.0f s", s);
 }
 
 }  // namespace hcomm

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace hcomm {
 
@@ -66,6 +67,9 @@ inline absl::Status Internal(absl::string_view m) { return MakeError(ErrorCode::
 // The same status with `context` prefixed to its message; the code and the
 // payload are kept.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
+
+// A duration for a message: "0.35 s", "12 s".
+std::string Seconds(absl::Duration d);
 
 }  // namespace hcomm
 
