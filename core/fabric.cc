@@ -2324,30 +2324,34 @@ bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoin
   }
 }
 
+void Fabric::FailAllPendingLocked(const absl::Status& why) {
+  for (auto& [ctx, matcher] : contexts_) {
+    for (auto& r : matcher->posted()) Complete(r, why);
+    matcher->posted().clear();
+  }
+  for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
+    for (auto& [id, r] : *table) Complete(r, why);
+    table->clear();
+  }
+  for (auto& [ctx, matcher] : contexts_) {
+    for (auto& u : matcher->unexpected()) {
+      if (u.claimed) Complete(u.claimed, why);
+      if (u.sender) Complete(u.sender, why);
+    }
+  }
+  for (auto& p : peers_) {
+    if (p->rx_req) Complete(p->rx_req, why);
+  }
+}
+
 void Fabric::Abort() {
   {
     absl::MutexLock l(&mu_);
     if (aborted_) return;
     aborted_ = true;
     aborted_flag_ = true;
-    absl::Status why = Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
-    for (auto& [ctx, matcher] : contexts_) {
-      for (auto& r : matcher->posted()) Complete(r, why);
-      matcher->posted().clear();
-    }
-    for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
-      for (auto& [id, r] : *table) Complete(r, why);
-      table->clear();
-    }
-    for (auto& [ctx, matcher] : contexts_) {
-      for (auto& u : matcher->unexpected()) {
-        if (u.claimed) Complete(u.claimed, why);
-        if (u.sender) Complete(u.sender, why);
-      }
-    }
-    for (auto& p : peers_) {
-      if (p->rx_req) Complete(p->rx_req, why);
-    }
+    FailAllPendingLocked(
+        Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted")));
   }
   for (auto& t : transports_) t->ShutdownAll();
 }
@@ -2420,28 +2424,11 @@ absl::Status Fabric::Destroy() {
   {
     absl::MutexLock l(&mu_);
     destroyed_ = true;
-    absl::Status why = Destroyed();
-    for (auto& [ctx, matcher] : contexts_) {
-      for (auto& r : matcher->posted()) Complete(r, why);
-      matcher->posted().clear();
-    }
-    for (auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
-      for (auto& [id, r] : *table) Complete(r, why);
-      table->clear();
-    }
-    for (auto& [ctx, matcher] : contexts_) {
-      for (auto& u : matcher->unexpected()) {
-        if (u.claimed) Complete(u.claimed, why);
-        if (u.sender) Complete(u.sender, why);
-      }
-    }
+    FailAllPendingLocked(Destroyed());
     for (auto& [ctx, matcher] : contexts_) matcher->unexpected().clear();
-    // A receive whose message was still arriving (as in Abort): after our
-    // goodbye the peer's close counts as orderly and fails nothing.
-    for (auto& p : peers_) {
-      if (p->rx_req) Complete(p->rx_req, why);
-      p->rx_req.reset();
-    }
+    // A receive whose message was still arriving is failed above: after
+    // our goodbye the peer's close counts as orderly and fails nothing.
+    for (auto& p : peers_) p->rx_req.reset();
   }
   {
     // Requests outlive their communicator (hcomm.h), and a thread may still

@@ -383,6 +383,11 @@ class Fabric : public FrameSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ABORTED: "the communicator was destroyed", for what it leaves pending.
   absl::Status Destroyed() const;
+  // Fails with `why` every request of this rank still pending (Abort,
+  // Destroy): posted receives, sends awaiting a clear-to-send, data or
+  // their last bytes, receives and senders of unexpected messages, and
+  // receives whose message is arriving.
+  void FailAllPendingLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it, const std::shared_ptr<Request>& r,
                          std::vector<Outgoing>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint64_t fingerprint,
