@@ -51,6 +51,18 @@ using SendCallback = std::function<void(absl::Status)>;
 // Identifies a queued frame, for Cancel.
 using FrameHandle = uint64_t;
 
+// Points a queued frame's payload at a copy of its own, so that the sender
+// may reuse its buffer while the frame is still partly to write (a short
+// write, Cancel); a frame that has its copy already keeps it. Frame has
+// `payload` (const char*), `len` and `owned` (std::unique_ptr<char[]>).
+template <typename Frame>
+void KeepPayload(Frame& f) {
+  if (f.owned != nullptr || f.len == 0) return;
+  f.owned.reset(new char[f.len]);
+  memcpy(f.owned.get(), f.payload, f.len);
+  f.payload = f.owned.get();
+}
+
 class FrameSink {
  public:
   virtual ~FrameSink() = default;

@@ -1033,11 +1033,7 @@ bool ShmTransport::Cancel(int peer, FrameHandle handle) {
       UpdateOutStateLocked(c);
       return true;
     }
-    if (!it->owned && it->len > 0) {
-      it->owned.reset(new char[it->len]);
-      memcpy(it->owned.get(), it->payload, it->len);
-      it->payload = it->owned.get();
-    }
+    KeepPayload(*it);
     return false;
   }
   for (OutFrame& f : c->inflight) {
@@ -1047,9 +1043,7 @@ bool ShmTransport::Cancel(int peer, FrameHandle handle) {
       // after this swap it reads only from our copy.
       CmaSlot& s = c->out_ctl->slots[f.slot];
       bool locked = LockSlot(c, &s, kLockWriter);
-      f.owned.reset(new char[f.len]);
-      memcpy(f.owned.get(), f.payload, f.len);
-      f.payload = f.owned.get();
+      KeepPayload(f);
       s.addr.store(reinterpret_cast<uintptr_t>(f.payload), std::memory_order_relaxed);
       if (locked) s.lock.store(0, std::memory_order_release);
     }

@@ -251,11 +251,8 @@ bool TcpTransport::TrySendNow(int peer, const FrameMeta& meta, const void* paylo
   f.hdr = hdr;
   f.len = len;
   f.off = static_cast<size_t>(w);
-  if (len > 0) {
-    f.owned.reset(new char[len]);
-    memcpy(f.owned.get(), payload, len);
-    f.payload = f.owned.get();
-  }
+  f.payload = static_cast<const char*>(payload);
+  KeepPayload(f);
   pending_.fetch_add(1, std::memory_order_relaxed);
   UpdateInterestLocked(c);
   return true;
@@ -401,11 +398,7 @@ bool TcpTransport::Cancel(int peer, FrameHandle handle) {
       UpdateInterestLocked(c);
       return true;
     }
-    if (!it->owned && it->len > 0) {
-      it->owned.reset(new char[it->len]);
-      memcpy(it->owned.get(), it->payload, it->len);
-      it->payload = it->owned.get();
-    }
+    KeepPayload(*it);
     return false;
   }
   return false;  // already sent
