@@ -75,8 +75,9 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context) {
 }
 
 std::string Seconds(absl::Duration d) {
-  const double s = absl::ToDoubleSeconds(d);
-  return s < 10 ? absl::StrFormat("%.2f s", s) : absl::StrFormat("%.0f s", s);
+  const double seconds = absl::ToDoubleSeconds(d);
+  // Two decimals below ten seconds, whole seconds above.
+  return seconds < 10 ? absl::StrFormat("%.2f s", seconds) : absl::StrFormat("%.0f s", seconds);
 }
 
 }  // namespace hcomm

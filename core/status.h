@@ -13,6 +13,8 @@
 #ifndef HCOMM_CORE_STATUS_H_
 #define HCOMM_CORE_STATUS_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
