@@ -1,5 +1,7 @@
 #include "algorithms/collective.h"
 
+#include <utility>
+
 #include "core/status.h"
 
 namespace hcomm {
@@ -12,6 +14,32 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kDirect: return "direct";
   }
   return "unknown";
+}
+
+std::vector<int> RingOrderByPlacement(const std::vector<std::string>& placement) {
+  const int n = static_cast<int>(placement.size());
+  std::vector<int> order;
+  std::vector<bool> placed(n, false);
+  for (int first = 0; first < n; ++first) {
+    if (placed[first]) continue;
+    for (int r = first; r < n; ++r) {
+      if (!placed[r] && placement[r] == placement[first]) {
+        placed[r] = true;
+        order.push_back(r);
+      }
+    }
+  }
+  for (int v = 0; v < n; ++v) {
+    if (order[v] != v) return order;
+  }
+  return {};
+}
+
+ReorderedPeers::ReorderedPeers(Peers& base, std::vector<int> order)
+    : base_(base), order_(std::move(order)) {
+  for (int v = 0; v < static_cast<int>(order_.size()); ++v) {
+    if (order_[v] == base_.rank()) rank_ = v;
+  }
 }
 
 InFlight::~InFlight() {

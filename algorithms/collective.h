@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -54,6 +55,46 @@ class Peers {
   // reached is dropped, a send stops using its buffer.
   virtual void Withdraw(const std::shared_ptr<Request>& r) = 0;
 };
+
+// The same peers under other numbers: rank v here is rank order[v] of
+// `base`, so an algorithm run on it meets the ranks in that order (a ring
+// passes data order[0] -> order[1] -> ... -> order[0]). `order` must be a
+// permutation of 0..base.size()-1.
+class ReorderedPeers : public Peers {
+ public:
+  ReorderedPeers(Peers& base, std::vector<int> order);
+  int rank() const override { return rank_; }
+  int size() const override { return base_.size(); }
+  absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
+                                                 int peer) override {
+    return base_.Isend(buf, bytes, order_[peer]);
+  }
+  absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) override {
+    return base_.Irecv(buf, bytes, order_[peer]);
+  }
+  absl::Status Wait(Request* r) override { return base_.Wait(r); }
+  bool SendNow(const void* buf, size_t bytes, int peer) override {
+    return base_.SendNow(buf, bytes, order_[peer]);
+  }
+  bool RecvNow(void* buf, size_t bytes, int peer) override {
+    return base_.RecvNow(buf, bytes, order_[peer]);
+  }
+  char* Scratch(int slot, size_t bytes) override { return base_.Scratch(slot, bytes); }
+  void Withdraw(const std::shared_ptr<Request>& r) override { base_.Withdraw(r); }
+
+ private:
+  Peers& base_;
+  std::vector<int> order_;
+  int rank_ = 0;
+};
+
+// A ring order that keeps ranks sharing their CPUs side by side: ranks
+// are grouped by `placement` (one string per rank, equal where they share
+// CPUs: Fabric::placement), the groups in the order of their lowest rank,
+// each group's ranks ascending. Four ranks pinned round robin to two CPUs
+// ("h 0", "h 1", "h 0", "h 1") give 0, 2, 1, 3. Empty where that order is
+// 0, 1, ..., n-1 (every rank a CPU of its own, or all sharing the same).
+std::vector<int> RingOrderByPlacement(const std::vector<std::string>& placement);
 
 // Tracks the requests an algorithm has in flight. WaitAll waits for every
 // one; if the set is destroyed with requests pending (an error path), they

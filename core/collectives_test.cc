@@ -2,6 +2,8 @@
 // process; shared memory, and some rank counts over TCP and a mix), in place and out of place, every root, counts
 // {0, 1, 7, 1023} and 1M+3 for float32 (and 2.5 MiB of every type where two
 // ranks take the ring); results checked against a reference.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -1017,6 +1019,73 @@ TEST(CollectiveErrorsTest, TurnsPassBetweenTheWorkerAndTheCaller) {
 // A call refused behind a nonblocking collective still running takes its
 // turn after it, without waiting for it: rank 1 joins the iallreduce only
 // once rank 0's refused broadcast has returned.
+// Ranks pinned round robin to two CPUs (as hcomm_run pins them) run the
+// ring allreduce of up to 4 MiB with the ranks of each CPU side by side
+// (Communicator::RingByPlacement), and above it in rank order; either way
+// every rank gets the same, correct result.
+TEST(RingOrderTest, RanksPinnedRoundRobinReduceCorrectlyInEitherOrder) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to pin ranks to";
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  const int n = 5;
+  testing::RunRanks(n, [&](int rank, const Options& o) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[rank % 2], &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->ring_order(), (std::vector<int>{0, 2, 4, 1, 3}));
+    ASSERT_TRUE((*c)->SetOption("algo", "ring").ok());
+    // Past 4 MiB (float32: 1M + 3 elements) the ring keeps the rank order.
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1023}, size_t{262147}, size_t{1048579}}) {
+      for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+          for (bool in_place : {false, true}) {
+            const std::string label =
+                Label("allreduce", n, Algorithm::kRing, t, op, count, in_place);
+            std::vector<char> in = Fill(rank, count, t, op);
+            std::vector<char> out(in.size());
+            absl::Status s = (*c)->AllReduce(in.data(), in_place ? in.data() : out.data(), count,
+                                             t, op);
+            ASSERT_TRUE(s.ok()) << label << ": " << s;
+            const std::string bad =
+                CheckReduced(in_place ? in.data() : out.data(), 0, count, n, t, op);
+            ASSERT_EQ(bad, "") << label;
+          }
+        }
+      }
+    }
+    // A group has an order of its own: world ranks 1-4 sit on CPUs 1, 0,
+    // 1, 0; the even world ranks all on one CPU, in rank order already.
+    auto tail = (*c)->Split(rank == 0 ? 0 : 1, rank);
+    ASSERT_TRUE(tail.ok()) << tail.status();
+    if (rank == 0) {
+      EXPECT_TRUE((*tail)->ring_order().empty());
+    } else {
+      EXPECT_EQ((*tail)->ring_order(), (std::vector<int>{0, 2, 1, 3}));
+      ASSERT_TRUE((*tail)->SetOption("algo", "ring").ok());
+      std::vector<char> v = Fill((*tail)->rank(), 1023, DataType::kInt32, ReduceOp::kSum);
+      ASSERT_TRUE(
+          (*tail)->AllReduce(v.data(), v.data(), 1023, DataType::kInt32, ReduceOp::kSum).ok());
+      EXPECT_EQ(CheckReduced(v.data(), 0, 1023, 4, DataType::kInt32, ReduceOp::kSum), "");
+    }
+    auto parity = (*c)->Split(rank % 2, rank);
+    ASSERT_TRUE(parity.ok()) << parity.status();
+    EXPECT_TRUE((*parity)->ring_order().empty());
+    EXPECT_TRUE((*parity)->Destroy().ok());
+    EXPECT_TRUE((*tail)->Destroy().ok());
+    EXPECT_TRUE((*c)->Destroy().ok());
+  }, /*timeout_ms=*/120000);
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
 TEST(CollectiveErrorsTest, ARejectedCallDoesNotWaitForAnIAllReduceAhead) {
   absl::Notification refused;
   testing::RunRanks(2, [&](int rank, const Options& o) {

@@ -55,6 +55,9 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The ring allreduce's order of this communicator's ranks for vectors of
+  // up to 4 MiB where ranks share CPUs (RingByPlacement); empty: rank order.
+  const std::vector<int>& ring_order() const { return ring_order_; }
   absl::Duration timeout() const {
     return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
@@ -202,6 +205,8 @@ class Communicator {
   };
   absl::StatusOr<WideBuffers> Widen(const void* send, size_t in_count, size_t out_count,
                                     DataType t);
+  // Whether the ring allreduce of `bytes` per rank runs in ring_order_.
+  bool RingByPlacement(size_t bytes) const;
   absl::Status RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv, size_t count,
                             DataType t, ReduceOp op) const;
   std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
@@ -229,6 +234,9 @@ class Communicator {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
   const LinkModel link_;
+  // The ring allreduce's order of the members where ranks share CPUs
+  // (RingOrderByPlacement; empty: rank order), the same on every member.
+  std::vector<int> ring_order_;
   Fabric::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {
     bool valid = false;

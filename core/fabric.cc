@@ -446,6 +446,8 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     cpus_of[r] = parts.size() > 3 ? parts[3] : "";
     shm_of[r] = parts.size() > 4 ? parts[4] : "-";
   }
+  placement_.resize(size_);
+  for (int r = 0; r < size_; ++r) placement_[r] = absl::StrCat(host_of[r], " ", cpus_of[r]);
   enum class Route { kNone, kShm, kTcp };
   std::vector<Route> route(size_, Route::kNone);
   std::vector<int> local_peers, unreachable;
