@@ -732,10 +732,16 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
       fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> shared memory (all ranks on this host)\n",
               CollectiveOpName(op), Bytes(bytes).c_str(), DataTypeName(t), size_);
     } else {
-      fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)\n", CollectiveOpName(op),
+      // The ring allreduce's order, where it is not the rank order.
+      std::string order;
+      if (op == CollectiveOp::kAllReduce && choice->algo == Algorithm::kRing && size_ > 2 &&
+          RingByPlacement(bytes * (IsHalfFloat(t) ? 2 : 1))) {
+        order = absl::StrCat(", ranks by CPU ", absl::StrJoin(ring_order_, " "));
+      }
+      fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)%s\n", CollectiveOpName(op),
               Bytes(bytes).c_str(), op == CollectiveOp::kBarrier ? "" : DataTypeName(t), size_,
               AlgorithmName(choice->algo), choice->forced ? " [forced]" : "",
-              choice->Explain().c_str());
+              choice->Explain().c_str(), order.c_str());
     }
   }
   absl::Status s;
