@@ -1086,6 +1086,30 @@ TEST(RingOrderTest, RanksPinnedRoundRobinReduceCorrectlyInEitherOrder) {
   testing::SetTransportMode(testing::TransportMode::kDefault);
 }
 
+// Over shared memory the ring keeps the rank order, pinned or not.
+TEST(RingOrderTest, RanksThatCanTalkOverSharedMemoryKeepTheRankOrder) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to pin ranks to";
+  testing::SetTransportMode(testing::TransportMode::kShm);
+  testing::RunRanks(4, [&](int rank, const Options& o) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[rank % 2], &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE((*c)->ring_order().empty());
+    EXPECT_TRUE((*c)->Destroy().ok());
+  });
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
 TEST(CollectiveErrorsTest, ARejectedCallDoesNotWaitForAnIAllReduceAhead) {
   absl::Notification refused;
   testing::RunRanks(2, [&](int rank, const Options& o) {

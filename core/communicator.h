@@ -56,7 +56,8 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   // The ring allreduce's order of this communicator's ranks for vectors of
-  // up to 4 MiB where ranks share CPUs (RingByPlacement); empty: rank order.
+  // up to 4 MiB where ranks share CPUs and all talk over TCP
+  // (RingByPlacement); empty: rank order.
   const std::vector<int>& ring_order() const { return ring_order_; }
   absl::Duration timeout() const {
     return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
@@ -234,8 +235,9 @@ class Communicator {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
   const LinkModel link_;
-  // The ring allreduce's order of the members where ranks share CPUs
-  // (RingOrderByPlacement; empty: rank order), the same on every member.
+  // The ring allreduce's order of the members where ranks share CPUs and
+  // all talk over TCP (RingOrderByPlacement; empty: rank order), the same
+  // on every member.
   std::vector<int> ring_order_;
   Fabric::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {

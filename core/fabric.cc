@@ -447,7 +447,7 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
     shm_of[r] = parts.size() > 4 ? parts[4] : "-";
   }
   placement_.resize(size_);
-  for (int r = 0; r < size_; ++r) placement_[r] = absl::StrCat(host_of[r], " ", cpus_of[r]);
+  for (int r = 0; r < size_; ++r) placement_[r] = Placement{host_of[r], cpus_of[r], shm_of[r]};
   enum class Route { kNone, kShm, kTcp };
   std::vector<Route> route(size_, Route::kNone);
   std::vector<int> local_peers, unreachable;

@@ -108,11 +108,18 @@ class Fabric : public FrameSink {
   const std::string& job_key() const { return job_key_; }
   // More ranks on this host than CPUs they may use (waits then yield).
   bool oversubscribed() const { return oversubscribed_; }
-  // Where world rank `r` runs, the same string on every rank: its host and
-  // the CPUs it may use ("host 0" for one pinned to CPU 0, "host 0,1" for
-  // one that may use both). Ranks with equal strings share their CPUs.
-  const std::string& placement(int r) const {
-    static const std::string kUnknown;
+  // Where a rank runs, as it published at init: every rank holds the same
+  // Placement of every other.
+  struct Placement {
+    std::string host;  // host id
+    std::string cpus;  // the CPUs it may use, "0" or "0,1" ("-": unknown)
+    // Its /dev/shm ("-": none it can use, "off": shm is not among its
+    // transports). Only two ranks of one host with the same usable one can
+    // talk over shared memory.
+    std::string shm;
+  };
+  const Placement& placement(int r) const {
+    static const Placement kUnknown;
     return r >= 0 && r < static_cast<int>(placement_.size()) ? placement_[r] : kUnknown;
   }
   // HCOMM_CHECK_COLLECTIVES=1 as rank 0 read it at init: the whole job
@@ -513,7 +520,7 @@ class Fabric : public FrameSink {
   // (a waiter then yields its CPU instead of spinning on it), and whether
   // the only transport spins in Poll by itself (shm), so Wait need not.
   bool oversubscribed_ = false;
-  std::vector<std::string> placement_;  // by world rank
+  std::vector<Placement> placement_;  // by world rank
   std::string job_key_;
   bool check_collectives_ = false;
   bool transport_spins_ = false;
