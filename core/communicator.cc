@@ -896,8 +896,9 @@ bool Communicator::RingByPlacement(size_t bytes) const {
   // vectors keep the rank order. Over shared-memory messages (a forced
   // ring, HCOMM_SHM_COLL=0), 8 alternations: level behind two caches, 5-8%
   // slower behind one (4 MiB 2.84 -> 2.99 ms), so ring_order_ is only
-  // made where all members talk over TCP. The condition depends only on what every
-  // member knows alike (the placements, the size), so all take one order.
+  // made where all members talk over TCP. The condition depends only on
+  // what every member knows alike (the placements, the size), so all take
+  // one order.
   constexpr size_t kMaxBytes = 4 << 20;
   return !ring_order_.empty() && bytes <= kMaxBytes;
 }
