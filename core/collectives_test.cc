@@ -1019,26 +1019,38 @@ TEST(CollectiveErrorsTest, TurnsPassBetweenTheWorkerAndTheCaller) {
 // A call refused behind a nonblocking collective still running takes its
 // turn after it, without waiting for it: rank 1 joins the iallreduce only
 // once rank 0's refused broadcast has returned.
+// The CPUs this process may run on.
+std::vector<int> AllowedCpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Pins the calling thread (a rank of RunRanks) to `cpu`, as hcomm_run pins
+// a process; the rank publishes it at init (Fabric::Placement).
+bool PinThisThread(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+}
+
 // Ranks pinned round robin to two CPUs (as hcomm_run pins them) run the
 // ring allreduce of up to 4 MiB with the ranks of each CPU side by side
 // (Communicator::RingByPlacement), and above it in rank order; either way
 // every rank gets the same, correct result.
 TEST(RingOrderTest, RanksPinnedRoundRobinReduceCorrectlyInEitherOrder) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
+  const std::vector<int> cpus = AllowedCpus();
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to pin ranks to";
   testing::SetTransportMode(testing::TransportMode::kTcp);
   const int n = 5;
   testing::RunRanks(n, [&](int rank, const Options& o) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpus[rank % 2], &one);
-    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    ASSERT_TRUE(PinThisThread(cpus[rank % 2]));
     auto c = Communicator::Init(o);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ((*c)->ring_order(), (std::vector<int>{0, 2, 4, 1, 3}));
@@ -1088,20 +1100,11 @@ TEST(RingOrderTest, RanksPinnedRoundRobinReduceCorrectlyInEitherOrder) {
 
 // Over shared memory the ring keeps the rank order, pinned or not.
 TEST(RingOrderTest, RanksThatCanTalkOverSharedMemoryKeepTheRankOrder) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
+  const std::vector<int> cpus = AllowedCpus();
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to pin ranks to";
   testing::SetTransportMode(testing::TransportMode::kShm);
   testing::RunRanks(4, [&](int rank, const Options& o) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpus[rank % 2], &one);
-    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    ASSERT_TRUE(PinThisThread(cpus[rank % 2]));
     auto c = Communicator::Init(o);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_TRUE((*c)->ring_order().empty());
