@@ -435,19 +435,14 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
 
   // Routes: shared memory to ranks on our host, TCP to the others, as the
   // `transports` key allows (in its order of preference).
-  std::vector<std::string> host_of(size_);
-  std::vector<std::string> cpus_of(size_);
-  std::vector<std::string> shm_of(size_);
+  placement_.assign(size_, Placement{});
   for (int r = 0; r < size_; ++r) {
     auto entry = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
     if (!entry.ok()) return Annotate(entry.status(), where);
     std::vector<std::string> parts = absl::StrSplit(*entry, ' ');
-    host_of[r] = parts.size() > 1 ? parts[1] : "";
-    cpus_of[r] = parts.size() > 3 ? parts[3] : "";
-    shm_of[r] = parts.size() > 4 ? parts[4] : "-";
+    placement_[r] = Placement{parts.size() > 1 ? parts[1] : "", parts.size() > 3 ? parts[3] : "",
+                              parts.size() > 4 ? parts[4] : "-"};
   }
-  placement_.resize(size_);
-  for (int r = 0; r < size_; ++r) placement_[r] = Placement{host_of[r], cpus_of[r], shm_of[r]};
   enum class Route { kNone, kShm, kTcp };
   std::vector<Route> route(size_, Route::kNone);
   std::vector<int> local_peers, unreachable;
@@ -456,14 +451,14 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   bool shm_refused = false;  // a rank of this host went another way: one cannot use shm
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const bool same_host = host_of[r] == host_id_;
+    const bool same_host = placement_[r].host == host_id_;
     for (const std::string& t : allowed) {
       if (t == "shm" && same_host) {
-        if (my_shm == "-" || shm_of[r] == "-" || shm_of[r] == "off") {
+        if (my_shm == "-" || placement_[r].shm == "-" || placement_[r].shm == "off") {
           shm_refused = true;
           continue;
         }
-        if (shm_of[r] != my_shm) continue;  // another machine or container of this name
+        if (placement_[r].shm != my_shm) continue;  // another machine or container of this name
         route[r] = Route::kShm;
         break;
       }
@@ -483,21 +478,21 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   // /dev/shm that the peer lacks is the peer's to report).
   auto no_shm = [&](int u) {
     if (!shm_allowed) return std::string("shm is not in this rank's transports");
-    if (shm_of[u] == "off") return absl::StrCat("shm is not in rank ", u, "'s transports");
+    if (placement_[u].shm == "off") return absl::StrCat("shm is not in rank ", u, "'s transports");
     if (!shm_probe.ok()) {
       return absl::StrCat("this rank cannot use shared memory: ", shm_probe.message());
     }
-    if (shm_of[u] == "-") {
+    if (placement_[u].shm == "-") {
       return absl::StrCat("rank ", u, " cannot use shared memory (its own log says why)");
     }
     return absl::StrCat("rank ", u, " sees another /dev/shm (another machine or container named ",
                         host_id_, ")");
   };
   if (!unreachable.empty()) {
-    const bool local = host_of[unreachable[0]] == host_id_;
+    const bool local = placement_[unreachable[0]].host == host_id_;
     return NoDevice(absl::StrCat(
         where, ": transports=", absl::StrJoin(allowed, ","), " cannot reach ranks ",
-        absl::StrJoin(unreachable, ","), " (host ", host_of[unreachable[0]],
+        absl::StrJoin(unreachable, ","), " (host ", placement_[unreachable[0]].host,
         ", we are on host ", host_id_, "); ",
         local ? absl::StrCat(no_shm(unreachable[0]), "; allow tcp")
               : "allow tcp to reach other hosts",
@@ -517,9 +512,9 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   int local_ranks = 0;
   std::set<int> host_cpus;
   for (int r = 0; r < size_; ++r) {
-    if (host_of[r] != host_id_) continue;
+    if (placement_[r].host != host_id_) continue;
     ++local_ranks;
-    for (absl::string_view c : absl::StrSplit(cpus_of[r], ',', absl::SkipEmpty())) {
+    for (absl::string_view c : absl::StrSplit(placement_[r].cpus, ',', absl::SkipEmpty())) {
       int cpu = 0;
       if (absl::SimpleAtoi(c, &cpu)) host_cpus.insert(cpu);
     }
