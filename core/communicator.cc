@@ -668,7 +668,20 @@ absl::Status Communicator::SetUpShmCollective() {
   absl::StatusOr<int32_t> agreed = all != 0 ? SetupAgreeMin(ok, 1) : absl::StatusOr<int32_t>(0);
   if (rank_ == 0 && seg) seg->Unlink();  // everyone has it mapped, or gave up
   HCOMM_RETURN_IF_ERROR(agreed.status());
-  if (*agreed != 0) shm_coll_ = std::move(seg);
+  if (*agreed != 0) {
+    // Large allreduces may read the others' buffers by cross-memory attach
+    // where every rank can: HCOMM_SHM_COLL_CMA=0 never, 1 always (where
+    // every rank can), unset: whichever path rank 0 measures faster.
+    const char* cma_env = getenv("HCOMM_SHM_COLL_CMA");
+    const bool off = cma_env != nullptr && strcmp(cma_env, "0") == 0;
+    const int32_t cma = !off && seg->ProbeCma();
+    HCOMM_ASSIGN_OR_RETURN(int32_t all_cma, SetupAgreeMin(cma, 2));
+    seg->EnableCma(all_cma != 0);
+    if (cma_env != nullptr && strcmp(cma_env, "1") == 0) {
+      seg->ForceAllReducePath(ShmCollective::kPathCma);
+    }
+    shm_coll_ = std::move(seg);
+  }
   // Not errors (the collectives still work), but slower paths the user can
   // fix, so said whatever HCOMM_DEBUG is, by the rank (its rank in the job,
   // and the communicator's size) that made or failed to map the segment.

@@ -16,7 +16,10 @@
 // second counter, and every rank (reduce: the root) copies the others'
 // slices out; a rank copies into its slot only what the others reduce,
 // and reads its own slice in place. The segment stays in cache; each rank
-// reads its input and writes its output once.
+// reads its input and writes its output once. Where the ranks may read
+// each other's memory, large allreduces can skip the slots: each rank
+// reads the others' parts of its slice, and then their reduced slices,
+// straight from their buffers by cross-memory attach (EnableCma).
 //
 // The rest (broadcast, allgather, reduce-scatter, alltoall, gather,
 // scatter, barrier) take one round of counters per round of data: every
@@ -135,6 +138,27 @@ class ShmCollective {
   // Returns once every rank has called it.
   absl::Status Barrier(uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
 
+  // Cross-memory attach for large allreduces: each rank reads the others'
+  // parts of its slice straight from their inputs with process_vm_readv,
+  // reduces them into its output, and then reads the others' reduced
+  // slices straight from their outputs: three passes over the data instead
+  // of the slots' five (copy in, reduce, copy into the result, copy out of
+  // it twice). It needs every rank to be allowed to read every other's
+  // memory (one user, no ptrace restriction, one pid namespace): once all
+  // ranks have mapped the segment, each calls ProbeCma(), and all pass the
+  // value they agree on (true only if every probe passed) to EnableCma.
+  bool ProbeCma() const;
+  void EnableCma(bool on) { cma_ = on; }
+  bool cma() const { return cma_; }
+  // Allreduces of at least this many bytes may go by cross-memory attach.
+  static constexpr size_t kCmaMinBytes = 256 * 1024;
+  // The path of such allreduces: kPathSlots or kPathCma every time (tests,
+  // measurements; kPathCma only once enabled), or kPathChoose: rank 0 times
+  // whole calls of each class of sizes, takes the faster path and now and
+  // then tries the other, and every rank follows it.
+  enum AllReducePath { kPathChoose = -1, kPathSlots = 0, kPathCma = 1 };
+  void ForceAllReducePath(AllReducePath p) { forced_path_ = p; }
+
   // This rank writes into the segment with `m` only (SharedCopier::Force),
   // instead of the method measured faster: for tests and measurements.
   void ForceCopyMethod(CopyChooser::Method m);
@@ -187,6 +211,18 @@ class ShmCollective {
   // Larger calls, in rounds of slices, each rank reducing its slice.
   absl::Status ReduceLarge(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                            int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // An allreduce of at least kCmaMinBytes where CMA is enabled: one round
+  // in which every rank publishes its buffers and rank 0 the path, then
+  // that path.
+  absl::Status AllReduceChoosingPath(const void* in, void* out, size_t count, DataType t,
+                                     ReduceOp op, uint64_t seq, uint64_t fingerprint,
+                                     ShmWaiter& waiter);
+  // The allreduce by cross-memory attach, after that round.
+  absl::Status AllReduceCma(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                            uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
+  // `n` bytes at `remote` in rank `rank`'s memory into `local`; the error
+  // names the rank, the bytes and the collective.
+  absl::Status ReadFrom(int rank, uint64_t remote, char* local, size_t n, uint64_t seq) const;
   // allgather (root < 0) and gather: only the ranks that get the blocks
   // read them, and the root writes none.
   absl::Status GatherTo(const void* in, void* out, size_t bytes, int root, uint64_t seq,
@@ -238,6 +274,12 @@ class ShmCollective {
   static constexpr int kReduceClasses = 8;
   static int ReduceClass(size_t bytes);  // up to 16 KiB, 64 KiB, ... , more
   std::vector<CopyChooser> reduce_methods_;
+  // Which path rank 0 chose for allreduces by cross-memory attach, one
+  // chooser per class of sizes, timed over whole calls (kMemcpy stands for
+  // kPathSlots, kStream for kPathCma).
+  std::vector<CopyChooser> path_choosers_;
+  bool cma_ = false;  // EnableCma
+  AllReducePath forced_path_ = kPathChoose;
   std::vector<char> stage_;  // see Stage
   bool unlinked_ = false;
 };

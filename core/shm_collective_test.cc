@@ -1,5 +1,6 @@
 #include "core/shm_collective.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -625,6 +626,139 @@ TEST_P(ShmCollectiveSlotTest, HalfTypesAccumulateInFloat32) {
     return "";
   });
   }
+}
+
+// Element i of rank r's input for an allreduce of type t: values every
+// operation keeps finite (16-bit floats in [1, 2)), different per rank.
+void FillFor(DataType t, int r, void* buf, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t v = static_cast<uint32_t>(i * 7 + static_cast<size_t>(r) * 13);
+    switch (t) {
+      case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v % 97 + 1); break;
+      case DataType::kFloat64: static_cast<double*>(buf)[i] = (v % 89) * 0.25 + 1; break;
+      case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = 0x3C00 | (v & 0x3FF); break;
+      case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = 0x3F80 | (v & 0x7F); break;
+      case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v * 2654435761u); break;
+      case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v * 37); break;
+      default: memset(static_cast<char*>(buf) + i * DataTypeSize(t), static_cast<int>(v), DataTypeSize(t));
+    }
+  }
+}
+
+// Rank r's allreduce of `count` elements of t by `path`, in or out of
+// place, under sequence number seq++: its output, or the error in `err`.
+std::vector<char> AllReduceBy(ShmCollective& sc, ShmWaiter& w, int r, ShmCollective::AllReducePath path,
+                              DataType t, ReduceOp op, size_t count, bool in_place, uint64_t& seq,
+                              std::string& err) {
+  const size_t bytes = count * DataTypeSize(t);
+  std::vector<char> in(bytes), out(bytes, 0x5a);
+  FillFor(t, r, in.data(), count);
+  sc.ForceAllReducePath(path);
+  sc.Enter(seq, 61);
+  absl::Status s = sc.AllReduce(in.data(), in_place ? in.data() : out.data(), count, t, op, seq++,
+                                61, w);
+  if (!s.ok()) err = s.ToString();
+  return in_place ? in : out;
+}
+
+// Every type and operation by cross-memory attach, in and out of place,
+// gives the bits of the slots' path (both reduce each element in rank
+// order), with slices that do not divide evenly, on 2, 3 and 4 ranks.
+TEST(ShmCollectiveTest, AllReduceByCrossMemoryAttachMatchesTheSlotsBitForBit) {
+  for (int n : {2, 3, 4}) {
+    OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+      if (!sc.ProbeCma()) return "ProbeCma failed between threads of one process";
+      sc.EnableCma(true);
+      uint64_t seq = 0;
+      for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
+                         DataType::kFloat64, DataType::kInt32, DataType::kInt8}) {
+        const size_t least = ShmCollective::kCmaMinBytes / DataTypeSize(t);
+        for (size_t count : {least, least * 3 + 5}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
+                              ReduceOp::kAvg}) {
+            for (bool in_place : {false, true}) {
+              const std::string at = absl::StrCat(" n=", n, " ", DataTypeName(t), " ",
+                                                  ReduceOpName(op), " count=", count,
+                                                  " in_place=", in_place);
+              std::string err;
+              const std::vector<char> want = AllReduceBy(
+                  sc, w, r, ShmCollective::kPathSlots, t, op, count, in_place, seq, err);
+              if (!err.empty()) return err + at;
+              const std::vector<char> got = AllReduceBy(sc, w, r, ShmCollective::kPathCma, t, op,
+                                                        count, in_place, seq, err);
+              if (!err.empty()) return err + at;
+              for (size_t i = 0; i < got.size(); ++i) {
+                if (got[i] != want[i]) return absl::StrCat("byte ", i, " differs", at);
+              }
+            }
+          }
+        }
+      }
+      return "";
+    }, /*share_cpu=*/false);
+  }
+}
+
+// Unforced, rank 0 times both paths and every rank follows its choice:
+// the results stay exact call after call, whichever path each call took.
+TEST(ShmCollectiveTest, AllReduceExactWhileRankZeroChoosesThePath) {
+  constexpr int kN = 2;
+  OnRanks(kN, [](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
+    sc.EnableCma(sc.ProbeCma());
+    const size_t count = 300001;
+    std::vector<float> in(count), out(count);
+    for (uint64_t seq = 0; seq < 3 * CopyChooser::kMinInterval; ++seq) {
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i + seq) % 89 + r);
+      sc.Enter(seq, 8);
+      absl::Status s = sc.AllReduce(in.data(), out.data(), count, DataType::kFloat32,
+                                    ReduceOp::kSum, seq, 8, w);
+      if (!s.ok()) return s.ToString();
+      for (size_t i = 0; i < count; ++i) {
+        const float want = static_cast<float>((i + seq) % 89) * kN + 1;
+        if (out[i] != want) return absl::StrCat("call ", seq, " [", i, "] = ", out[i]);
+      }
+    }
+    return "";
+  }, /*share_cpu=*/false);
+}
+
+// A read of another rank's buffer that fails ends the call on the reader
+// with an error naming that rank and the bytes (here rank 1's input is
+// cut short where rank 0 reads it); rank 1, whose pieces never come, is
+// let go by its waiter.
+TEST(ShmCollectiveTest, AFailedReadOfAnotherRanksBufferNamesThatRank) {
+  const size_t count = ShmCollective::kCmaMinBytes / sizeof(float) * 2;
+  const size_t bytes = count * sizeof(float);
+  const long page = sysconf(_SC_PAGESIZE);
+  // Rank 1's input: its second half (its own slice) readable, the first
+  // half (rank 0's slice, which rank 0 reads) not.
+  char* region = static_cast<char*>(
+      mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(region, MAP_FAILED);
+  ASSERT_EQ(mprotect(region, bytes / 2, PROT_NONE), 0);
+  auto segs = MapAll(2);
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      TestWaiter w(r == 1 ? 20 : 0);
+      w.share_cpu = false;
+      segs[r]->EnableCma(segs[r]->ProbeCma());
+      segs[r]->ForceAllReducePath(ShmCollective::kPathCma);
+      std::vector<float> mine(count, 1.0f), out(count);
+      const float* in = r == 0 ? mine.data() : reinterpret_cast<float*>(region);
+      segs[r]->Enter(0, 9);
+      errors[r] = segs[r]->AllReduce(in, out.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                                     0, 9, w).ToString();
+    });
+  }
+  for (auto& t : threads) t.join();
+  munmap(region, bytes + page);
+  EXPECT_NE(errors[0].find("UNAVAILABLE"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find(absl::StrCat("reading 262144 bytes of rank 1's buffers")),
+            std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("seq 0"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("gave up"), std::string::npos) << errors[1];
 }
 
 INSTANTIATE_TEST_SUITE_P(Slots, ShmCollectiveSlotTest,
