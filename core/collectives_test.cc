@@ -423,6 +423,45 @@ TEST(GroupsTest, EveryGroupOfASplitHasItsOwnSegment) {
   });
 }
 
+// HCOMM_SHM_COLL_CMA=1: the ranks probe each other and agree, and large
+// allreduces of the world and of a group read the others' buffers by
+// cross-memory attach, in and out of place, exactly; without it they keep
+// the slots.
+TEST(GroupsTest, CrossMemoryAttachAllReducesOfTheWorldAndAGroup) {
+  testing::SetTransportMode(testing::TransportMode::kShm);
+  testing::RunRanks(2, [](int, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    EXPECT_FALSE((*world)->shm_collective_cma());
+  });
+  ASSERT_EQ(setenv("HCOMM_SHM_COLL_CMA", "1", 1), 0);
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    auto pair = (*world)->Split(rank == 2 ? 1 : 0, rank);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    for (Communicator* c : {world->get(), pair->get()}) {
+      EXPECT_EQ(c->shm_collective_cma(), c->size() > 1) << "rank " << rank;
+      const int n = c->size();
+      const size_t count = (size_t{1} << 20) + 3;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (bool in_place : {false, true}) {
+          std::vector<float> in(count), out(count, -1.0f);
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i % 61 + c->rank());
+          float* dst = in_place ? in.data() : out.data();
+          ASSERT_TRUE(c->AllReduce(in.data(), dst, count, DataType::kFloat32, op).ok());
+          for (size_t i = 0; i < count; ++i) {
+            float want = static_cast<float>(i % 61) * n + n * (n - 1) / 2.0f;
+            if (op == ReduceOp::kAvg) want /= n;
+            ASSERT_EQ(dst[i], want) << "rank " << rank << " of " << n << " [" << i << "]";
+          }
+        }
+      }
+    }
+  });
+  unsetenv("HCOMM_SHM_COLL_CMA");
+}
+
 // The world and its groups share connections; destroying the world first
 // leaves its groups working, and the last to go closes them.
 TEST(GroupsTest, GroupsOutliveTheWorld) {

@@ -669,17 +669,12 @@ absl::Status Communicator::SetUpShmCollective() {
   if (rank_ == 0 && seg) seg->Unlink();  // everyone has it mapped, or gave up
   HCOMM_RETURN_IF_ERROR(agreed.status());
   if (*agreed != 0) {
-    // Large allreduces may read the others' buffers by cross-memory attach
-    // where every rank can: HCOMM_SHM_COLL_CMA=0 never, 1 always (where
-    // every rank can), unset: whichever path rank 0 measures faster.
+    // HCOMM_SHM_COLL_CMA=1 on every rank: large allreduces read the
+    // others' buffers by cross-memory attach, where every rank can.
     const char* cma_env = getenv("HCOMM_SHM_COLL_CMA");
-    const bool off = cma_env != nullptr && strcmp(cma_env, "0") == 0;
-    const int32_t cma = !off && seg->ProbeCma();
+    const int32_t cma = cma_env != nullptr && strcmp(cma_env, "1") == 0 && seg->ProbeCma();
     HCOMM_ASSIGN_OR_RETURN(int32_t all_cma, SetupAgreeMin(cma, 2));
     seg->EnableCma(all_cma != 0);
-    if (cma_env != nullptr && strcmp(cma_env, "1") == 0) {
-      seg->ForceAllReducePath(ShmCollective::kPathCma);
-    }
     shm_coll_ = std::move(seg);
   }
   // Not errors (the collectives still work), but slower paths the user can

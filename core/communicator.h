@@ -71,6 +71,9 @@ class Communicator {
   // Whether collectives run in a segment shared by all ranks
   // (core/shm_collective.h) rather than by messages.
   bool has_shm_collective() const { return shm_coll_ != nullptr; }
+  // Whether its large allreduces go by cross-memory attach
+  // (HCOMM_SHM_COLL_CMA=1 on every rank, and every rank may read the others).
+  bool shm_collective_cma() const { return shm_coll_ != nullptr && shm_coll_->cma(); }
 
   // The transport to rank `peer` of this communicator.
   const char* TransportTo(int peer) const { return fabric_->TransportTo(group_to_world_[peer]); }

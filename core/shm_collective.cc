@@ -97,14 +97,12 @@ struct ShmCollective::RankLine {
   alignas(kLine) std::atomic<uint64_t> reduced;
   // Cross-memory attach: the rank's process, where it mapped this segment
   // and a word of its own line for ProbeCma (all three set at mapping),
-  // and, for each allreduce that may take CMA, the call's buffers and,
-  // from rank 0, the path every rank takes.
+  // and, for each allreduce by CMA, the call's buffers.
   alignas(kLine) std::atomic<int64_t> pid;
   std::atomic<uint64_t> base;
   std::atomic<uint64_t> probe;
   std::atomic<uint64_t> in;
   std::atomic<uint64_t> out;
-  std::atomic<int32_t> path;
 };
 static_assert(sizeof(ShmCollective::RankLine) == 4 * kLine, "four cache lines per rank");
 static_assert(offsetof(ShmCollective::RankLine, round_fp) + 2 * sizeof(uint64_t) <=
@@ -125,8 +123,7 @@ ShmCollective::ShmCollective(std::string name, int rank, int nranks, void* base,
       base_(base),
       bytes_(bytes),
       slot_bytes_(slot_bytes),
-      reduce_methods_(kReduceClasses, CopyChooser(1.0)),
-      path_choosers_(kReduceClasses, CopyChooser(1.0)) {
+      reduce_methods_(kReduceClasses, CopyChooser(1.0)) {
   char* p = static_cast<char*>(base);
   hdr_ = reinterpret_cast<Header*>(p);
   lines_ = reinterpret_cast<RankLine*>(p + RoundUp(sizeof(Header), kLine));
@@ -457,7 +454,7 @@ absl::Status ShmCollective::ReduceTo(const void* in, void* out, size_t count, Da
     return ReduceSmall(in, out, count, t, op, root, seq, fingerprint, waiter);
   }
   if (root < 0 && cma_ && bytes >= kCmaMinBytes) {
-    return AllReduceChoosingPath(in, out, count, t, op, seq, fingerprint, waiter);
+    return AllReduceCma(in, out, count, t, op, seq, fingerprint, waiter);
   }
   return ReduceLarge(in, out, count, t, op, root, seq, fingerprint, waiter);
 }
@@ -608,44 +605,16 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
   return absl::OkStatus();
 }
 
-absl::Status ShmCollective::AllReduceChoosingPath(const void* in, void* out, size_t count,
-                                                 DataType t, ReduceOp op, uint64_t seq,
-                                                 uint64_t fingerprint, ShmWaiter& waiter) {
-  const size_t bytes = count * DataTypeSize(t);
-  CopyChooser& chooser = path_choosers_[ReduceClass(bytes)];  // rank 0's
-  const bool choose = rank_ == 0 && forced_path_ == kPathChoose;
-  RankLine& me = lines_[rank_];
-  me.in.store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
-  me.out.store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
-  if (rank_ == 0) {
-    // Where ranks take turns on the CPUs, the slots: 4 ranks on 2 CPUs
-    // took 15-50% longer by cross-memory attach at 256 KiB-64 MiB, every
-    // rank's reads of the others waiting for their time slices.
-    const int32_t path = !choose              ? forced_path_
-                         : waiter.ShareCpu() ? static_cast<int32_t>(kPathSlots)
-                                             : static_cast<int32_t>(chooser.Next());
-    me.path.store(path, std::memory_order_relaxed);
-  }
-  const uint64_t gen = ++gen_;
-  Arrive(gen, fingerprint);  // publishes the stores above
-  HCOMM_RETURN_IF_ERROR(WaitAll(0, gen, seq, fingerprint, waiter));
-  // Rank 0 cannot choose again before every rank has arrived at the next
-  // call's round, after reading this.
-  const int32_t path = lines_[0].path.load(std::memory_order_relaxed);
-  const int64_t start = choose ? MonoNs() : 0;
-  absl::Status s = path == kPathCma
-                       ? AllReduceCma(in, out, count, t, op, seq, fingerprint, waiter)
-                       : ReduceLarge(in, out, count, t, op, -1, seq, fingerprint, waiter);
-  if (choose && s.ok() && !waiter.ShareCpu()) {
-    chooser.Record(static_cast<CopyChooser::Method>(path),
-                   static_cast<double>(MonoNs() - start) / static_cast<double>(bytes));
-  }
-  return s;
-}
-
 absl::Status ShmCollective::AllReduceCma(const void* in, void* out, size_t count, DataType t,
                                          ReduceOp op, uint64_t seq, uint64_t fingerprint,
                                          ShmWaiter& waiter) {
+  // One round in which every rank publishes its buffers.
+  RankLine& me = lines_[rank_];
+  me.in.store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+  me.out.store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
+  const uint64_t gen0 = ++gen_;
+  Arrive(gen0, fingerprint);  // publishes the stores above
+  HCOMM_RETURN_IF_ERROR(WaitAll(0, gen0, seq, fingerprint, waiter));
   const size_t esize = DataTypeSize(t);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
@@ -660,7 +629,6 @@ absl::Status ShmCollective::AllReduceCma(const void* in, void* out, size_t count
   const size_t step = std::max(grain, per_peer / esize / grain * grain);
   const size_t pieces = (q + step - 1) / step;
   auto slice = [&](int j) { return std::min(count, q * static_cast<size_t>(j)); };
-  const uint64_t gen0 = gen_;  // the round in which the buffers were published
   // The others' parts of a piece, in rank order without this rank; in
   // place, a rank past the first two reduces into the stage's last area
   // (ReduceParts writes over part 0 or 1 only) and copies it out.

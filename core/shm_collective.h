@@ -147,17 +147,13 @@ class ShmCollective {
   // memory (one user, no ptrace restriction, one pid namespace): once all
   // ranks have mapped the segment, each calls ProbeCma(), and all pass the
   // value they agree on (true only if every probe passed) to EnableCma.
+  // Every rank must have the same setting at each allreduce.
   bool ProbeCma() const;
   void EnableCma(bool on) { cma_ = on; }
   bool cma() const { return cma_; }
-  // Allreduces of at least this many bytes may go by cross-memory attach.
+  // Allreduces of at least this many bytes go by cross-memory attach once
+  // it is enabled.
   static constexpr size_t kCmaMinBytes = 256 * 1024;
-  // The path of such allreduces: kPathSlots or kPathCma every time (tests,
-  // measurements; kPathCma only once enabled), or kPathChoose: rank 0 times
-  // whole calls of each class of sizes, takes the faster path and now and
-  // then tries the other, and every rank follows it.
-  enum AllReducePath { kPathChoose = -1, kPathSlots = 0, kPathCma = 1 };
-  void ForceAllReducePath(AllReducePath p) { forced_path_ = p; }
 
   // This rank writes into the segment with `m` only (SharedCopier::Force),
   // instead of the method measured faster: for tests and measurements.
@@ -211,13 +207,7 @@ class ShmCollective {
   // Larger calls, in rounds of slices, each rank reducing its slice.
   absl::Status ReduceLarge(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                            int root, uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
-  // An allreduce of at least kCmaMinBytes where CMA is enabled: one round
-  // in which every rank publishes its buffers and rank 0 the path, then
-  // that path.
-  absl::Status AllReduceChoosingPath(const void* in, void* out, size_t count, DataType t,
-                                     ReduceOp op, uint64_t seq, uint64_t fingerprint,
-                                     ShmWaiter& waiter);
-  // The allreduce by cross-memory attach, after that round.
+  // An allreduce of at least kCmaMinBytes where CMA is enabled.
   absl::Status AllReduceCma(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                             uint64_t seq, uint64_t fingerprint, ShmWaiter& waiter);
   // `n` bytes at `remote` in rank `rank`'s memory into `local`; the error
@@ -274,12 +264,7 @@ class ShmCollective {
   static constexpr int kReduceClasses = 8;
   static int ReduceClass(size_t bytes);  // up to 16 KiB, 64 KiB, ... , more
   std::vector<CopyChooser> reduce_methods_;
-  // Which path rank 0 chose for allreduces by cross-memory attach, one
-  // chooser per class of sizes, timed over whole calls (kMemcpy stands for
-  // kPathSlots, kStream for kPathCma).
-  std::vector<CopyChooser> path_choosers_;
   bool cma_ = false;  // EnableCma
-  AllReducePath forced_path_ = kPathChoose;
   std::vector<char> stage_;  // see Stage
   bool unlinked_ = false;
 };

@@ -645,15 +645,16 @@ void FillFor(DataType t, int r, void* buf, size_t count) {
   }
 }
 
-// Rank r's allreduce of `count` elements of t by `path`, in or out of
-// place, under sequence number seq++: its output, or the error in `err`.
-std::vector<char> AllReduceBy(ShmCollective& sc, ShmWaiter& w, int r, ShmCollective::AllReducePath path,
-                              DataType t, ReduceOp op, size_t count, bool in_place, uint64_t& seq,
+// Rank r's allreduce of `count` elements of t, by cross-memory attach or
+// through the slots, in or out of place, under sequence number seq++: its
+// output, or the error in `err`.
+std::vector<char> AllReduceBy(ShmCollective& sc, ShmWaiter& w, int r, bool cma, DataType t,
+                              ReduceOp op, size_t count, bool in_place, uint64_t& seq,
                               std::string& err) {
   const size_t bytes = count * DataTypeSize(t);
   std::vector<char> in(bytes), out(bytes, 0x5a);
   FillFor(t, r, in.data(), count);
-  sc.ForceAllReducePath(path);
+  sc.EnableCma(cma);
   sc.Enter(seq, 61);
   absl::Status s = sc.AllReduce(in.data(), in_place ? in.data() : out.data(), count, t, op, seq++,
                                 61, w);
@@ -663,12 +664,12 @@ std::vector<char> AllReduceBy(ShmCollective& sc, ShmWaiter& w, int r, ShmCollect
 
 // Every type and operation by cross-memory attach, in and out of place,
 // gives the bits of the slots' path (both reduce each element in rank
-// order), with slices that do not divide evenly, on 2, 3 and 4 ranks.
+// order), with slices that do not divide evenly, on 2, 3 and 4 ranks, with
+// the slots' calls in between.
 TEST(ShmCollectiveTest, AllReduceByCrossMemoryAttachMatchesTheSlotsBitForBit) {
   for (int n : {2, 3, 4}) {
     OnRanks(n, [n](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
       if (!sc.ProbeCma()) return "ProbeCma failed between threads of one process";
-      sc.EnableCma(true);
       uint64_t seq = 0;
       for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
                          DataType::kFloat64, DataType::kInt32, DataType::kInt8}) {
@@ -681,11 +682,11 @@ TEST(ShmCollectiveTest, AllReduceByCrossMemoryAttachMatchesTheSlotsBitForBit) {
                                                   ReduceOpName(op), " count=", count,
                                                   " in_place=", in_place);
               std::string err;
-              const std::vector<char> want = AllReduceBy(
-                  sc, w, r, ShmCollective::kPathSlots, t, op, count, in_place, seq, err);
+              const std::vector<char> want =
+                  AllReduceBy(sc, w, r, false, t, op, count, in_place, seq, err);
               if (!err.empty()) return err + at;
-              const std::vector<char> got = AllReduceBy(sc, w, r, ShmCollective::kPathCma, t, op,
-                                                        count, in_place, seq, err);
+              const std::vector<char> got =
+                  AllReduceBy(sc, w, r, true, t, op, count, in_place, seq, err);
               if (!err.empty()) return err + at;
               for (size_t i = 0; i < got.size(); ++i) {
                 if (got[i] != want[i]) return absl::StrCat("byte ", i, " differs", at);
@@ -697,29 +698,6 @@ TEST(ShmCollectiveTest, AllReduceByCrossMemoryAttachMatchesTheSlotsBitForBit) {
       return "";
     }, /*share_cpu=*/false);
   }
-}
-
-// Unforced, rank 0 times both paths and every rank follows its choice:
-// the results stay exact call after call, whichever path each call took.
-TEST(ShmCollectiveTest, AllReduceExactWhileRankZeroChoosesThePath) {
-  constexpr int kN = 2;
-  OnRanks(kN, [](int r, ShmCollective& sc, ShmWaiter& w) -> std::string {
-    sc.EnableCma(sc.ProbeCma());
-    const size_t count = 300001;
-    std::vector<float> in(count), out(count);
-    for (uint64_t seq = 0; seq < 3 * CopyChooser::kMinInterval; ++seq) {
-      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i + seq) % 89 + r);
-      sc.Enter(seq, 8);
-      absl::Status s = sc.AllReduce(in.data(), out.data(), count, DataType::kFloat32,
-                                    ReduceOp::kSum, seq, 8, w);
-      if (!s.ok()) return s.ToString();
-      for (size_t i = 0; i < count; ++i) {
-        const float want = static_cast<float>((i + seq) % 89) * kN + 1;
-        if (out[i] != want) return absl::StrCat("call ", seq, " [", i, "] = ", out[i]);
-      }
-    }
-    return "";
-  }, /*share_cpu=*/false);
 }
 
 // A read of another rank's buffer that fails ends the call on the reader
@@ -744,7 +722,6 @@ TEST(ShmCollectiveTest, AFailedReadOfAnotherRanksBufferNamesThatRank) {
       TestWaiter w(r == 1 ? 20 : 0);
       w.share_cpu = false;
       segs[r]->EnableCma(segs[r]->ProbeCma());
-      segs[r]->ForceAllReducePath(ShmCollective::kPathCma);
       std::vector<float> mine(count, 1.0f), out(count);
       const float* in = r == 0 ? mine.data() : reinterpret_cast<float*>(region);
       segs[r]->Enter(0, 9);
