@@ -716,17 +716,20 @@ TEST(ShmCollectiveTest, AFailedReadOfAnotherRanksBufferNamesThatRank) {
   ASSERT_EQ(mprotect(region, bytes / 2, PROT_NONE), 0);
   auto segs = MapAll(2);
   std::string errors[2];
+  // Kept until both ranks are done: rank 1 still reads rank 0's input
+  // after rank 0 has failed.
+  std::vector<float> input0(count, 1.0f), out[2] = {std::vector<float>(count),
+                                                     std::vector<float>(count)};
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       TestWaiter w(r == 1 ? 20 : 0);
       w.share_cpu = false;
       segs[r]->EnableCma(segs[r]->ProbeCma());
-      std::vector<float> mine(count, 1.0f), out(count);
-      const float* in = r == 0 ? mine.data() : reinterpret_cast<float*>(region);
+      const float* in = r == 0 ? input0.data() : reinterpret_cast<float*>(region);
       segs[r]->Enter(0, 9);
-      errors[r] = segs[r]->AllReduce(in, out.data(), count, DataType::kFloat32, ReduceOp::kSum,
-                                     0, 9, w).ToString();
+      errors[r] = segs[r]->AllReduce(in, out[r].data(), count, DataType::kFloat32,
+                                     ReduceOp::kSum, 0, 9, w).ToString();
     });
   }
   for (auto& t : threads) t.join();
