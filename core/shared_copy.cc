@@ -70,6 +70,21 @@ __attribute__((target("avx2"))) size_t Stream32(char* dst, const char* src, size
   }
   return i;
 }
+
+__attribute__((target("avx512f"))) size_t Stream64(char* dst, const char* src, size_t n) {
+  size_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    __m512i a = _mm512_loadu_si512(src + i);
+    __m512i b = _mm512_loadu_si512(src + i + 64);
+    __m512i c = _mm512_loadu_si512(src + i + 128);
+    __m512i d = _mm512_loadu_si512(src + i + 192);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), a);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 64), b);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 128), c);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 192), d);
+  }
+  return i;
+}
 #endif
 
 }  // namespace
@@ -87,21 +102,37 @@ void StreamCopy32(void* dst, const void* src, size_t n) {
   StreamAligned(dst, src, n, 32, Stream32);
 }
 
+void StreamCopy64(void* dst, const void* src, size_t n) {
+  StreamAligned(dst, src, n, 64, Stream64);
+}
+
 bool CpuHasAvx2() {
   // libgcc's check includes the OS's support for the YMM state (XGETBV).
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2");
 }
+
+bool CpuHasAvx512f() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
 #else
 bool CpuHasAvx2() { return false; }
+bool CpuHasAvx512f() { return false; }
 #endif
 
 }  // namespace shared_copy_internal
 
 void StreamCopy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
-  static const bool wide = shared_copy_internal::CpuHasAvx2();
-  if (wide) {
+  static const int width = shared_copy_internal::CpuHasAvx512f() ? 64
+                           : shared_copy_internal::CpuHasAvx2()  ? 32
+                                                                  : 16;
+  if (width == 64) {
+    shared_copy_internal::StreamCopy64(dst, src, n);
+    return;
+  }
+  if (width == 32) {
     shared_copy_internal::StreamCopy32(dst, src, n);
     return;
   }

@@ -31,22 +31,29 @@ namespace hcomm {
 
 // memcpy with non-temporal stores: the destination lines go to memory
 // without being read first and without staying in this CPU's caches.
-// 32-byte stores where the CPU has AVX2 (chosen at run time), else 16-byte
-// ones: 64 MiB in 256 KiB pieces, one process, 2.7-4.6 ms against 3.8-5.1
-// (AVX-512's 64-byte stores were no faster than 32); 2 ranks' allreduce of
-// 16 MiB 1.92 ms against 2.08, 4 ranks on 2 CPUs 64 MiB 23.2 against 24.2
-// (8 alternations).
+// 64-byte stores where the CPU has AVX-512F, else 32-byte ones where it
+// has AVX2 (chosen at run time), else 16-byte ones. On the AMD VMs: 32
+// against 16, 64 MiB in 256 KiB pieces, one process, 2.7-4.6 ms against
+// 3.8-5.1; 2 ranks' allreduce of 16 MiB 1.92 ms against 2.08, 4 ranks on 2
+// CPUs 64 MiB 23.2 against 24.2 (8 alternations); 64 no faster than 32.
+// On the Intel VM, 64 against 32, whole lines in one store: 2 ranks each
+// copying 64 MiB (hcomm_bench copy_stream) 5.9-6.5 ms against 9.1; 2
+// ranks' allreduce of 64 MiB, medians of 6 alternations, 15.0 ms against
+// 16.2, 4 ranks on 2 CPUs 30.6 against 31.4 (5).
 void StreamCopy(void* dst, const void* src, size_t n);
 
 namespace shared_copy_internal {
-// StreamCopy's two loops, for tests: 16-byte stores (SSE2; memcpy where
-// the target has none) and 32-byte ones, which only a CPU for which
-// CpuHasAvx2() may run.
+// StreamCopy's three loops, for tests: 16-byte stores (SSE2; memcpy where
+// the target has none), 32-byte ones, which only a CPU for which
+// CpuHasAvx2() may run, and 64-byte ones (CpuHasAvx512f()).
 void StreamCopy16(void* dst, const void* src, size_t n);
 #if defined(__x86_64__)
 void StreamCopy32(void* dst, const void* src, size_t n);
+// 64-byte stores (AVX-512F), only for a CPU for which CpuHasAvx512f().
+void StreamCopy64(void* dst, const void* src, size_t n);
 #endif
 bool CpuHasAvx2();
+bool CpuHasAvx512f();
 }  // namespace shared_copy_internal
 
 // Which of two copy methods to use next, from their measured costs. The

@@ -32,7 +32,7 @@ void CheckCopies(void (*copy)(void*, const void*, size_t)) {
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
   for (size_t so : {0, 1, 15, 16, 33}) {
     for (size_t d : {0, 3, 16, 31, 32, 63}) {
-      for (size_t n : {0, 1, 15, 16, 31, 32, 63, 64, 65, 127, 128, 129, 255, 1000, 4096}) {
+      for (size_t n : {0, 1, 15, 16, 31, 32, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 1000, 4096}) {
         std::fill(dst.begin(), dst.end(), 0xEE);
         copy(dst.data() + d, src.data() + so, n);
         ASSERT_EQ(0, memcmp(dst.data() + d, src.data() + so, n)) << so << " " << d << " " << n;
@@ -53,6 +53,11 @@ TEST(StreamCopyTest, SixteenByteStoresCopyEveryByte) {
 TEST(StreamCopyTest, ThirtyTwoByteStoresCopyEveryByte) {
   if (!shared_copy_internal::CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
   CheckCopies(shared_copy_internal::StreamCopy32);
+}
+
+TEST(StreamCopyTest, SixtyFourByteStoresCopyEveryByte) {
+  if (!shared_copy_internal::CpuHasAvx512f()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  CheckCopies(shared_copy_internal::StreamCopy64);
 }
 #endif
 
