@@ -138,8 +138,13 @@ for line in sys.stdin:
 }
 # floor SCENARIO NP: the memory's floor under an allreduce on the same ranks
 # and CPUs (hcomm_bench copy: every rank copies its vector to its output at
-# once, no communication; any allreduce reads the one and writes the other).
-floor() { WHO=floor hcomm "$1" "$2" -- copy -c 0; }
+# once, no communication; any allreduce reads the one and writes the other),
+# with memcpy and with non-temporal stores (copy_stream), which write past
+# the caches without reading the output first: the lower of the two counts.
+floor() {
+  WHO=floor hcomm "$1" "$2" -- copy -c 0
+  WHO=floor-stream hcomm "$1" "$2" -- copy_stream -c 0
+}
 
 # run_round SIZES: every scenario asked for, over SIZES (comma-separated).
 run_round() {
@@ -230,8 +235,9 @@ print(f"# medians over {rounds} interleaved rounds, "
       "which moves small-message latency by 2x for every library); "
       "conditions: per run in round order, CPU 0-1 hand-over ns (core_probe) / steal % "
       "(over 8 runs: how many found the CPUs far apart, hand-over over 150 ns); "
-      "floor = hcomm_bench copy on the same ranks and CPUs (each rank copies its vector "
-      "to its output, all at once: the least any allreduce takes), peer/floor = the most "
+      "floor = hcomm_bench copy or copy_stream (the faster median) on the same ranks and "
+      "CPUs (each rank copies its vector to its output, all at once: the least any "
+      "allreduce takes), peer/floor = the most "
       "any library could be faster than that peer in that run")
 conditions = collections.defaultdict(list)
 for line in open(cond_path):
@@ -244,10 +250,11 @@ def describe(runs):
     return (f"{far} of {len(runs)} runs far, steal up to "
             f"{max(steal for _, steal in runs):.1f}%")
 for sc in scenarios:
-    peers = sorted({who for (s, who, _) in data if s == sc and who not in ("hcomm", "floor")})
+    peers = sorted({who for (s, who, _) in data
+                    if s == sc and who not in ("hcomm", "floor", "floor-stream")})
     has_floor = any(s == sc and who == "floor" for (s, who, _) in data)
     print(f"\n== {sc} (peers: {', '.join(peers)})")
-    for who in peers + ["hcomm"] + (["floor"] if has_floor else []):
+    for who in peers + ["hcomm"] + (["floor", "floor-stream"] if has_floor else []):
         print(f"   conditions {who:>10}: {describe(conditions.get((sc, who), []))}")
     print(f"{'size':>10} {'best':>10} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
           f"{'hcomm bw':>9} {'speed-up':>9} {'paired':>8}   {'min: peer':>10} {'hcomm':>9}"
@@ -270,8 +277,9 @@ for sc in scenarios:
         hmin = min(x[0] for x in h)
         ratios = [best[4][r] / t for t, _, r in h if r in best[4] and t > 0]
         pr = f"{statistics.median(ratios):7.2f}x" if ratios else f"{'-':>8}"
-        f = data.get((sc, "floor", b))
-        ft = statistics.median(x[0] for x in f) if f else None
+        floors = [statistics.median(x[0] for x in f)
+                  for f in (data.get((sc, "floor", b)), data.get((sc, "floor-stream", b))) if f]
+        ft = min(floors) if floors else None
         fl = f"   {ft:9.3f} {best[1] / ft:9.2f}x" if ft else ""
         print(f"{label:>10} {best[0]:>10} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
               f"{best[1] / ht:8.2f}x {pr}   {best[3]:10.3f} {hmin:9.3f}{fl}")

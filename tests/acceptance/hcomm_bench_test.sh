@@ -79,6 +79,7 @@ gather         -r2_-atree_-dfloat64 double none 2 tree
 scatter        -r2_-duint32  uint32   none 2 auto
 scatter        -r0_-adirect_-dbf16 bfloat16 none 0 direct
 copy           -dint8        int8     none -1 auto
+copy_stream    -duint8       uint8    none -1 auto
 EOF_SWEEP
 
 # --- collectives: the nccl-tests table ------------------------------------------
