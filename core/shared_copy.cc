@@ -125,19 +125,14 @@ bool CpuHasAvx512f() { return false; }
 
 void StreamCopy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
-  static const int width = shared_copy_internal::CpuHasAvx512f() ? 64
-                           : shared_copy_internal::CpuHasAvx2()  ? 32
-                                                                  : 16;
-  if (width == 64) {
-    shared_copy_internal::StreamCopy64(dst, src, n);
-    return;
-  }
-  if (width == 32) {
-    shared_copy_internal::StreamCopy32(dst, src, n);
-    return;
-  }
-#endif
+  static void (*const copy)(void*, const void*, size_t) =
+      shared_copy_internal::CpuHasAvx512f() ? shared_copy_internal::StreamCopy64
+      : shared_copy_internal::CpuHasAvx2()  ? shared_copy_internal::StreamCopy32
+                                            : shared_copy_internal::StreamCopy16;
+  copy(dst, src, n);
+#else
   shared_copy_internal::StreamCopy16(dst, src, n);
+#endif
 }
 
 double CopyChooser::Cost(Method m, double ns_per_byte) const {

@@ -32,7 +32,8 @@ void CheckCopies(void (*copy)(void*, const void*, size_t)) {
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
   for (size_t so : {0, 1, 15, 16, 33}) {
     for (size_t d : {0, 3, 16, 31, 32, 63}) {
-      for (size_t n : {0, 1, 15, 16, 31, 32, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 1000, 4096}) {
+      for (size_t n : {0, 1, 15, 16, 31, 32, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511,
+                       1000, 4096}) {
         std::fill(dst.begin(), dst.end(), 0xEE);
         copy(dst.data() + d, src.data() + so, n);
         ASSERT_EQ(0, memcmp(dst.data() + d, src.data() + so, n)) << so << " " << d << " " << n;

@@ -148,11 +148,10 @@ bool ShmCollective::ProbeCma() const {
                         static_cast<uint64_t>(reinterpret_cast<const char*>(&l.probe) -
                                               static_cast<const char*>(base_));
     uint64_t got = 0;
-    struct iovec local = {&got, sizeof got};
-    struct iovec remote = {reinterpret_cast<void*>(at), sizeof got};
-    const ssize_t r = process_vm_readv(static_cast<pid_t>(l.pid.load(std::memory_order_relaxed)),
-                                       &local, 1, &remote, 1, 0);
-    if (r != static_cast<ssize_t>(sizeof got) || got != want || want == 0) return false;
+    if (!ReadFrom(j, at, reinterpret_cast<char*>(&got), sizeof got, 0).ok() || got != want ||
+        want == 0) {
+      return false;
+    }
   }
   return true;
 }
@@ -634,7 +633,9 @@ absl::Status ShmCollective::AllReduceCma(const void* in, void* out, size_t count
   // (ReduceParts writes over part 0 or 1 only) and copies it out.
   const bool aside = src == dst && rank_ > 1;
   char* stage = Stage((peers + (aside ? 1 : 0)) * step * esize);
-  auto area = [&](int j) { return stage + static_cast<size_t>(j < rank_ ? j : j - 1) * step * esize; };
+  auto area = [&](int j) {
+    return stage + static_cast<size_t>(j < rank_ ? j : j - 1) * step * esize;
+  };
   const size_t s0 = slice(rank_), s1 = slice(rank_ + 1);
   for (size_t c = 0; c < pieces; ++c) {
     const size_t i = s0 + c * step;

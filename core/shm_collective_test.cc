@@ -634,13 +634,27 @@ void FillFor(DataType t, int r, void* buf, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const uint32_t v = static_cast<uint32_t>(i * 7 + static_cast<size_t>(r) * 13);
     switch (t) {
-      case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v % 97 + 1); break;
-      case DataType::kFloat64: static_cast<double*>(buf)[i] = (v % 89) * 0.25 + 1; break;
-      case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = 0x3C00 | (v & 0x3FF); break;
-      case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = 0x3F80 | (v & 0x7F); break;
-      case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v * 2654435761u); break;
-      case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v * 37); break;
-      default: memset(static_cast<char*>(buf) + i * DataTypeSize(t), static_cast<int>(v), DataTypeSize(t));
+      case DataType::kFloat32:
+        static_cast<float*>(buf)[i] = static_cast<float>(v % 97 + 1);
+        break;
+      case DataType::kFloat64:
+        static_cast<double*>(buf)[i] = (v % 89) * 0.25 + 1;
+        break;
+      case DataType::kFloat16:
+        static_cast<uint16_t*>(buf)[i] = 0x3C00 | (v & 0x3FF);
+        break;
+      case DataType::kBFloat16:
+        static_cast<uint16_t*>(buf)[i] = 0x3F80 | (v & 0x7F);
+        break;
+      case DataType::kInt32:
+        static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v * 2654435761u);
+        break;
+      case DataType::kInt8:
+        static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v * 37);
+        break;
+      default:
+        memset(static_cast<char*>(buf) + i * DataTypeSize(t), static_cast<int>(v),
+               DataTypeSize(t));
     }
   }
 }
