@@ -49,6 +49,7 @@ for b in mpi_bench_ompi gloo_bench; do
   fi
 done
 bazel build --color=no --curses=no //tools:hcomm_bench //tools:hcomm_run //tools:core_probe \
+  //tools:exchange_floor \
   >/dev/null 2>&1 ||
   { echo "compare_peers: bazel build failed" >&2; exit 1; }
 BIN="$(bazel info bazel-bin 2>/dev/null)/tools"
@@ -67,6 +68,7 @@ OMPI_BOUND=(--bind-to core:overload-allowed)
 PEER_ARGS=()
 LO=
 HI=
+PAIRED_SIZES=  # the sizes of the run in progress
 ROUND=0
 
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
@@ -144,10 +146,39 @@ for line in sys.stdin:
 floor() {
   WHO=floor hcomm "$1" "$2" -- copy -c 0
   WHO=floor-stream hcomm "$1" "$2" -- copy_stream -c 0
+  xfloor "$1"
+}
+# xfloor SCENARIO: the exchange's floor (tools/exchange_floor): two
+# processes, one per CPU, move to each other what a rank of a 2-rank
+# allreduce must take in from the other (the vector's size), through shared
+# memory and by cross-memory attach; the faster median counts. Ranks on one
+# CPU pass each other data through its cache, so with 4 ranks on 2 CPUs
+# what must cross between the CPUs is still one vector each way: the same
+# floor. Sizes of 1 KiB and more.
+xfloor() {
+  local sc="$1" size kib line shm cma
+  for size in $(python3 -c 'import sys
+for s in sys.argv[1].split(","):
+    s = s.strip().upper(); m = {"K": 1, "M": 1024, "G": 1 << 20}.get(s[-1:], 0)
+    print((int(s[:-1]) * m) if m else int(s) // 1024)' "$PAIRED_SIZES"); do
+    [ "$size" -ge 1 ] || continue
+    kib=$size
+    settle
+    before_run
+    timeout -k 5 300 "$BIN/exchange_floor" -n 2 -k "$kib" -r "$RUNS" >"$OUT/one" 2>/dev/null
+    after_run "$sc" xfloor
+    shm=$(awk '$1 == "shm" {print $5}' "$OUT/one")
+    cma=$(awk '$1 == "cma" {print $5}' "$OUT/one")
+    line=$(awk -v a="${shm:-}" -v b="${cma:-}" 'BEGIN {
+      if (a == "" && b == "") exit; t = (a == "" ? b : (b == "" ? a : (a + 0 < b + 0 ? a : b)));
+      print t }')
+    [ -n "$line" ] && echo "$sc xfloor $((kib * 1024)) $line 0 $ROUND" >>"$OUT/results"
+  done
 }
 
 # run_round SIZES: every scenario asked for, over SIZES (comma-separated).
 run_round() {
+  PAIRED_SIZES="$1"
   PEER_ARGS=(-s "$1" -r "$RUNS" -t "$T")
   LO=$(echo "$1" | cut -d, -f1)
   HI=$(echo "$1" | tr ',' '\n' | tail -1)
@@ -236,9 +267,12 @@ print(f"# medians over {rounds} interleaved rounds, "
       "conditions: per run in round order, CPU 0-1 hand-over ns (core_probe) / steal % "
       "(over 8 runs: how many found the CPUs far apart, hand-over over 150 ns); "
       "floor = hcomm_bench copy or copy_stream (the faster median) on the same ranks and "
-      "CPUs (each rank copies its vector to its output, all at once: the least any "
-      "allreduce takes), peer/floor = the most "
-      "any library could be faster than that peer in that run")
+      "CPUs (each rank copies its vector to its output, all at once: what memory alone "
+      "takes); xchg = tools/exchange_floor -n 2 (two processes, one per CPU, move a "
+      "vector to each other through shared memory or by cross-memory attach, the faster "
+      "median: what the exchange between the CPUs alone takes); any allreduce takes at "
+      "least the larger of the two (the bound), so peer/bound = the most any library could "
+      "be faster than that peer in that run")
 conditions = collections.defaultdict(list)
 for line in open(cond_path):
     sc, who, ns, steal = line.split()
@@ -251,14 +285,14 @@ def describe(runs):
             f"{max(steal for _, steal in runs):.1f}%")
 for sc in scenarios:
     peers = sorted({who for (s, who, _) in data
-                    if s == sc and who not in ("hcomm", "floor", "floor-stream")})
+                    if s == sc and who not in ("hcomm", "floor", "floor-stream", "xfloor")})
     has_floor = any(s == sc and who == "floor" for (s, who, _) in data)
     print(f"\n== {sc} (peers: {', '.join(peers)})")
-    for who in peers + ["hcomm"] + (["floor", "floor-stream"] if has_floor else []):
+    for who in peers + ["hcomm"] + (["floor", "floor-stream", "xfloor"] if has_floor else []):
         print(f"   conditions {who:>10}: {describe(conditions.get((sc, who), []))}")
     print(f"{'size':>10} {'best':>10} {'peer us':>10} {'hcomm us':>10} {'peer bw':>9} "
           f"{'hcomm bw':>9} {'speed-up':>9} {'paired':>8}   {'min: peer':>10} {'hcomm':>9}"
-          + (f"   {'floor us':>9} {'peer/floor':>10}" if has_floor else ""))
+          + (f"   {'floor us':>9} {'xchg us':>9} {'peer/bound':>10}" if has_floor else ""))
     for b in want:
         h = data.get((sc, "hcomm", b))
         best = None
@@ -280,7 +314,13 @@ for sc in scenarios:
         floors = [statistics.median(x[0] for x in f)
                   for f in (data.get((sc, "floor", b)), data.get((sc, "floor-stream", b))) if f]
         ft = min(floors) if floors else None
-        fl = f"   {ft:9.3f} {best[1] / ft:9.2f}x" if ft else ""
+        xf = data.get((sc, "xfloor", b))
+        xt = statistics.median(x[0] for x in xf) if xf else None
+        bound = max(t for t in (ft, xt) if t) if ft or xt else None
+        fl = ""
+        if bound:
+            fl = (f"   {ft:9.3f}" if ft else f"   {'-':>9}") + \
+                 (f" {xt:9.3f}" if xt else f" {'-':>9}") + f" {best[1] / bound:9.2f}x"
         print(f"{label:>10} {best[0]:>10} {best[1]:10.3f} {ht:10.3f} {best[2]:9.3f} {hb:9.3f} "
               f"{best[1] / ht:8.2f}x {pr}   {best[3]:10.3f} {hmin:9.3f}{fl}")
 EOF
