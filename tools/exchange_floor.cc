@@ -53,8 +53,11 @@
 
 #include "core/shared_copy.h"
 #include "core/spin.h"
+#include "tools/floor_procs.h"
 
 namespace {
+
+using hcomm::floor_tools::ParseInt;
 
 constexpr int kMaxProcs = 64;
 constexpr int kMaxRuns = 64;
@@ -98,15 +101,6 @@ void WaitFor(Ready ready, bool spin) {
 void Barrier(Shared* s, int procs, int k, bool spin) {
   s->arrived.fetch_add(1, std::memory_order_acq_rel);
   WaitFor([&] { return s->arrived.load(std::memory_order_acquire) >= procs * k; }, spin);
-}
-
-bool ParseInt(const char* text, int lo, int hi, int* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
-  *out = static_cast<int>(v);
-  return true;
 }
 
 int Usage(const char* why) {
@@ -274,14 +268,7 @@ int main(int argc, char** argv) {
   // About 5e7 bytes a run, as hcomm_bench's runs, unless -i says.
   if (iters == 0) iters = static_cast<int>(std::clamp<size_t>(50'000'000 / bytes, 1, 1000));
 
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-    }
-  }
+  const std::vector<int> cpus = hcomm::floor_tools::AllowedCpus();
   const bool bound = procs <= static_cast<int>(cpus.size());
 
   Job j;
@@ -315,41 +302,11 @@ int main(int argc, char** argv) {
   j.in = static_cast<char*>(in);
   j.out = static_cast<char*>(out);
 
-  std::fflush(stdout);
-  std::vector<pid_t> kids;
-  for (int r = 0; r < procs; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) {
-      std::perror("exchange_floor: fork");
-      break;
-    }
-    if (pid == 0) _exit(Child(j, r, bound ? cpus[r] : -1));
-    kids.push_back(pid);
-  }
-  bool ok = static_cast<int>(kids.size()) == procs;
-  // A failed process leaves its neighbours waiting: stop them all. So does
-  // the deadline.
-  const int64_t deadline = hcomm::MonoNs() + int64_t{kTimeLimitS} * 1'000'000'000;
-  auto stop_all = [&] {
-    ok = false;
-    for (pid_t k : kids) kill(k, SIGKILL);
-  };
-  if (!ok) stop_all();
-  for (size_t done = 0; done < kids.size();) {
-    int status = 0;
-    const pid_t k = waitpid(-1, &status, WNOHANG);
-    if (k < 0) break;
-    if (k == 0) {
-      if (ok && hcomm::MonoNs() > deadline) {
-        std::fprintf(stderr, "exchange_floor: gave up after %d s\n", kTimeLimitS);
-        stop_all();
-      }
-      usleep(10'000);
-      continue;
-    }
-    ++done;
-    if (ok && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) stop_all();
-  }
+  // A failed process leaves its neighbours waiting: RunProcesses stops
+  // them all.
+  const bool ok = hcomm::floor_tools::RunProcesses(procs, kTimeLimitS, "exchange_floor", [&](int r) {
+    return Child(j, r, bound ? cpus[r] : -1);
+  });
   if (!ok) return 1;
 
   std::printf("exchange_floor: %d processes, %d KiB vector, %zu bytes to the next process, %s\n",
