@@ -75,8 +75,9 @@ struct alignas(kLine) Flag {
 };
 
 // In a shared anonymous mapping: the run barrier, each process's pid and
-// the times it started and ended each run, and each sender's chunk flags (full: the last chunk the sender
-// put in buffer b; done: the last its receiver took out).
+// the times it started and ended each run, and each sender's chunk flags
+// (full: the last chunk the sender put in buffer b; done: the last its
+// receiver took out).
 struct Shared {
   std::atomic<int> arrived;
   pid_t pid[kMaxProcs];
@@ -304,9 +305,10 @@ int main(int argc, char** argv) {
 
   // A failed process leaves its neighbours waiting: RunProcesses stops
   // them all.
-  const bool ok = hcomm::floor_tools::RunProcesses(procs, kTimeLimitS, "exchange_floor", [&](int r) {
-    return Child(j, r, bound ? cpus[r] : -1);
-  });
+  const bool ok = hcomm::floor_tools::RunProcesses(procs, kTimeLimitS, "exchange_floor",
+                                                   [&](int r) {
+                                                     return Child(j, r, bound ? cpus[r] : -1);
+                                                   });
   if (!ok) return 1;
 
   std::printf("exchange_floor: %d processes, %d KiB vector, %zu bytes to the next process, %s\n",

@@ -25,7 +25,8 @@ check() {
   [ "$procs" -le "$ncpus" ] || bind="unbound (more processes than CPUs)"
   # 2(N-1)/N of the vector, in whole cache lines.
   local bytes=$(( kib * 1024 * 2 * (procs - 1) / procs / 64 * 64 ))
-  local want="exchange_floor: $procs processes, $kib KiB vector, $bytes bytes to the next process, $bind"
+  local want="exchange_floor: $procs processes, $kib KiB vector,"
+  want+=" $bytes bytes to the next process, $bind"
   [ "$(sed -n 1p <<<"$out")" = "$want" ] || fail "-n $procs: first line '$(sed -n 1p <<<"$out")'"
   local i=2 way line
   for way in $ways; do
