@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace hcomm {
 

@@ -18,8 +18,8 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "algorithms/reduce.h"
-#include "core/request.h"
+#include "algorithms/kernels/reduce.h"
+#include "core/p2p/request.h"
 
 namespace hcomm {
 

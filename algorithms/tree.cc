@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "algorithms/collective.h"
-#include "algorithms/reduce_parts.h"
-#include "core/status.h"
+#include "algorithms/kernels/reduce_parts.h"
+#include "core/base/status.h"
 
 namespace hcomm {
 namespace {

@@ -6,7 +6,7 @@
 // aborted or destroyed from the child would act on the parent's job: its
 // destroy would tell the parent's peers that the parent left, and would wait
 // for threads that exist only in the parent. So every communicator and
-// request handle records hcomm::ForkCount() (core/forks.h) when it is made;
+// request handle records hcomm::ForkCount() (core/base/forks.h) when it is made;
 // a handle whose count is not the caller's was made by an ancestor, and the
 // C API refuses to use it and lets it go without touching anything the
 // parent uses (Keep).
@@ -16,7 +16,7 @@
 #ifndef HCOMM_C_API_FORKS_H_
 #define HCOMM_C_API_FORKS_H_
 
-#include "core/forks.h"
+#include "core/base/forks.h"
 
 namespace hcomm_c {
 

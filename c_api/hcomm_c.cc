@@ -17,8 +17,8 @@
 #include "c_api/interrupt_hook.h"
 #include "c_api/internal.h"
 #include "c_api/request_slots.h"
-#include "core/interrupt.h"
-#include "core/status.h"
+#include "core/base/interrupt.h"
+#include "core/base/status.h"
 
 static_assert(HCOMM_ERR_INTERNAL == static_cast<int>(hcomm::ErrorCode::kInternal),
               "hcomm_status_t and hcomm::ErrorCode must agree");
@@ -58,7 +58,7 @@ hcomm_status_t BadArg(const std::string& message) {
 // Runs `body`, turning any escaping exception into HCOMM_ERR_INTERNAL.
 template <typename F>
 hcomm_status_t Guard(const char* fn, F&& body) {
-  hcomm::ClearInterrupt();  // a new call: not interrupted (core/interrupt.h)
+  hcomm::ClearInterrupt();  // a new call: not interrupted (core/base/interrupt.h)
   try {
     return body();
   } catch (const std::bad_alloc&) {

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "c_api/forks.h"
-#include "core/channel.h"
-#include "core/communicator.h"
-#include "core/fabric.h"
-#include "core/config.h"
-#include "core/request.h"
+#include "core/comm/channel.h"
+#include "core/comm/communicator.h"
+#include "core/p2p/fabric.h"
+#include "core/base/config.h"
+#include "core/p2p/request.h"
 #include "hcomm/hcomm.h"
 
 struct hcomm_config_s {

@@ -1,6 +1,6 @@
 /* Not part of hcomm's API (shared/API.md) and not installed: the hook
  * through which the Python binding lets Ctrl-C end a blocking call
- * (core/interrupt.h). libhcomm_c.so exports it for that binding alone.
+ * (core/base/interrupt.h). libhcomm_c.so exports it for that binding alone.
  *
  * `check` (NULL: none) runs on a thread that has waited inside a call for
  * 100 ms, and again every 100 ms, with no lock of the library held; when it

@@ -1,4 +1,4 @@
-// libFuzzer target: configuration parsing (core/config.h, net::ParseHostPort).
+// libFuzzer target: configuration parsing (core/base/config.h, net::ParseHostPort).
 //
 // The input is a small script, one command per line, so that the seed corpus
 // is readable and mutations stay meaningful:
@@ -28,9 +28,9 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "core/config.h"
-#include "core/net.h"
-#include "core/status.h"
+#include "core/base/config.h"
+#include "core/base/net.h"
+#include "core/base/status.h"
 
 namespace {
 

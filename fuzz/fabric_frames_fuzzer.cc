@@ -1,5 +1,5 @@
 // libFuzzer target: the point-to-point protocol's frame handling
-// (core/fabric.cc: Fabric::OnFrame / OnPayload behind the TCP transport),
+// (core/p2p/fabric.cc: Fabric::OnFrame / OnPayload behind the TCP transport),
 // against a peer that completed the handshake and then sends anything.
 //
 // Per input: rank 0 is a real Fabric (world of 2, TCP only, its own store);
@@ -44,13 +44,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/config.h"
-#include "core/fabric.h"
-#include "core/handshake.h"
-#include "core/net.h"
-#include "core/request.h"
-#include "core/status.h"
-#include "core/store_client.h"
+#include "core/base/config.h"
+#include "core/p2p/fabric.h"
+#include "core/bootstrap/handshake.h"
+#include "core/base/net.h"
+#include "core/p2p/request.h"
+#include "core/base/status.h"
+#include "core/bootstrap/store_client.h"
 #include "transports/transport.h"
 
 namespace {
@@ -67,7 +67,7 @@ void Check(bool ok, const char* what, absl::string_view detail = "") {
   abort();
 }
 
-// The core's frame header (core/fabric.cc, struct Meta), rebuilt here from
+// The core's frame header (core/p2p/fabric.cc, struct Meta), rebuilt here from
 // its documented layout: 40 bytes.
 struct Meta {
   uint8_t kind;
@@ -82,7 +82,7 @@ struct Meta {
 };
 static_assert(sizeof(Meta) == hcomm::kFrameMetaBytes, "Meta must match FrameMeta");
 
-struct PeerHello {  // core/fabric.cc, struct Hello
+struct PeerHello {  // core/p2p/fabric.cc, struct Hello
   uint64_t job_id;
   int32_t rank;
   int32_t world_size;

@@ -1,4 +1,4 @@
-// libFuzzer target: the job-token handshake (core/handshake.h) against
+// libFuzzer target: the job-token handshake (core/bootstrap/handshake.h) against
 // arbitrary bytes from the other side of a socketpair.
 //
 // The first input byte picks the mode (its low two bits):
@@ -34,10 +34,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/handshake.h"
-#include "core/net.h"
-#include "core/status.h"
-#include "core/store.pb.h"
+#include "core/bootstrap/handshake.h"
+#include "core/base/net.h"
+#include "core/base/status.h"
+#include "core/bootstrap/store.pb.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // libFuzzer target: the rendezvous store's request protocol
-// (core/store_server.h) after a successful handshake.
+// (core/bootstrap/store_server.h) after a successful handshake.
 //
 // The input is the whole byte stream an authenticated client sends: frames
 // (4-byte little-endian length + store.proto Request), truncated frames,
@@ -37,10 +37,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/net.h"
-#include "core/status.h"
-#include "core/store.pb.h"
-#include "core/store_server.h"
+#include "core/base/net.h"
+#include "core/base/status.h"
+#include "core/bootstrap/store.pb.h"
+#include "core/bootstrap/store_server.h"
 
 namespace hcomm {
 

@@ -39,8 +39,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/net.h"
-#include "core/status.h"
+#include "core/base/net.h"
+#include "core/base/status.h"
 #include "transports/tcp/tcp_transport.h"
 #include "transports/transport.h"
 

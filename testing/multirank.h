@@ -12,7 +12,7 @@
 #include <functional>
 #include <string>
 
-#include "core/config.h"
+#include "core/base/config.h"
 
 namespace hcomm {
 namespace testing {

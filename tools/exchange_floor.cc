@@ -51,8 +51,8 @@
 #include <new>
 #include <vector>
 
-#include "core/shared_copy.h"
-#include "core/spin.h"
+#include "algorithms/kernels/shared_copy.h"
+#include "core/base/spin.h"
 #include "tools/floor_procs.h"
 
 namespace {

@@ -22,7 +22,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/spin.h"
+#include "core/base/spin.h"
 
 namespace hcomm {
 namespace floor_tools {

@@ -65,20 +65,20 @@ fi
 WORK="${HCOMM_FUZZ_DIR:-${TEST_TMPDIR:-/tmp}/hcomm-fuzz}"
 GEN="$WORK/gen"
 OBJ="$WORK/obj"
-mkdir -p "$GEN/core" "$OBJ" "$WORK/bin" "$WORK/corpus" "$WORK/artifacts" "$WORK/logs"
+mkdir -p "$GEN/core/bootstrap" "$OBJ" "$WORK/bin" "$WORK/corpus" "$WORK/artifacts" "$WORK/logs"
 
 # Library sources per target (paths relative to the repository root).
-COMMON=(core/status.cc core/forks.cc core/interrupt.cc core/net.cc)
+COMMON=(core/base/status.cc core/base/forks.cc core/base/interrupt.cc core/base/net.cc)
 sources_of() {
   case "$1" in
-    store_request) echo "${COMMON[*]} core/store_server.cc core/handshake.cc @pb fuzz/store_request_fuzzer.cc" ;;
+    store_request) echo "${COMMON[*]} core/bootstrap/store_server.cc core/bootstrap/handshake.cc @pb fuzz/store_request_fuzzer.cc" ;;
     tcp_frames)    echo "${COMMON[*]} transports/tcp/tcp_transport.cc fuzz/tcp_frames_fuzzer.cc" ;;
-    handshake)     echo "${COMMON[*]} core/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
-    config)        echo "${COMMON[*]} core/config.cc fuzz/config_fuzzer.cc" ;;
-    fabric_frames) echo "${COMMON[*]} core/config.cc core/handshake.cc core/store_server.cc \
-                         core/store_client.cc core/matcher.cc core/payload_pool.cc core/fabric.cc @pb \
+    handshake)     echo "${COMMON[*]} core/bootstrap/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
+    config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
+    fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \
+                         core/bootstrap/store_client.cc core/p2p/matcher.cc core/p2p/payload_pool.cc core/p2p/fabric.cc @pb \
                          transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
-                         core/shared_copy.cc core/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
+                         algorithms/kernels/shared_copy.cc core/base/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac
 }
 max_len_of() {
@@ -97,11 +97,11 @@ LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format abs
 
 # store.pb.{h,cc}, regenerated when store.proto changes.
 gen_proto() {
-  local stamp="$GEN/core/store.proto.sha"
+  local stamp="$GEN/core/bootstrap/store.proto.sha"
   local sum
-  sum="$(sha1sum "$ROOT/core/store.proto" | cut -d' ' -f1)"
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ] || [ ! -f "$GEN/core/store.pb.cc" ]; then
-    protoc --proto_path="$ROOT" --cpp_out="$GEN" "$ROOT/core/store.proto" || return 1
+  sum="$(sha1sum "$ROOT/core/bootstrap/store.proto" | cut -d' ' -f1)"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ] || [ ! -f "$GEN/core/bootstrap/store.pb.cc" ]; then
+    protoc --proto_path="$ROOT" --cpp_out="$GEN" "$ROOT/core/bootstrap/store.proto" || return 1
     echo "$sum" > "$stamp"
   fi
 }
@@ -111,7 +111,7 @@ gen_proto() {
 HDR_SUM=""
 obj_for() {
   local src="$1" path
-  if [ "$src" = @pb ]; then path="$GEN/core/store.pb.cc"; else path="$ROOT/$src"; fi
+  if [ "$src" = @pb ]; then path="$GEN/core/bootstrap/store.pb.cc"; else path="$ROOT/$src"; fi
   local key
   key="$( { cat "$path"; echo "$HDR_SUM"; echo "${CXXFLAGS[*]}"; "$CXX" --version | head -1; } \
           | sha1sum | cut -c1-16)"
@@ -120,7 +120,7 @@ obj_for() {
 
 compile() {
   local src="$1" out="$2" path
-  if [ "$src" = @pb ]; then path="$GEN/core/store.pb.cc"; else path="$ROOT/$src"; fi
+  if [ "$src" = @pb ]; then path="$GEN/core/bootstrap/store.pb.cc"; else path="$ROOT/$src"; fi
   [ -f "$out" ] && return 0
   "$CXX" "${CXXFLAGS[@]}" -c "$path" -o "$out.tmp.$$" 2>"$out.log" \
     && mv "$out.tmp.$$" "$out" && rm -f "$out.log" && return 0
@@ -158,8 +158,8 @@ build() {
 }
 
 gen_proto || { echo "fuzz: protoc failed"; echo "fuzz: ${#RUN[@]} targets, 0 executions, build failed"; exit 1; }
-HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/core/*.h "$ROOT"/transports/*.h "$ROOT"/transports/*/*.h \
-             "$GEN/core/store.pb.h" | sha1sum | cut -d' ' -f1)"
+HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/core/*/*.h "$ROOT"/algorithms/kernels/*.h "$ROOT"/transports/*.h "$ROOT"/transports/*/*.h \
+             "$GEN/core/bootstrap/store.pb.h" | sha1sum | cut -d' ' -f1)"
 
 total_execs=0
 findings=0

@@ -40,7 +40,7 @@
 // so above the caches the copy's time is the floor under it on the same
 // ranks and CPUs. busbw = algbw.
 // copy_stream: the same with non-temporal stores (StreamCopy in
-// core/shared_copy.h), which write the output without reading its lines
+// algorithms/kernels/shared_copy.h), which write the output without reading its lines
 // first: past the caches that floor is lower than memcpy's wherever memcpy
 // keeps ordinary stores (2 ranks on the 2-vCPU Intel VM, 64 MiB: 5.0-6.5
 // ms against 9.4-10.9).
@@ -99,7 +99,7 @@
 #include <string>
 #include <vector>
 
-#include "core/shared_copy.h"
+#include "algorithms/kernels/shared_copy.h"
 #include "hcomm/hcomm.h"
 
 namespace {

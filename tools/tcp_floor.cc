@@ -44,8 +44,8 @@
 #include <new>
 #include <vector>
 
-#include "algorithms/reduce.h"
-#include "core/spin.h"
+#include "algorithms/kernels/reduce.h"
+#include "core/base/spin.h"
 #include "tools/floor_procs.h"
 
 namespace {

@@ -30,11 +30,11 @@ fi
 # out for time: collectives_test (4 shards of a minute and more under ASan)
 # and shm_multiproc_test; SANITIZERS=1 runs them.
 SANITIZER_CI_TARGETS=(
-  //core:config_test //core:handshake_test //core:store_test //core:matcher_test
-  //core:fabric_test //core:channel_test //transports/shm:shm_transport_test
-  //algorithms:reduce_test //tests/bad_input:bad_input_test //tests/channel:channel_c_test
-  //core:shm_collective_test
-  //tools/sanitizers:tsan_annotations_test //c_api:request_slots_test //core:net_test
+  //core/base:config_test //core/bootstrap:handshake_test //core/bootstrap:store_test //core/p2p:matcher_test
+  //core/p2p:fabric_test //core/comm:channel_test //transports/shm:shm_transport_test
+  //algorithms/kernels:reduce_test //tests/bad_input:bad_input_test //tests/channel:channel_c_test
+  //algorithms:shm_collective_test
+  //tools/sanitizers:tsan_annotations_test //c_api:request_slots_test //core/base:net_test
 )
 
 total_passed=0

@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "core/base/status.h"
 #include "gtest/gtest.h"
 #include "transports/shm/shm_test_util.h"
 #include "transports/shm/shm_transport.h"

@@ -31,11 +31,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/fence.h"
-#include "core/shared_copy.h"
-#include "core/shm_file.h"
-#include "core/spin.h"
-#include "core/status.h"
+#include "core/base/fence.h"
+#include "algorithms/kernels/shared_copy.h"
+#include "core/base/shm_file.h"
+#include "core/base/spin.h"
+#include "core/base/status.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -250,7 +250,7 @@ void ReadRecordPiece(const char* data, uint64_t size, uint64_t pos, uint64_t len
 }
 
 // The Dekker-style handshakes between a publisher and a sleeper below
-// fence fully on both sides (FullFence, core/fence.h).
+// fence fully on both sides (FullFence, core/base/fence.h).
 void WakeOwner(SegHeader* h) {
   // Pairs with the fence a sleeper runs between announcing itself and
   // checking for work: either it sees what we published, or we see it.

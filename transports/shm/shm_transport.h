@@ -69,7 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/shared_copy.h"
+#include "algorithms/kernels/shared_copy.h"
 #include "transports/transport.h"
 
 namespace hcomm {

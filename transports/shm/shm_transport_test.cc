@@ -17,7 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/status.h"
+#include "core/base/status.h"
 #include "gtest/gtest.h"
 #include "transports/shm/shm_test_util.h"
 

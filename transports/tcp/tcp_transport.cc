@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace hcomm {
 namespace {

@@ -31,7 +31,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "core/net.h"
+#include "core/base/net.h"
 #include "transports/transport.h"
 
 namespace hcomm {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "core/net.h"
+#include "core/base/net.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {

@@ -1,0 +1,274 @@
+#include "core/base/config.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "core/base/net.h"
+#include "core/base/status.h"
+
+namespace hcomm {
+namespace {
+
+constexpr char kRank[] = "rank";
+constexpr char kWorldSize[] = "world_size";
+constexpr char kStoreAddr[] = "store_addr";
+constexpr char kJobToken[] = "job_token";
+constexpr char kTimeoutMs[] = "timeout_ms";
+constexpr char kTransports[] = "transports";
+constexpr char kAlgo[] = "algo";
+constexpr char kHostId[] = "host_id";
+
+constexpr char kMasterAddr[] = "MASTER_ADDR";
+constexpr char kMasterPort[] = "MASTER_PORT";
+
+const std::vector<std::string>& ValidTransports() {
+  static const auto* const kValid = new std::vector<std::string>{"shm", "tcp", "ibverbs"};
+  return *kValid;
+}
+
+const std::vector<std::string>& ValidAlgos() {
+  static const auto* const kValid =
+      new std::vector<std::string>{"auto", "ring", "tree", "direct"};
+  return *kValid;
+}
+
+bool Contains(const std::vector<std::string>& v, absl::string_view s) {
+  for (const std::string& e : v) {
+    if (e == s) return true;
+  }
+  return false;
+}
+
+absl::Status UnknownKey(absl::string_view key) {
+  return InvalidArgument(absl::StrCat("unknown config key '", key,
+                                      "'; valid keys: ", absl::StrJoin(Config::Keys(), ", ")));
+}
+
+// "<label>='<value>' is not <expected>". `label` is the config key or the
+// environment variable the value came from.
+absl::Status BadValue(absl::string_view label, absl::string_view value,
+                      absl::string_view expected) {
+  return InvalidArgument(absl::StrCat(label, "='", value, "' is not ", expected));
+}
+
+// Strict decimal: digits only (no sign, no spaces, no trailing junk) and no
+// int64 overflow.
+bool ParseDecimal(absl::string_view s, int64_t* out) {
+  if (s.empty()) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    int d = c - '0';
+    if (v > (std::numeric_limits<int64_t>::max() - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+absl::StatusOr<int64_t> ParseInt(absl::string_view label, absl::string_view value, int64_t min,
+                                 int64_t max, absl::string_view expected) {
+  int64_t v = 0;
+  if (!ParseDecimal(value, &v) || v < min || v > max) {
+    return BadValue(label, value, expected);
+  }
+  return v;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseTransports(absl::string_view label,
+                                                         absl::string_view value) {
+  std::vector<std::string> out;
+  if (absl::StripAsciiWhitespace(value).empty()) return out;  // auto
+  const std::string expected = absl::StrCat("a comma-separated list of ",
+                                            absl::StrJoin(ValidTransports(), ", "),
+                                            " without duplicates");
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) {
+      return BadValue(label, value, absl::StrCat(expected, " (empty item)"));
+    }
+    if (!Contains(ValidTransports(), item)) {
+      return BadValue(label, value, absl::StrCat(expected, " (unknown transport '", item, "')"));
+    }
+    if (Contains(out, item)) {
+      return BadValue(label, value, absl::StrCat(expected, " ('", item, "' appears twice)"));
+    }
+    out.emplace_back(item);
+  }
+  return out;
+}
+
+// Parses `value` for `key` into *opts; `label` names the origin in errors
+// (the key itself, or an environment variable). On failure *opts is
+// unchanged.
+absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::string_view label,
+                        Options* opts) {
+  if (key == kRank) {
+    HCOMM_ASSIGN_OR_RETURN(
+        int64_t v, ParseInt(label, value, 0, kMaxWorldSize - 1,
+                            absl::StrCat("an integer from 0 to ", kMaxWorldSize - 1)));
+    opts->rank = static_cast<int>(v);
+  } else if (key == kWorldSize) {
+    HCOMM_ASSIGN_OR_RETURN(
+        int64_t v, ParseInt(label, value, 1, kMaxWorldSize,
+                            absl::StrCat("an integer from 1 to ", kMaxWorldSize)));
+    opts->world_size = static_cast<int>(v);
+  } else if (key == kStoreAddr) {
+    HCOMM_ASSIGN_OR_RETURN(net::HostPort hp, net::ParseHostPort(value, label));
+    if (hp.host.empty()) return BadValue(label, value, "host:port (the host is empty)");
+    opts->store_addr = std::string(value);
+  } else if (key == kJobToken) {
+    opts->job_token = std::string(value);
+  } else if (key == kTimeoutMs) {
+    HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 1,
+                                               std::numeric_limits<int64_t>::max(),
+                                               "a positive integer"));
+    opts->timeout_ms = v;
+  } else if (key == kTransports) {
+    HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParseTransports(label, value));
+    opts->transports = std::move(v);
+  } else if (key == kAlgo) {
+    if (!Contains(ValidAlgos(), value)) {
+      return BadValue(label, value, absl::StrCat("one of ", absl::StrJoin(ValidAlgos(), ", ")));
+    }
+    opts->algo = std::string(value);
+  } else if (key == kHostId) {
+    if (value.empty()) return BadValue(label, value, "a non-empty host identity");
+    opts->host_id = std::string(value);
+  } else {
+    return UnknownKey(key);
+  }
+  return absl::OkStatus();
+}
+
+// The environment variables consulted for `key`, in order.
+std::vector<std::string> EnvVarsFor(absl::string_view key) {
+  std::vector<std::string> vars = {absl::StrCat("HCOMM_", absl::AsciiStrToUpper(key))};
+  if (key == kRank) {
+    vars.insert(vars.end(), {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"});
+  } else if (key == kWorldSize) {
+    vars.insert(vars.end(), {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
+  }
+  return vars;
+}
+
+// The value of `name`, or nullopt when it is unset or empty.
+std::optional<std::string> NonEmpty(const EnvLookup& env, const std::string& name) {
+  std::optional<std::string> v = env(name);
+  if (v.has_value() && v->empty()) return std::nullopt;
+  return v;
+}
+
+std::string MissingRequired(absl::string_view key) {
+  return absl::StrCat(key, " is not set: set config key '", key,
+                      "' or one of the environment variables ",
+                      absl::StrJoin(EnvVarsFor(key), ", "), " (all are unset or empty)");
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+const std::vector<std::string>& Config::Keys() {
+  static const auto* const kKeys = new std::vector<std::string>{
+      kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId};
+  return *kKeys;
+}
+
+absl::Status ParseOption(absl::string_view key, absl::string_view value, Options* opts) {
+  if (opts == nullptr) return InvalidArgument("ParseOption: opts is NULL");
+  return ParseValue(key, value, key, opts);
+}
+
+absl::Status Config::Set(absl::string_view key, absl::string_view value) {
+  Options scratch;
+  HCOMM_RETURN_IF_ERROR(ParseValue(key, value, key, &scratch));
+  explicit_[std::string(key)] = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Options> Config::Resolve(const EnvLookup& env) const {
+  Options opts;
+  std::vector<std::string> missing;
+  bool store_addr_set = false;
+  for (const std::string& key : Keys()) {
+    if (auto it = explicit_.find(key); it != explicit_.end()) {
+      HCOMM_RETURN_IF_ERROR(ParseValue(key, it->second, key, &opts));
+      opts.sources[key] = "config";
+      if (key == kStoreAddr) store_addr_set = true;
+      continue;
+    }
+    bool found = false;
+    for (const std::string& var : EnvVarsFor(key)) {
+      std::optional<std::string> v = NonEmpty(env, var);
+      if (!v.has_value()) continue;
+      HCOMM_RETURN_IF_ERROR(ParseValue(key, *v, var, &opts));
+      opts.sources[key] = absl::StrCat("env ", var);
+      found = true;
+      break;
+    }
+    if (!found && key == kStoreAddr) {
+      std::optional<std::string> addr = NonEmpty(env, kMasterAddr);
+      std::optional<std::string> port = NonEmpty(env, kMasterPort);
+      if (addr.has_value() != port.has_value()) {
+        const char* have = addr.has_value() ? kMasterAddr : kMasterPort;
+        const char* lack = addr.has_value() ? kMasterPort : kMasterAddr;
+        return InvalidArgument(absl::StrCat(
+            have, "='", addr.has_value() ? *addr : *port, "' is set but ", lack,
+            " is not; the store address needs both (or set HCOMM_STORE_ADDR or config key "
+            "'store_addr')"));
+      }
+      if (addr.has_value()) {
+        std::string label = absl::StrCat(kMasterAddr, ":", kMasterPort);
+        HCOMM_RETURN_IF_ERROR(ParseValue(key, absl::StrCat(*addr, ":", *port), label, &opts));
+        opts.sources[key] = absl::StrCat("env ", label);
+        found = true;
+      }
+    }
+    if (found) {
+      if (key == kStoreAddr) store_addr_set = true;
+      continue;
+    }
+    if (key == kRank || key == kWorldSize) {
+      missing.push_back(MissingRequired(key));
+      continue;
+    }
+    if (key == kHostId) opts.host_id = net::HostName();
+    opts.sources[key] = "default";
+  }
+
+  if (!missing.empty()) return InvalidArgument(absl::StrJoin(missing, "; "));
+  if (opts.world_size > 1 && !store_addr_set) {
+    return InvalidArgument(absl::StrCat(
+        "store_addr is not set but world_size is ", opts.world_size, " (",
+        opts.sources[kWorldSize], "): set config key 'store_addr', or HCOMM_STORE_ADDR, "
+        "or MASTER_ADDR and MASTER_PORT"));
+  }
+  if (opts.rank >= opts.world_size) {
+    return InvalidArgument(absl::StrCat("rank ", opts.rank, " (", opts.sources[kRank],
+                                        ") is out of range for world_size ", opts.world_size,
+                                        " (", opts.sources[kWorldSize], "); rank must be below ",
+                                        "world_size"));
+  }
+  return opts;
+}
+
+}  // namespace hcomm

@@ -1,0 +1,120 @@
+// Communicator configuration: explicit settings, the environment, defaults.
+//
+// A Config collects explicit key/value settings (hcomm_config_set); Resolve()
+// fills in the rest from the environment and the defaults, validates
+// everything and returns the Options a communicator is built from.
+//
+//   hcomm::Config cfg;
+//   HCOMM_RETURN_IF_ERROR(cfg.Set("timeout_ms", "60000"));
+//   HCOMM_ASSIGN_OR_RETURN(hcomm::Options opts, cfg.Resolve());
+//   // opts.rank, opts.world_size come from HCOMM_RANK, RANK, ... here.
+//
+// The keys, their environment variables and their defaults are those of the
+// "Configuration keys" table of API.md:
+//
+//   key         environment, first non-empty wins       default
+//   rank        HCOMM_RANK, RANK, OMPI_COMM_WORLD_RANK,  (required)
+//               PMI_RANK, SLURM_PROCID
+//   world_size  HCOMM_WORLD_SIZE, WORLD_SIZE,            (required)
+//               OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS
+//   store_addr  HCOMM_STORE_ADDR, MASTER_ADDR:MASTER_PORT (required when
+//                                                          world_size > 1)
+//   job_token   HCOMM_JOB_TOKEN                           "" (open)
+//   timeout_ms  HCOMM_TIMEOUT_MS                          300000
+//   transports  HCOMM_TRANSPORTS                          "" (auto)
+//   algo        HCOMM_ALGO                                auto
+//   host_id     HCOMM_HOST_ID                             net::HostName()
+//
+// An environment variable set to the empty string counts as unset.
+#ifndef HCOMM_CORE_BASE_CONFIG_H_
+#define HCOMM_CORE_BASE_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace hcomm {
+
+// The largest accepted world_size; ranks are below it.
+inline constexpr int kMaxWorldSize = 1 << 20;
+
+// Resolved, validated settings of one communicator.
+struct Options {
+  int rank = -1;
+  int world_size = -1;
+  std::string store_addr;  // "host:port" (validated with net::ParseHostPort)
+  std::string job_token;   // empty = open
+  int64_t timeout_ms = 300000;          // > 0
+  std::vector<std::string> transports;  // empty = auto; each one of "shm", "tcp",
+                                        // "ibverbs"; no duplicates
+  std::string algo = "auto";            // auto | ring | tree | direct
+  std::string host_id;                  // default net::HostName()
+  // Where each value came from, for messages: "config", "default", or
+  // "env VAR" (e.g. sources["rank"] == "env RANK"; for a store_addr built
+  // from MASTER_ADDR and MASTER_PORT, "env MASTER_ADDR:MASTER_PORT").
+  // Resolve() fills an entry for every key.
+  std::map<std::string, std::string> sources;
+};
+
+// Reads an environment variable: nullopt when it is unset. Tests inject a
+// fake (e.g. a lambda over a std::map).
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// The process environment (getenv).
+EnvLookup ProcessEnv();
+
+// Explicit settings plus the rules that complete them into Options.
+//
+// THREAD SAFETY: const methods may run concurrently; Set() needs exclusive
+// access. Copyable.
+class Config {
+ public:
+  // Records an explicit setting, replacing an earlier one of the same key.
+  // Validates key and value now:
+  //   unknown key: InvalidArgument naming the key and listing the valid keys;
+  //   unparsable value: InvalidArgument naming the key, the value and what is
+  //   expected.
+  // A failed call changes nothing.
+  absl::Status Set(absl::string_view key, absl::string_view value);
+
+  // Completes the settings: an explicit Set() wins; else the environment
+  // (see the table above); else the default. Every environment value is
+  // validated too, and its error names the variable, e.g.
+  // "HCOMM_TIMEOUT_MS='abc' is not a positive integer".
+  // Errors (all InvalidArgument):
+  //   - rank or world_size missing: the message lists every variable tried;
+  //   - store_addr missing while world_size > 1;
+  //   - exactly one of MASTER_ADDR and MASTER_PORT set (when store_addr is
+  //     not otherwise given): the message names the missing one;
+  //   - rank >= world_size: the message names both values and their sources.
+  // Does not block (host_id's default reads the local host name).
+  absl::StatusOr<Options> Resolve(const EnvLookup& env = ProcessEnv()) const;
+
+  // The valid keys, in the order of API.md: rank, world_size, store_addr,
+  // job_token, timeout_ms, transports, algo, host_id.
+  static const std::vector<std::string>& Keys();
+
+ private:
+  std::map<std::string, std::string> explicit_;  // key -> validated raw value
+};
+
+// Parses one key's value into the matching field of *opts (shared by
+// Config::Set validation and hcomm_comm_set). Does not touch opts->sources,
+// and leaves *opts unchanged on failure. Same errors as Config::Set().
+// Integers parse strictly (decimal digits only, no sign, spaces or trailing
+// junk, no overflow): rank in [0, kMaxWorldSize), world_size in
+// [1, kMaxWorldSize], timeout_ms > 0. transports is a comma list (spaces
+// around items are ignored; "" = auto). job_token accepts any string;
+// host_id must not be empty.
+absl::Status ParseOption(absl::string_view key, absl::string_view value, Options* opts);
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_BASE_CONFIG_H_

@@ -1,0 +1,290 @@
+// A communicator: a group of ranks over a shared Fabric, with point-to-point
+// messages in its own matching context and collectives in another.
+//
+//   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world,
+//                          Communicator::Init(options));
+//   HCOMM_RETURN_IF_ERROR(world->AllReduce(in, out, n, DataType::kFloat32, ReduceOp::kSum));
+//   HCOMM_ASSIGN_OR_RETURN(auto half, world->Split(world->rank() % 2, 0));
+//
+// The world communicator owns the job's connections (core/p2p/fabric.h);
+// communicators made by Split/CreateGroup share them, each with its own two
+// contexts, so their messages never match each other's.
+//
+// Collectives run in the order they were called (also a nonblocking
+// allreduce, which runs on a worker thread), and every rank must call them in
+// the same order. Each call chooses its algorithm with the cost model of
+// algorithms/selector.h unless the `algo` key forces one.
+//
+// THREAD SAFETY: point-to-point calls may come from several threads at
+// once; collectives from one thread at a time; Destroy from none other.
+#ifndef HCOMM_CORE_COMM_COMMUNICATOR_H_
+#define HCOMM_CORE_COMM_COMMUNICATOR_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "algorithms/collective.h"
+#include "algorithms/kernels/reduce.h"
+#include "algorithms/selector.h"
+#include "core/base/config.h"
+#include "core/p2p/fabric.h"
+#include "core/base/fence.h"
+#include "core/p2p/request.h"
+#include "algorithms/shm_collective.h"
+
+namespace hcomm {
+
+class Communicator {
+ public:
+  // Joins the job (see Fabric::Init) and returns its world communicator.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Init(const Options& opts);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The ring allreduce's order of this communicator's ranks for vectors of
+  // up to 4 MiB where ranks share CPUs and all talk over TCP
+  // (RingByPlacement); empty: rank order.
+  const std::vector<int>& ring_order() const { return ring_order_; }
+  absl::Duration timeout() const {
+    return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
+  }
+  absl::Time Deadline() const { return absl::Now() + timeout(); }
+  // For each world rank, its rank here (-1: not a member). Shared with
+  // requests so they can report sources after this communicator is gone.
+  const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
+  const std::shared_ptr<Fabric>& fabric() const { return fabric_; }
+
+  // Whether collectives run in a segment shared by all ranks
+  // (algorithms/shm_collective.h) rather than by messages.
+  bool has_shm_collective() const { return shm_coll_ != nullptr; }
+  // Whether its large allreduces go by cross-memory attach
+  // (HCOMM_SHM_COLL_CMA=1 on every rank, and every rank may read the others).
+  bool shm_collective_cma() const { return shm_coll_ != nullptr && shm_coll_->cma(); }
+
+  // The transport to rank `peer` of this communicator.
+  const char* TransportTo(int peer) const { return fabric_->TransportTo(group_to_world_[peer]); }
+
+  // Only timeout_ms and algo can change after init.
+  absl::Status SetOption(absl::string_view key, absl::string_view value);
+
+  // Point-to-point; ranks are this communicator's.
+  absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes, size_t elem_size,
+                                                 int peer, int tag);
+  absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, size_t elem_size,
+                                                 int peer, int tag);
+  absl::Status Send(const void* buf, size_t bytes, size_t elem_size, int peer, int tag);
+  absl::Status Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag);
+  absl::Status Wait(Request* r, absl::Time deadline) { return fabric_->Wait(r, deadline); }
+  bool Test(Request* r) { return fabric_->Test(r); }
+  void Release(const std::shared_ptr<Request>& r) { fabric_->Release(r); }
+
+  // Collectives (counts in elements; send == recv is in place; see
+  // c_api/include/hcomm/hcomm.h for each one's contract).
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op);
+  absl::Status Broadcast(void* buf, size_t count, DataType t, int root);
+  absl::Status Reduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
+                      int root);
+  absl::Status AllGather(const void* send, void* recv, size_t sendcount, DataType t);
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recvcount, DataType t,
+                             ReduceOp op);
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType t);
+  absl::Status Gather(const void* send, void* recv, size_t sendcount, DataType t, int root);
+  absl::Status Scatter(const void* send, void* recv, size_t recvcount, DataType t, int root);
+  absl::Status Barrier();
+  // Starts an allreduce that completes through Wait/Test.
+  absl::StatusOr<std::shared_ptr<Request>> IAllReduce(const void* send, void* recv, size_t count,
+                                                      DataType t, ReduceOp op);
+
+  // A collective call `op` that this rank refuses for its arguments before
+  // it starts (the caller returns INVALID_ARGUMENT): it still uses up the
+  // call's sequence number, as the other ranks' calls of it do, and fails
+  // theirs at once with MISMATCH naming this rank, so that every later
+  // collective still meets the same call on every rank (without this, each
+  // rank's next call would pair with another rank's call after it).
+  void RejectCollective(CollectiveOp op);
+
+  // Collective over this communicator. Members with the same color form a
+  // new communicator ordered by (key, rank); color < 0 yields nullptr.
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+  // Collective over this communicator: `ranks` (the same list everywhere)
+  // become ranks 0..k-1 of a new communicator; non-members get nullptr.
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(const std::vector<int>& ranks);
+
+  // Fails every pending and later operation with Aborted. The world's
+  // abort tears the job's connections down (Fabric::Abort), so every group
+  // made from it fails too; a group's ends that group alone
+  // (Fabric::AbortCommunicator: its members' operations with this rank
+  // there fail with PEER_FAILURE).
+  void Abort();
+  // Local. The last communicator of the fabric (the world, or a group made
+  // from it) shuts it down in order (see Fabric::Destroy); others end their
+  // two contexts (Fabric::CloseContexts), so that groups outlive the world.
+  absl::Status Destroy();
+
+ private:
+  class CollectivePeers;
+  struct CallInfo;
+  struct Scratch {
+    char* data = nullptr;
+    size_t capacity = 0;
+  };
+
+  Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> group_to_world,
+               uint32_t first_ctx, const Options& opts);
+
+  // RejectCollective's part in turn: marks `ticket` rejected here and at
+  // every member.
+  void RunRejection(uint64_t ticket, CollectiveOp op);
+  // Runs `body` as collective `name` with the next sequence number, once all
+  // earlier collectives of this communicator have finished.
+  uint64_t TakeTicket();
+  using Body = absl::FunctionRef<absl::Status(Peers&, Algorithm)>;
+  // The buffers of a collective that the shared-memory segment may run
+  // instead of `body` (algorithms/shm_collective.h): the call's own, NULL where
+  // API.md lets a rank pass NULL.
+  struct ShmArgs {
+    const void* send;
+    void* recv;
+  };
+  absl::Status RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root,
+                             size_t count, Body body, const ShmArgs* shm = nullptr);
+  absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
+                         int root, size_t count, Body body,
+                         const ShmArgs* shm = nullptr);
+  // Exchanges the call's fingerprint with every member (empty messages
+  // under the check tag of sequence number `tag`): Mismatch on every rank
+  // if any two members' calls differ. (The shared segment compares every
+  // call already.)
+  absl::Status CheckCall(CollectivePeers& peers, int tag);
+  // Runs the collective in the shared-memory segment.
+  absl::Status RunInSegment(CollectiveOp op, const ShmArgs& a, size_t count, DataType t,
+                            ReduceOp rop, int root, uint64_t seq, uint64_t fingerprint,
+                            ShmWaiter& waiter);
+  // Collective over the members: maps the communicator's shared-memory
+  // segment when every member shares this host (and HCOMM_SHM_COLL is not
+  // 0), agreeing with the others on whether all could.
+  absl::Status SetUpShmCollective();
+  // min over the members of `v`, with the setup tags (no sequence number).
+  absl::StatusOr<int32_t> SetupAgreeMin(int32_t v, int round);
+  // Waits until it is collective `ticket`'s turn; FinishTurn ends the turn
+  // and serves the next ticket.
+  void WaitTurn(uint64_t ticket);
+  void FinishTurn();
+  // Runs collective `ticket`, whose turn it is, and serves the next.
+  absl::Status RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
+                          ReduceOp rop, int root, size_t count, Body body,
+                          const ShmArgs* shm);
+  // The algorithm for a call: the cost model's choice, remembered for the
+  // last (op, bytes, forced) asked (only the serving collective calls it).
+  const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
+  // Whether algorithm `a` completes every element of a float16/bfloat16
+  // reduction in one combine of all ranks' own values, so the 16-bit data
+  // can travel as it is: the direct algorithms, and any between two ranks.
+  bool HalfTravelsAsIs(Algorithm a) const { return a == Algorithm::kDirect || size_ <= 2; }
+  // Runs body(p, a, in, out, dtype) on a float16/bfloat16 reduction: on the
+  // 16-bit vectors themselves, or on float32 copies (see communicator.cc).
+  std::function<absl::Status(Peers&, Algorithm)> HalfFloat(
+      const void* send, void* recv, size_t in_count, size_t out_count, DataType t,
+      bool has_output,
+      const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body);
+  // `send` (in_count elements of t) widened into float32 scratch, with
+  // scratch for out_count float32 results.
+  struct WideBuffers {
+    float* in;
+    float* out;
+  };
+  absl::StatusOr<WideBuffers> Widen(const void* send, size_t in_count, size_t out_count,
+                                    DataType t);
+  // Whether the ring allreduce of `bytes` per rank runs in ring_order_.
+  bool RingByPlacement(size_t bytes) const;
+  absl::Status RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv, size_t count,
+                            DataType t, ReduceOp op) const;
+  std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
+                                                               size_t count, DataType t,
+                                                               ReduceOp op);
+  // INVALID_ARGUMENT for a root out of range, the call rejected as a
+  // collective (RejectCollective).
+  absl::Status CheckRoot(CollectiveOp op, int root);
+  char* ScratchSlot(int slot, size_t bytes);
+  // Asks every rank what it waits on and describes the wavefront: for
+  // collective `seq` (fingerprint fp) of context ctx, who never entered it
+  // and who waits on whom; seq < 0 for point-to-point.
+  // Ends by `deadline`; ranks that have not answered by then are named.
+  std::string HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline);
+  absl::StatusOr<std::unique_ptr<Communicator>> MakeChild(std::vector<int> members_world,
+                                                          uint32_t ctx);
+
+  std::shared_ptr<Fabric> fabric_;
+  const int rank_;
+  const int size_;
+  const std::vector<int> group_to_world_;
+  std::shared_ptr<const std::vector<int>> world_to_group_;
+  const uint32_t p2p_ctx_;
+  const uint32_t coll_ctx_;
+  std::atomic<int64_t> timeout_ms_;
+  std::atomic<Algorithm> forced_algo_;
+  const LinkModel link_;
+  // The ring allreduce's order of the members where ranks share CPUs and
+  // all talk over TCP (RingOrderByPlacement; empty: rank order), the same
+  // on every member.
+  std::vector<int> ring_order_;
+  Fabric::Activity* activity_;  // of coll_ctx_, for hang reports
+  struct {
+    bool valid = false;
+    CollectiveOp op;
+    size_t bytes = 0;
+    Algorithm forced = Algorithm::kAuto;
+    Choice choice;
+  } choice_cache_;
+  const bool debug_info_;
+  // HCOMM_CHECK_COLLECTIVES=1 on rank 0 (Fabric::check_collectives):
+  // collectives that go by messages first check that every member makes
+  // the same call (CheckCall).
+  const bool check_calls_;
+  const bool fingerprints_;  // collectives carry fingerprints (always, unless
+                             // HCOMM_FINGERPRINTS=0 for measurement)
+
+  // Collectives run one at a time in call order: a call takes a ticket and
+  // waits for its turn. A turn that comes at once costs two atomic
+  // operations; only a thread that has to wait takes turn_mu_ and sleeps
+  // on turn_cv_ (counted in turn_waiters_, so that FinishTurn wakes only
+  // where someone sleeps).
+  std::atomic<uint64_t> next_ticket_{0};
+  std::atomic<uint64_t> now_serving_{0};
+  std::atomic<int> turn_waiters_{0};
+  // The process uses asymmetric fences (core/base/fence.h) for that handshake.
+  const bool light_fences_ = RegisterAsymmetricFences();
+  absl::Mutex turn_mu_;
+  absl::CondVar turn_cv_;
+  Scratch scratch_[4];  // used only by the collective being served
+  // The shared-memory segment for allreduce (null: messages only); dropped
+  // after a failure in it, whose counters are then out of step.
+  std::unique_ptr<ShmCollective> shm_coll_;
+
+  // Worker for nonblocking collectives.
+  absl::Mutex work_mu_;
+  std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(work_mu_);
+  bool work_stop_ ABSL_GUARDED_BY(work_mu_) = false;
+  // iallreduces queued or running whose request has not completed yet.
+  int iallreduces_pending_ ABSL_GUARDED_BY(work_mu_) = 0;
+  std::thread worker_;
+  bool destroyed_ = false;
+};
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_COMM_COMMUNICATOR_H_
