@@ -14,7 +14,7 @@
 #include "c_api/forks.h"
 #include "core/comm/channel.h"
 #include "core/comm/communicator.h"
-#include "core/p2p/fabric.h"
+#include "core/p2p/engine.h"
 #include "core/base/config.h"
 #include "core/p2p/request.h"
 #include "hcomm/hcomm.h"
@@ -36,9 +36,9 @@ struct hcomm_request_s {
   // Between hcomm_isend/irecv/iallreduce and hcomm_request_free.
   std::atomic<bool> live{false};
   std::shared_ptr<hcomm::Request> impl;
-  // The fabric that drives it, kept alive by the request; the communicator
+  // The engine that drives it, kept alive by the request; the communicator
   // itself may be destroyed first.
-  std::shared_ptr<hcomm::Fabric> fabric;
+  std::shared_ptr<hcomm::Engine> engine;
   absl::Duration timeout;
   // World rank -> rank of the communicator the request was made on.
   std::shared_ptr<const std::vector<int>> world_to_group;

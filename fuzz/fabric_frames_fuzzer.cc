@@ -1,8 +1,8 @@
 // libFuzzer target: the point-to-point protocol's frame handling
-// (core/p2p/fabric.cc: Fabric::OnFrame / OnPayload behind the TCP transport),
+// (core/p2p/engine.cc: Engine::OnFrame / OnPayload behind the TCP transport),
 // against a peer that completed the handshake and then sends anything.
 //
-// Per input: rank 0 is a real Fabric (world of 2, TCP only, its own store);
+// Per input: rank 0 is a real Engine (world of 2, TCP only, its own store);
 // the harness plays rank 1 through the real bootstrap (store, handshake,
 // hello) and then interleaves, as the input says:
 //   - receives and sends that rank 0 posts to rank 1 (eager and rendezvous
@@ -45,7 +45,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/base/config.h"
-#include "core/p2p/fabric.h"
+#include "core/p2p/engine.h"
 #include "core/bootstrap/handshake.h"
 #include "core/base/net.h"
 #include "core/p2p/request.h"
@@ -58,7 +58,7 @@ namespace {
 constexpr uint32_t kWireMagic = 0x464d4348;  // transports/tcp/tcp_transport.cc
 constexpr absl::Duration kSetup = absl::Seconds(20);
 constexpr absl::Duration kEnd = absl::Seconds(8);  // "within seconds"
-constexpr size_t kMaxBuf = 160 * 1024;             // above Fabric::kEagerBytes
+constexpr size_t kMaxBuf = 160 * 1024;             // above Engine::kEagerBytes
 
 void Check(bool ok, const char* what, absl::string_view detail = "") {
   if (ok) return;
@@ -67,7 +67,7 @@ void Check(bool ok, const char* what, absl::string_view detail = "") {
   abort();
 }
 
-// The core's frame header (core/p2p/fabric.cc, struct Meta), rebuilt here from
+// The core's frame header (core/p2p/engine.cc, struct Meta), rebuilt here from
 // its documented layout: 40 bytes.
 struct Meta {
   uint8_t kind;
@@ -82,7 +82,7 @@ struct Meta {
 };
 static_assert(sizeof(Meta) == hcomm::kFrameMetaBytes, "Meta must match FrameMeta");
 
-struct PeerHello {  // core/p2p/fabric.cc, struct Hello
+struct PeerHello {  // core/p2p/engine.cc, struct Hello
   uint64_t job_id;
   int32_t rank;
   int32_t world_size;
@@ -148,7 +148,7 @@ struct FakePeer {
   }
 };
 
-// Joins rank 0's job as rank 1, the way Fabric::Bootstrap does.
+// Joins rank 0's job as rank 1, the way Engine::Bootstrap does.
 void Join(FakePeer* peer, int store_port) {
   const absl::Time deadline = absl::Now() + kSetup;
   auto store =
@@ -203,13 +203,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opts.transports = {"tcp"};
   opts.host_id = "fuzz-rank0-host";
 
-  absl::StatusOr<std::unique_ptr<hcomm::Fabric>> fabric = hcomm::InvalidArgument("not started");
-  std::thread init([&] { fabric = hcomm::Fabric::Init(opts); });
+  absl::StatusOr<std::unique_ptr<hcomm::Engine>> fabric = hcomm::InvalidArgument("not started");
+  std::thread init([&] { fabric = hcomm::Engine::Init(opts); });
   FakePeer peer;
   Join(&peer, port);
   init.join();
   Check(fabric.ok(), "rank 0 init", fabric.status().ToString());
-  hcomm::Fabric& f = **fabric;
+  hcomm::Engine& f = **fabric;
   peer.StartDraining();
 
   std::vector<std::unique_ptr<char[]>> buffers;
@@ -253,7 +253,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           declared = in.U8() < 128 ? in.U32() : in.U64();
         } else if (m.kind == 1 && (in.U8() & 1)) {
           // An eager message of the size the header announces.
-          declared = m.size % (2 * hcomm::Fabric::kEagerBytes);
+          declared = m.size % (2 * hcomm::Engine::kEagerBytes);
           body.resize(declared, 'x');
         }
         char hdr[16 + sizeof m];

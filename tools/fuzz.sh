@@ -76,7 +76,7 @@ sources_of() {
     handshake)     echo "${COMMON[*]} core/bootstrap/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
     config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \
-                         core/bootstrap/store_client.cc core/p2p/matcher.cc core/p2p/payload_pool.cc core/p2p/fabric.cc @pb \
+                         core/bootstrap/store_client.cc core/p2p/matcher.cc core/p2p/payload_pool.cc core/p2p/engine.cc @pb \
                          transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
                          algorithms/kernels/shared_copy.cc core/base/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac

@@ -1071,7 +1071,7 @@ std::vector<int> AllowedCpus() {
 }
 
 // Pins the calling thread (a rank of RunRanks) to `cpu`, as hcomm_run pins
-// a process; the rank publishes it at init (Fabric::Placement).
+// a process; the rank publishes it at init (Engine::Placement).
 bool PinThisThread(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);

@@ -129,27 +129,27 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     if (clock_started_) return;
     clock_started_ = true;
     final_deadline_ = absl::Now() + timeout_;
-    deadline_ = final_deadline_ - Fabric::ReportReserve(timeout_);
+    deadline_ = final_deadline_ - Engine::ReportReserve(timeout_);
   }
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
                                                  int peer) override {
-    auto r = c_->fabric_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
+    auto r = c_->engine_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
                                   fp_);
     if (!r.ok()) return Explain(r.status());
     return r;
   }
   bool SendNow(const void* buf, size_t bytes, int peer) override {
-    return c_->fabric_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
+    return c_->engine_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
                                 fp_);
   }
   bool RecvNow(void* buf, size_t bytes, int peer) override {
-    return c_->fabric_->RecvNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
+    return c_->engine_->RecvNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
                                 fp_);
   }
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, int peer) override {
-    auto r = c_->fabric_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
+    auto r = c_->engine_->Irecv(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
                                   fp_);
     if (!r.ok()) return Explain(r.status());
     return r;
@@ -158,13 +158,13 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     StartClock();
     // A timeout counts from the first wait of the collective, not from when
     // this request was posted.
-    absl::Status s = c_->fabric_->Wait(r, reported_ ? final_deadline_ : deadline_, Began());
+    absl::Status s = c_->engine_->Wait(r, reported_ ? final_deadline_ : deadline_, Began());
     if (CodeOf(s) == ErrorCode::kTimeout && !reported_ && !hcomm::Interrupted()) {
       // The last part of the timeout: ask everyone what they wait on, and
       // keep waiting meanwhile (the message may still come).
       reported_ = true;
       report_ = c_->HangReport(c_->coll_ctx_, tag_, fp_, final_deadline_);
-      s = c_->fabric_->Wait(r, final_deadline_, Began());
+      s = c_->engine_->Wait(r, final_deadline_, Began());
     }
     if (!s.ok()) return Explain(s);
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {
@@ -180,12 +180,12 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   // ShmWaiter: the same deadlines, hang report and failure checks as a
   // message-based collective.
   absl::Status StillWaiting(const std::vector<int>& missing, const char* phase) override {
-    if (absl::Status p = c_->fabric_->PoisonedStatus(c_->coll_ctx_, tag_); !p.ok()) {
+    if (absl::Status p = c_->engine_->PoisonedStatus(c_->coll_ctx_, tag_); !p.ok()) {
       return Explain(p);
     }
     std::vector<int> world;
     for (int g : missing) {
-      absl::Status h = c_->fabric_->PeerHealth(c_->group_to_world_[g]);
+      absl::Status h = c_->engine_->PeerHealth(c_->group_to_world_[g]);
       if (!h.ok()) return Explain(h);
       world.push_back(c_->group_to_world_[g]);
     }
@@ -194,7 +194,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     if (world.size() != noted_) {
       // For hang reports: whom this rank waits for.
       noted_ = world.size();
-      c_->fabric_->NoteSegmentWait(c_->coll_ctx_, world, info_.count * DataTypeSize(info_.t));
+      c_->engine_->NoteSegmentWait(c_->coll_ctx_, world, info_.count * DataTypeSize(info_.t));
     }
     // A Python Ctrl-C (core/base/interrupt.h) ends the wait as the deadline would.
     const bool interrupted = now < final_deadline_ && InterruptNow(now);
@@ -219,11 +219,11 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
                                                     fp_)));
     return Explain(s);
   }
-  bool ShareCpu() const override { return c_->fabric_->oversubscribed(); }
+  bool ShareCpu() const override { return c_->engine_->oversubscribed(); }
   absl::Status Interrupted() override {
-    if (c_->fabric_->Calm()) return absl::OkStatus();
-    absl::Status s = c_->fabric_->Usable();  // aborted (the world) or destroyed
-    if (s.ok()) s = c_->fabric_->PoisonedStatus(c_->coll_ctx_, tag_);  // aborted, broken
+    if (c_->engine_->Calm()) return absl::OkStatus();
+    absl::Status s = c_->engine_->Usable();  // aborted (the world) or destroyed
+    if (s.ok()) s = c_->engine_->PoisonedStatus(c_->coll_ctx_, tag_);  // aborted, broken
     return s.ok() ? s : Explain(s);
   }
   absl::Status Explain(const absl::Status& s) {
@@ -239,7 +239,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   absl::Status Clash(const absl::Status& s) {
     std::vector<std::string> f = absl::StrSplit(std::string(*s.GetPayload(kClashUrl)), ' ');
     uint64_t culprit_fp = 0, reporter_fp = fp_;
-    int culprit = -1, reporter = c_->fabric_->rank();
+    int culprit = -1, reporter = c_->engine_->rank();
     if (f.size() >= 3) {
       (void)absl::SimpleAtoi(f[0], &culprit_fp);
       (void)absl::SimpleAtoi(f[1], &culprit);
@@ -248,7 +248,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     if (f.size() >= 4) {
       (void)absl::SimpleAtoi(f[3], &reporter);
     } else {
-      c_->fabric_->Poison(c_->coll_ctx_, wire_tag_, c_->group_to_world_, culprit_fp, culprit,
+      c_->engine_->Poison(c_->coll_ctx_, wire_tag_, c_->group_to_world_, culprit_fp, culprit,
                           reporter_fp);
     }
     auto g = [this](int world) {
@@ -273,7 +273,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   }
 
   void Withdraw(const std::shared_ptr<Request>& r) override {
-    c_->fabric_->Withdraw(r, Aborted(absl::StrCat(What(), ": withdrawn after an error")))
+    c_->engine_->Withdraw(r, Aborted(absl::StrCat(What(), ": withdrawn after an error")))
         .IgnoreError();
   }
 
@@ -294,21 +294,21 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
 };
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& opts) {
-  HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Fabric> fabric, Fabric::Init(opts));
+  HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Init(opts));
   std::vector<int> all(opts.world_size);
   std::iota(all.begin(), all.end(), 0);
-  std::shared_ptr<Fabric> shared(std::move(fabric));
+  std::shared_ptr<Engine> shared(std::move(engine));
   std::unique_ptr<Communicator> world(
       new Communicator(std::move(shared), std::move(all), 0, opts));
   HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpShmCollective(), "init"));
   return world;
 }
 
-Communicator::Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> group_to_world,
+Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> group_to_world,
                            uint32_t first_ctx, const Options& opts)
-    : fabric_(std::move(fabric)),
+    : engine_(std::move(engine)),
       rank_(static_cast<int>(std::find(group_to_world.begin(), group_to_world.end(),
-                                       fabric_->rank()) -
+                                       engine_->rank()) -
                              group_to_world.begin())),
       size_(static_cast<int>(group_to_world.size())),
       group_to_world_(std::move(group_to_world)),
@@ -316,15 +316,15 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> grou
       coll_ctx_(first_ctx + 1),
       timeout_ms_(opts.timeout_ms),
       forced_algo_(ParseAlgo(opts.algo)),
-      link_(LinkModelFor(fabric_->TransportName(), fabric_->oversubscribed())),
+      link_(LinkModelFor(engine_->TransportName(), engine_->oversubscribed())),
       debug_info_(DebugInfo()),
-      check_calls_(fabric_->check_collectives()),
+      check_calls_(engine_->check_collectives()),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
-  fabric_->JoinCommunicator();
-  activity_ = fabric_->ActivityFor(coll_ctx_);
-  if (size_ > 1) fabric_->WatchMembers(coll_ctx_, group_to_world_);
-  auto w2g = std::make_shared<std::vector<int>>(fabric_->size(), -1);
+  engine_->JoinCommunicator();
+  activity_ = engine_->ActivityFor(coll_ctx_);
+  if (size_ > 1) engine_->WatchMembers(coll_ctx_, group_to_world_);
+  auto w2g = std::make_shared<std::vector<int>>(engine_->size(), -1);
   for (int g = 0; g < size_; ++g) (*w2g)[group_to_world_[g]] = g;
   world_to_group_ = std::move(w2g);
   // Only where every member talks to every other over TCP (no two on one
@@ -333,14 +333,14 @@ Communicator::Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> grou
   std::set<std::pair<std::string, std::string>> shm_hosts;
   bool tcp_only = true;
   for (int w : group_to_world_) {
-    const Fabric::Placement& at = fabric_->placement(w);
+    const Engine::Placement& at = engine_->placement(w);
     if (at.shm == "-" || at.shm == "off") continue;
     tcp_only &= shm_hosts.emplace(at.host, at.shm).second;
   }
   if (size_ > 2 && tcp_only) {
     std::vector<std::string> placement;
     for (int w : group_to_world_) {
-      const Fabric::Placement& at = fabric_->placement(w);
+      const Engine::Placement& at = engine_->placement(w);
       placement.push_back(absl::StrCat(at.host, " ", at.cpus));
     }
     ring_order_ = RingOrderByPlacement(placement);
@@ -372,32 +372,32 @@ absl::Status Communicator::SetOption(absl::string_view key, absl::string_view va
 
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Isend(const void* buf, size_t bytes,
                                                             size_t elem_size, int peer, int tag) {
-  return fabric_->Isend(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag);
+  return engine_->Isend(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag);
 }
 
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t bytes,
                                                             size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  return fabric_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag);
+  return engine_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag);
 }
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
                                 int tag) {
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
-  const Fabric::HangReporter report(hang);
-  return fabric_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
+  const Engine::HangReporter report(hang);
+  return engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
                        &report);
 }
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
-  const Fabric::HangReporter report(hang);
-  return fabric_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
+  const Engine::HangReporter report(hang);
+  return engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
 }
 
 std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline) {
-  std::map<int, std::string> states = fabric_->CollectHangReport(deadline);
+  std::map<int, std::string> states = engine_->CollectHangReport(deadline);
   auto g = [this](int world) {
     if (world < 0) return std::string("any rank");
     int r = world < static_cast<int>(world_to_group_->size()) ? (*world_to_group_)[world] : -1;
@@ -505,7 +505,7 @@ std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::T
                : std::string(),
       absl::StrJoin(lines, "; "));
   if (const char* file = getenv("HCOMM_HANG_REPORT")) {
-    std::string path = absl::StrCat(file, ".", fabric_->rank());
+    std::string path = absl::StrCat(file, ".", engine_->rank());
     if (FILE* f = fopen(path.c_str(), "w")) {
       fprintf(f, "%s\n", report.c_str());
       for (const auto& [w, st] : states) fprintf(f, "--- world rank %d\n%s", w, st.c_str());
@@ -555,7 +555,7 @@ void Communicator::RejectCollective(CollectiveOp op) {
 
 void Communicator::RunRejection(uint64_t ticket, CollectiveOp op) {
   WaitTurn(ticket);
-  if (size_ > 1 && fabric_->Usable().ok()) {
+  if (size_ > 1 && engine_->Usable().ok()) {
     const int tag = static_cast<int>(ticket & kCollectiveTagMask);
     if (shm_coll_ != nullptr) {
       shm_coll_->Enter(tag, kRejectedFingerprint);
@@ -564,10 +564,10 @@ void Communicator::RunRejection(uint64_t ticket, CollectiveOp op) {
       if (!ChooseCached(op, 0, forced_algo_.load()).forced) shm_coll_.reset();
     }
     const int me = group_to_world_[rank_];
-    fabric_->Poison(coll_ctx_, tag, group_to_world_, kRejectedFingerprint, me,
+    engine_->Poison(coll_ctx_, tag, group_to_world_, kRejectedFingerprint, me,
                     kRejectedFingerprint);
     if (check_calls_ && fingerprints_) {  // the others may wait in CheckCall
-      fabric_->Poison(coll_ctx_, kCheckTag | (tag & kCheckTagMask), group_to_world_,
+      engine_->Poison(coll_ctx_, kCheckTag | (tag & kCheckTagMask), group_to_world_,
                       kRejectedFingerprint, me, kRejectedFingerprint);
     }
   }
@@ -636,13 +636,13 @@ absl::StatusOr<int32_t> Communicator::SetupAgreeMin(int32_t v, int round) {
 absl::Status Communicator::SetUpShmCollective() {
   if (size_ < 2) return absl::OkStatus();
   const char* env = getenv("HCOMM_SHM_COLL");
-  int32_t ok = (env == nullptr || strcmp(env, "0") != 0) && !fabric_->job_key().empty();
+  int32_t ok = (env == nullptr || strcmp(env, "0") != 0) && !engine_->job_key().empty();
   for (int g = 0; g < size_ && ok; ++g) {
     if (g != rank_ && strcmp(TransportTo(g), "shm") != 0) ok = 0;
   }
   // Groups of one split share their context ids but no member, so the
   // world rank of each one's rank 0 tells their segments apart.
-  const std::string name = absl::StrCat("/hcomm-", fabric_->job_key(), "-c", coll_ctx_, "-",
+  const std::string name = absl::StrCat("/hcomm-", engine_->job_key(), "-c", coll_ctx_, "-",
                                         group_to_world_[0]);
   std::unique_ptr<ShmCollective> seg;
   absl::Status failed;  // why this rank could not make or map the segment
@@ -721,7 +721,7 @@ absl::Status Communicator::RunTicket(uint64_t ticket, CollectiveOp op, size_t by
 absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
                                       ReduceOp rop, int root, size_t count, Body body,
                                       const ShmArgs* shm) {
-  absl::Status usable = fabric_->Usable();
+  absl::Status usable = engine_->Usable();
   if (!usable.ok()) {
     FinishTurn();
     return Annotate(usable, CollectiveOpName(op));
@@ -768,7 +768,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
   }
   absl::Status s;
   const uint64_t fp = Fingerprint(op, count, t, rop, root);
-  fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/true);
+  engine_->NoteCollective(activity_, ticket, fp, /*in_progress=*/true);
   const int tag = static_cast<int>(ticket & kCollectiveTagMask);
   if (shm_coll_ != nullptr) shm_coll_->Enter(tag, fp);
   {
@@ -777,7 +777,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
     // Aborted, broken by a member's failure, or found clashing by another
     // rank already: even a collective that would send nothing (one rank)
     // fails.
-    if (!fabric_->Calm()) s = peers.Interrupted();
+    if (!engine_->Calm()) s = peers.Interrupted();
     if (use_shm) {
       if (s.ok()) s = RunInSegment(op, *shm, count, t, rop, root, tag, fp, peers);
       // Its counters are out of step now (as the others', which failed too).
@@ -787,7 +787,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
       if (s.ok()) s = body(peers, algo);
     }
   }
-  fabric_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);
+  engine_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);
   FinishTurn();
   return s;
 }
@@ -795,7 +795,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, CollectiveOp op, size_t b
 absl::Status Communicator::CheckCall(CollectivePeers& peers, int tag) {
   // Empty messages carrying the call's fingerprint, to and from every
   // member: a rank whose call differs from any other's finds it in one of
-  // its receives (the fabric compares fingerprints), and so does every
+  // its receives (the engine compares fingerprints), and so does every
   // rank, since each has some member whose call differs from its own.
   peers.set_wire_tag(kCheckTag | (tag & kCheckTagMask));
   absl::Status s;
@@ -1065,7 +1065,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
   r->started = absl::Now();
   r->bytes = count * DataTypeSize(t);
   r->elem_size = DataTypeSize(t);
-  r->out_source = fabric_->rank();
+  r->out_source = engine_->rank();
   // The ticket is taken now, so the order of collectives is the call order
   // even though this one runs on the worker thread.
   uint64_t ticket = TakeTicket();
@@ -1100,7 +1100,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
       absl::MutexLock l(&work_mu_);
       --iallreduces_pending_;  // before its waiter can see it done
     }
-    fabric_->CompleteExternal(r, s);
+    engine_->CompleteExternal(r, s);
   });
   return r;
 }
@@ -1114,7 +1114,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   o.timeout_ms = timeout_ms_.load();
   o.algo = AlgorithmName(forced_algo_.load());
   std::unique_ptr<Communicator> child(
-      new Communicator(fabric_, std::move(members_world), ctx, o));
+      new Communicator(engine_, std::move(members_world), ctx, o));
   HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());
   return child;
 }
@@ -1124,13 +1124,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int
   struct Entry {
     int64_t color, key, ctx;
   };
-  Entry mine{color, key, fabric_->NextFreeContext()};
+  Entry mine{color, key, engine_->NextFreeContext()};
   std::vector<Entry> all(size_);
   HCOMM_RETURN_IF_ERROR(Annotate(
       AllGather(&mine, all.data(), sizeof(Entry), DataType::kUint8), "split"));
   int64_t ctx = 0;
   for (const Entry& e : all) ctx = std::max(ctx, e.ctx);
-  fabric_->ReserveContexts(static_cast<uint32_t>(ctx), 2);
+  engine_->ReserveContexts(static_cast<uint32_t>(ctx), 2);
   if (color < 0) return std::unique_ptr<Communicator>();
   std::vector<int> members;
   for (int r = 0; r < size_; ++r) {
@@ -1169,7 +1169,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGroup(
     uint64_t hash;
     int64_t ctx;
   };
-  Entry mine{h, fabric_->NextFreeContext()};
+  Entry mine{h, engine_->NextFreeContext()};
   std::vector<Entry> all(size_);
   HCOMM_RETURN_IF_ERROR(Annotate(
       AllGather(&mine, all.data(), sizeof(Entry), DataType::kUint8), "create_group"));
@@ -1179,7 +1179,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGroup(
     ctx = std::max(ctx, all[r].ctx);
     if (all[r].hash != h) differ.push_back(r);
   }
-  fabric_->ReserveContexts(static_cast<uint32_t>(ctx), 2);
+  engine_->ReserveContexts(static_cast<uint32_t>(ctx), 2);
   if (!differ.empty()) {
     return Mismatch(absl::StrCat("create_group on rank ", rank_, ": ranks ",
                                  absl::StrJoin(differ, ","),
@@ -1193,9 +1193,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGroup(
 
 void Communicator::Abort() {
   if (p2p_ctx_ == 0) {  // the world's contexts are 0 and 1
-    fabric_->Abort();
+    engine_->Abort();
   } else {
-    fabric_->AbortCommunicator(p2p_ctx_, coll_ctx_, group_to_world_);
+    engine_->AbortCommunicator(p2p_ctx_, coll_ctx_, group_to_world_);
   }
 }
 
@@ -1213,7 +1213,7 @@ absl::Status Communicator::Destroy() {
     // at a destroy, its request fails with ABORTED (API.md) now, rather than
     // holding the destroy until its timeout or its end; the members are
     // told as of an abort (the collective cannot end without this rank).
-    fabric_->AbortCommunicator(
+    engine_->AbortCommunicator(
         p2p_ctx_, coll_ctx_, group_to_world_,
         Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed while an "
                              "iallreduce on it was pending")));
@@ -1223,10 +1223,10 @@ absl::Status Communicator::Destroy() {
   absl::Status s;
   // The connections are shared by the world and every group made from it:
   // the last of them to go closes them, whichever it is.
-  if (fabric_->LeaveCommunicator()) {
-    s = fabric_->Destroy();
+  if (engine_->LeaveCommunicator()) {
+    s = engine_->Destroy();
   } else {
-    fabric_->CloseContexts(p2p_ctx_, 2, Deadline());
+    engine_->CloseContexts(p2p_ctx_, 2, Deadline());
   }
   for (Scratch& sc : scratch_) {
     if (sc.data != nullptr) ::munmap(sc.data, sc.capacity);

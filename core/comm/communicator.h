@@ -1,4 +1,4 @@
-// A communicator: a group of ranks over a shared Fabric, with point-to-point
+// A communicator: a group of ranks over a shared Engine, with point-to-point
 // messages in its own matching context and collectives in another.
 //
 //   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world,
@@ -6,7 +6,7 @@
 //   HCOMM_RETURN_IF_ERROR(world->AllReduce(in, out, n, DataType::kFloat32, ReduceOp::kSum));
 //   HCOMM_ASSIGN_OR_RETURN(auto half, world->Split(world->rank() % 2, 0));
 //
-// The world communicator owns the job's connections (core/p2p/fabric.h);
+// The world communicator owns the job's connections (core/p2p/engine.h);
 // communicators made by Split/CreateGroup share them, each with its own two
 // contexts, so their messages never match each other's.
 //
@@ -40,7 +40,7 @@
 #include "algorithms/kernels/reduce.h"
 #include "algorithms/selector.h"
 #include "core/base/config.h"
-#include "core/p2p/fabric.h"
+#include "core/p2p/engine.h"
 #include "core/base/fence.h"
 #include "core/p2p/request.h"
 #include "algorithms/shm_collective.h"
@@ -49,7 +49,7 @@ namespace hcomm {
 
 class Communicator {
  public:
-  // Joins the job (see Fabric::Init) and returns its world communicator.
+  // Joins the job (see Engine::Init) and returns its world communicator.
   static absl::StatusOr<std::unique_ptr<Communicator>> Init(const Options& opts);
   ~Communicator();
 
@@ -66,7 +66,7 @@ class Communicator {
   // For each world rank, its rank here (-1: not a member). Shared with
   // requests so they can report sources after this communicator is gone.
   const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
-  const std::shared_ptr<Fabric>& fabric() const { return fabric_; }
+  const std::shared_ptr<Engine>& engine() const { return engine_; }
 
   // Whether collectives run in a segment shared by all ranks
   // (algorithms/shm_collective.h) rather than by messages.
@@ -76,7 +76,7 @@ class Communicator {
   bool shm_collective_cma() const { return shm_coll_ != nullptr && shm_coll_->cma(); }
 
   // The transport to rank `peer` of this communicator.
-  const char* TransportTo(int peer) const { return fabric_->TransportTo(group_to_world_[peer]); }
+  const char* TransportTo(int peer) const { return engine_->TransportTo(group_to_world_[peer]); }
 
   // Only timeout_ms and algo can change after init.
   absl::Status SetOption(absl::string_view key, absl::string_view value);
@@ -88,9 +88,9 @@ class Communicator {
                                                  int peer, int tag);
   absl::Status Send(const void* buf, size_t bytes, size_t elem_size, int peer, int tag);
   absl::Status Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag);
-  absl::Status Wait(Request* r, absl::Time deadline) { return fabric_->Wait(r, deadline); }
-  bool Test(Request* r) { return fabric_->Test(r); }
-  void Release(const std::shared_ptr<Request>& r) { fabric_->Release(r); }
+  absl::Status Wait(Request* r, absl::Time deadline) { return engine_->Wait(r, deadline); }
+  bool Test(Request* r) { return engine_->Test(r); }
+  void Release(const std::shared_ptr<Request>& r) { engine_->Release(r); }
 
   // Collectives (counts in elements; send == recv is in place; see
   // c_api/include/hcomm/hcomm.h for each one's contract).
@@ -125,14 +125,14 @@ class Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(const std::vector<int>& ranks);
 
   // Fails every pending and later operation with Aborted. The world's
-  // abort tears the job's connections down (Fabric::Abort), so every group
+  // abort tears the job's connections down (Engine::Abort), so every group
   // made from it fails too; a group's ends that group alone
-  // (Fabric::AbortCommunicator: its members' operations with this rank
+  // (Engine::AbortCommunicator: its members' operations with this rank
   // there fail with PEER_FAILURE).
   void Abort();
-  // Local. The last communicator of the fabric (the world, or a group made
-  // from it) shuts it down in order (see Fabric::Destroy); others end their
-  // two contexts (Fabric::CloseContexts), so that groups outlive the world.
+  // Local. The last communicator of the engine (the world, or a group made
+  // from it) shuts it down in order (see Engine::Destroy); others end their
+  // two contexts (Engine::CloseContexts), so that groups outlive the world.
   absl::Status Destroy();
 
  private:
@@ -143,7 +143,7 @@ class Communicator {
     size_t capacity = 0;
   };
 
-  Communicator(std::shared_ptr<Fabric> fabric, std::vector<int> group_to_world,
+  Communicator(std::shared_ptr<Engine> engine, std::vector<int> group_to_world,
                uint32_t first_ctx, const Options& opts);
 
   // RejectCollective's part in turn: marks `ticket` rejected here and at
@@ -228,7 +228,7 @@ class Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> MakeChild(std::vector<int> members_world,
                                                           uint32_t ctx);
 
-  std::shared_ptr<Fabric> fabric_;
+  std::shared_ptr<Engine> engine_;
   const int rank_;
   const int size_;
   const std::vector<int> group_to_world_;
@@ -242,7 +242,7 @@ class Communicator {
   // all talk over TCP (RingOrderByPlacement; empty: rank order), the same
   // on every member.
   std::vector<int> ring_order_;
-  Fabric::Activity* activity_;  // of coll_ctx_, for hang reports
+  Engine::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {
     bool valid = false;
     CollectiveOp op;
@@ -251,7 +251,7 @@ class Communicator {
     Choice choice;
   } choice_cache_;
   const bool debug_info_;
-  // HCOMM_CHECK_COLLECTIVES=1 on rank 0 (Fabric::check_collectives):
+  // HCOMM_CHECK_COLLECTIVES=1 on rank 0 (Engine::check_collectives):
   // collectives that go by messages first check that every member makes
   // the same call (CheckCall).
   const bool check_calls_;

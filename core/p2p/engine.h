@@ -1,8 +1,8 @@
 // A communicator: this process's membership in a job, its connections to the
 // other ranks, and the point-to-point engine over them.
 //
-//   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Fabric> comm,
-//                          Fabric::Init(options));
+//   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> comm,
+//                          Engine::Init(options));
 //   HCOMM_ASSIGN_OR_RETURN(auto req, comm->Isend(buf, bytes, 4, /*peer=*/1, /*tag=*/7));
 //   HCOMM_RETURN_IF_ERROR(comm->Wait(req.get(), comm->Deadline()));
 //   comm->Destroy();
@@ -24,8 +24,8 @@
 //
 // THREAD SAFETY: all methods may be called from several threads, except
 // Destroy (no other call may be running or follow).
-#ifndef HCOMM_CORE_P2P_FABRIC_H_
-#define HCOMM_CORE_P2P_FABRIC_H_
+#ifndef HCOMM_CORE_P2P_ENGINE_H_
+#define HCOMM_CORE_P2P_ENGINE_H_
 
 #include <atomic>
 #include <deque>
@@ -56,11 +56,11 @@ namespace hcomm {
 
 class StoreServer;
 
-// Payload URL of a collective clash (see Fabric::Irecv and Fabric::Poison).
+// Payload URL of a collective clash (see Engine::Irecv and Engine::Poison).
 extern const char kClashUrl[];
 class StoreClient;
 
-class Fabric : public FrameSink {
+class Engine : public FrameSink {
  public:
   // What the collective context of a communicator is doing, for hang
   // reports. One writer (the collective being served); readers retry while
@@ -85,9 +85,9 @@ class Fabric : public FrameSink {
   // Joins the job described by `opts` (see core/base/config.h): rank 0 serves the
   // rendezvous store, every rank connects to every other. Blocks until all
   // ranks joined or opts.timeout_ms passed.
-  static absl::StatusOr<std::unique_ptr<Fabric>> Init(const Options& opts);
+  static absl::StatusOr<std::unique_ptr<Engine>> Init(const Options& opts);
 
-  ~Fabric() override;
+  ~Engine() override;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -133,7 +133,7 @@ class Fabric : public FrameSink {
     absl::MutexLock l(&mu_);
     return RefusedLocked(ctx, tag);
   }
-  // OK while world rank `peer` is up and the fabric usable; else why not.
+  // OK while world rank `peer` is up and the engine usable; else why not.
   absl::Status PeerHealth(int peer) {
     absl::MutexLock l(&mu_);
     return CheckUsable(peer);
@@ -206,7 +206,7 @@ class Fabric : public FrameSink {
            !closing_.load(std::memory_order_acquire) &&
            !any_poisoned_.load(std::memory_order_acquire);
   }
-  // Aborted if Abort was called or the fabric was destroyed, else OK.
+  // Aborted if Abort was called or the engine was destroyed, else OK.
   absl::Status Usable() {
     if (!aborted_flag_.load(std::memory_order_acquire) &&
         !closing_.load(std::memory_order_acquire)) {
@@ -216,7 +216,7 @@ class Fabric : public FrameSink {
     return CheckUsable(kAnySource);
   }
 
-  // Completes a request that the fabric does not drive (a nonblocking
+  // Completes a request that the engine does not drive (a nonblocking
   // collective run elsewhere), waking its waiters.
   void CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s);
 
@@ -261,7 +261,7 @@ class Fabric : public FrameSink {
   void AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx, const std::vector<int>& members,
                          absl::Status why = absl::OkStatus());
 
-  // Communicators over this fabric: each joins once made and leaves when
+  // Communicators over this engine: each joins once made and leaves when
   // destroyed; LeaveCommunicator is true for the last to leave, which then
   // calls Destroy.
   void JoinCommunicator() { communicators_.fetch_add(1, std::memory_order_relaxed); }
@@ -290,10 +290,10 @@ class Fabric : public FrameSink {
   absl::Status Destroy();
 
   // --- Hang reports -------------------------------------------------------
-  // A communicator tells the fabric which collective it is in, so that a
+  // A communicator tells the engine which collective it is in, so that a
   // hang report can say who never entered it.
   // (Lock-free: a communicator notes through the Activity of its
-  // collective context, which stays valid as long as the fabric.)
+  // collective context, which stays valid as long as the engine.)
   struct Activity;
   Activity* ActivityFor(uint32_t ctx);
   // (Inline: every collective calls it twice, on its critical path.)
@@ -360,7 +360,7 @@ class Fabric : public FrameSink {
     std::shared_ptr<Request> complete_on_sent;  // completes with the send's status
   };
 
-  Fabric(const Options& opts);
+  Engine(const Options& opts);
   absl::Status Bootstrap(const Options& opts);
   // Init's waits for other ranks, cut into slices between which the store
   // is asked whether another rank's init failed (FailedElsewhere): a rank
@@ -606,4 +606,4 @@ class Fabric : public FrameSink {
 
 }  // namespace hcomm
 
-#endif  // HCOMM_CORE_P2P_FABRIC_H_
+#endif  // HCOMM_CORE_P2P_ENGINE_H_

@@ -1,4 +1,4 @@
-#include "core/p2p/fabric.h"
+#include "core/p2p/engine.h"
 
 #include <string.h>
 #include <sched.h>
@@ -35,7 +35,7 @@
 namespace hcomm {
 
 // Every eager payload is staged in one of the pool's size classes.
-static_assert(Fabric::kEagerBytes <= PayloadPool::kMaxPooled);
+static_assert(Engine::kEagerBytes <= PayloadPool::kMaxPooled);
 
 namespace {
 
@@ -143,7 +143,7 @@ namespace {
 
 }  // namespace
 
-Fabric::Fabric(const Options& opts)
+Engine::Engine(const Options& opts)
     : rank_(opts.rank),
       size_(opts.world_size),
       host_id_(opts.host_id),
@@ -160,7 +160,7 @@ Fabric::Fabric(const Options& opts)
   }
 }
 
-Fabric::~Fabric() { Destroy().IgnoreError(); }
+Engine::~Engine() { Destroy().IgnoreError(); }
 
 namespace {
 // Set by a rank whose init failed after it reached the store; its value
@@ -169,7 +169,7 @@ constexpr char kInitFailedKey[] = "hcomm/init_failed";
 // How often a rank waiting for the others in init looks for that key.
 constexpr absl::Duration kInitLook = absl::Milliseconds(200);
 
-// The jobs whose fabric this process has destroyed: a store that still
+// The jobs whose engine this process has destroyed: a store that still
 // serves one of them is a stale one to a new init.
 struct EndedJobs {
   absl::Mutex mu;
@@ -186,7 +186,7 @@ bool JobEndedHere(uint64_t id) {
 }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Init(const Options& opts) {
   // Debian's Abseil is built with lock-order (deadlock) detection on, which
   // costs thousands of instructions per lock: far more than a message. It
   // stays available for debugging (HCOMM_DEBUG_LOCKS=1) and the C++ tests.
@@ -202,10 +202,10 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
     return InvalidArgument(
         absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
   }
-  std::unique_ptr<Fabric> comm(new Fabric(opts));
+  std::unique_ptr<Engine> comm(new Engine(opts));
   if (absl::Status s = comm->Bootstrap(opts); !s.ok()) {
     comm->TellInitFailure(s);
-    // The store goes with rank 0's fabric: kept a few looks longer, it lets
+    // The store goes with rank 0's engine: kept a few looks longer, it lets
     // the ranks still waiting read which rank failed and why.
     if (comm->store_server_ != nullptr) absl::SleepFor(3 * kInitLook);
     return s;
@@ -214,7 +214,7 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Init(const Options& opts) {
   return comm;
 }
 
-absl::Status Fabric::FailedElsewhere() {
+absl::Status Engine::FailedElsewhere() {
   const absl::Time soon = absl::Now() + absl::Seconds(1);
   auto have = store_client_->Check({kInitFailedKey}, soon);
   if (!have.ok() || !(*have)[0]) return absl::OkStatus();  // a lost store shows in the wait
@@ -225,7 +225,7 @@ absl::Status Fabric::FailedElsewhere() {
       why.ok() ? *why : std::string("(the store went away before saying which)")));
 }
 
-absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time deadline) {
+absl::Status Engine::InitWait(const std::vector<std::string>& keys, absl::Time deadline) {
   const absl::Time start = absl::Now();
   for (;;) {
     const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
@@ -251,7 +251,7 @@ absl::Status Fabric::InitWait(const std::vector<std::string>& keys, absl::Time d
   }
 }
 
-void Fabric::TellInitFailure(const absl::Status& s) {
+void Engine::TellInitFailure(const absl::Status& s) {
   if (store_client_ == nullptr || failed_elsewhere_) return;
   const absl::Time soon = absl::Now() + absl::Seconds(1);
   auto have = store_client_->Check({kInitFailedKey}, soon);
@@ -259,7 +259,7 @@ void Fabric::TellInitFailure(const absl::Status& s) {
   store_client_->Set(kInitFailedKey, std::string(s.message()), soon).IgnoreError();
 }
 
-absl::Status Fabric::Bootstrap(const Options& opts) {
+absl::Status Engine::Bootstrap(const Options& opts) {
   if (size_ == 1) return absl::OkStatus();
   const absl::Time began = absl::Now();
   const absl::Time deadline = began + absl::Milliseconds(opts.timeout_ms);
@@ -716,14 +716,14 @@ absl::Status Fabric::Bootstrap(const Options& opts) {
   return absl::OkStatus();
 }
 
-std::string Fabric::TransportName() const {
+std::string Engine::TransportName() const {
   if (transports_.empty()) return "self";
   std::string out;
   for (auto& t : transports_) out += out.empty() ? t->name() : std::string("+") + t->name();
   return out;
 }
 
-absl::Status Fabric::SetOption(absl::string_view key, absl::string_view value) {
+absl::Status Engine::SetOption(absl::string_view key, absl::string_view value) {
   if (key != "timeout_ms") {
     Options probe;
     HCOMM_RETURN_IF_ERROR(ParseOption(key, value, &probe));
@@ -740,7 +740,7 @@ absl::Status Fabric::SetOption(absl::string_view key, absl::string_view value) {
 // ---------------------------------------------------------------------------
 // Progress
 
-void Fabric::StartProgressThread() {
+void Engine::StartProgressThread() {
   if (transports_.empty()) return;
   progress_thread_ = std::thread([this] { ProgressLoop(); });
   if (const char* f = getenv("HCOMM_HANG_REPORT")) hang_report_file_ = f;
@@ -750,14 +750,14 @@ void Fabric::StartProgressThread() {
 // ---------------------------------------------------------------------------
 // Hang reports
 
-Fabric::Activity* Fabric::ActivityFor(uint32_t ctx) {
+Engine::Activity* Engine::ActivityFor(uint32_t ctx) {
   absl::MutexLock l(&activity_mu_);
   std::unique_ptr<Activity>& a = activity_[ctx];
   if (!a) a = std::make_unique<Activity>();
   return a.get();
 }
 
-void Fabric::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes) {
+void Engine::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t bytes) {
   Activity* a = ActivityFor(ctx);
   absl::MutexLock l(&activity_mu_);
   a->segment_waits = peers;
@@ -765,7 +765,7 @@ void Fabric::NoteSegmentWait(uint32_t ctx, const std::vector<int>& peers, size_t
   a->segment_bytes = bytes;
 }
 
-std::string Fabric::PendingState() {
+std::string Engine::PendingState() {
   std::string out;
   {
     absl::MutexLock l(&activity_mu_);
@@ -806,7 +806,7 @@ std::string Fabric::PendingState() {
   return out;
 }
 
-void Fabric::AnswerHangRequests() {
+void Engine::AnswerHangRequests() {
   auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
   if (!n.ok()) return;
   absl::MutexLock l(&hang_mu_);
@@ -832,20 +832,20 @@ void Fabric::AnswerHangRequests() {
   hang_answered_ = *n;
 }
 
-void Fabric::HangResponderLoop() {
+void Engine::HangResponderLoop() {
   absl::Mutex m;
   absl::MutexLock l(&m);
   while (!stop_.load(std::memory_order_acquire)) {
     AnswerHangRequests();
     // Look again in 50 ms (a timing-out rank waits for our answer), waking
-    // at once when the fabric stops.
+    // at once when the engine stops.
     m.AwaitWithTimeout(absl::Condition(
                            +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
                        absl::Milliseconds(50));
   }
 }
 
-std::map<int, std::string> Fabric::CollectHangReport(absl::Time deadline) {
+std::map<int, std::string> Engine::CollectHangReport(absl::Time deadline) {
   std::map<int, std::string> out;
   if (!store_client_) return out;
   auto n = store_client_->Add("hcomm/hang/req", 1, deadline);
@@ -876,7 +876,7 @@ std::map<int, std::string> Fabric::CollectHangReport(absl::Time deadline) {
   return out;
 }
 
-void Fabric::ProgressLoop() {
+void Engine::ProgressLoop() {
   // Polls only while no caller is waiting (a waiting caller polls itself),
   // and stays out of the way for a moment after each wait so that a
   // ping-pong loop does not wake this thread on every message.
@@ -901,7 +901,7 @@ void Fabric::ProgressLoop() {
   }
 }
 
-int Fabric::PollAll(absl::Duration block, bool quiet) {
+int Engine::PollAll(absl::Duration block, bool quiet) {
   if (torn_down_.load(std::memory_order_acquire)) return 0;  // Destroy shut them
   if (transports_.size() == 1) {
     return quiet ? transports_[0]->PollQuiet(block) : transports_[0]->Poll(block);
@@ -924,17 +924,17 @@ int Fabric::PollAll(absl::Duration block, bool quiet) {
   return quiet ? last->PollQuiet(nap) : last->Poll(nap);
 }
 
-size_t Fabric::PendingSendsAll() const {
+size_t Engine::PendingSendsAll() const {
   size_t n = 0;
   for (auto& t : transports_) n += t->PendingSends();
   return n;
 }
 
-void Fabric::PollOnce(absl::Duration block) {
+void Engine::PollOnce(absl::Duration block) {
   PollAll(block);
 }
 
-absl::Status Fabric::Wait(Request* r, absl::Time deadline, absl::Time since) {
+absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
   // A receive from one peer over a transport that does not spin by itself
   // looks at that peer's connection alone while it spins (a socket read
   // instead of a readiness call and then the read), and at everything every
@@ -1008,7 +1008,7 @@ absl::Status Fabric::Wait(Request* r, absl::Time deadline, absl::Time since) {
   return r->status;
 }
 
-bool Fabric::Test(Request* r) {
+bool Engine::Test(Request* r) {
   if (r->done.load(std::memory_order_acquire)) return true;
   if (!transports_.empty() && progress_mu_.TryLock()) {
     PollAll(absl::ZeroDuration());
@@ -1017,7 +1017,7 @@ bool Fabric::Test(Request* r) {
   return r->done.load(std::memory_order_acquire);
 }
 
-void Fabric::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
+void Engine::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
   if (r->done.load(std::memory_order_relaxed)) return;
   r->status = std::move(s);
   r->phase = Request::Phase::kDone;
@@ -1030,7 +1030,7 @@ void Fabric::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
   if (sleepers_ > 0) cv_.SignalAll();
 }
 
-void Fabric::FailTruncated(const std::shared_ptr<Request>& r, int source, int tag,
+void Engine::FailTruncated(const std::shared_ptr<Request>& r, int source, int tag,
                            uint64_t bytes) {
   r->out_source = source;
   r->out_tag = tag;
@@ -1040,7 +1040,7 @@ void Fabric::FailTruncated(const std::shared_ptr<Request>& r, int source, int ta
                                     r->bytes, " bytes")));
 }
 
-bool Fabric::Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source) {
+bool Engine::Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int source) {
   if (r->fingerprint == 0 || fingerprint == r->fingerprint) return false;
   absl::Status why = Mismatch(absl::StrCat("rank ", rank_, ": rank ", source,
                                            " is in another collective (tag ", r->tag, ")"));
@@ -1051,7 +1051,7 @@ bool Fabric::Clash(const std::shared_ptr<Request>& r, uint64_t fingerprint, int 
   return true;
 }
 
-void Fabric::CheckArrivalAgainstPosted(Matcher& matcher, int source, int tag,
+void Engine::CheckArrivalAgainstPosted(Matcher& matcher, int source, int tag,
                                        uint64_t fingerprint) {
   if (fingerprint == 0) return;
   for (auto it = matcher.posted().begin(); it != matcher.posted().end(); ++it) {
@@ -1065,7 +1065,7 @@ void Fabric::CheckArrivalAgainstPosted(Matcher& matcher, int source, int tag,
   }
 }
 
-void Fabric::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
+void Engine::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
   for (const auto& [key, st] : poisoned_) {
     if (key.first == ctx && key.second == tag) return;
   }
@@ -1076,7 +1076,7 @@ void Fabric::PoisonLocked(uint32_t ctx, int tag, const absl::Status& why) {
                     /*describe=*/false);
 }
 
-void Fabric::FailWaitingLocked(uint32_t ctx, absl::FunctionRef<bool(const Request&)> pick,
+void Engine::FailWaitingLocked(uint32_t ctx, absl::FunctionRef<bool(const Request&)> pick,
                                const absl::Status& why, bool describe) {
   auto fail = [&](const std::shared_ptr<Request>& r) {
     Complete(r, describe ? Annotate(why, Describe(*r)) : why);
@@ -1106,7 +1106,7 @@ void Fabric::FailWaitingLocked(uint32_t ctx, absl::FunctionRef<bool(const Reques
   }
 }
 
-absl::Status Fabric::RefusedLocked(uint32_t ctx, int tag) {
+absl::Status Engine::RefusedLocked(uint32_t ctx, int tag) {
   for (const auto& [key, why] : poisoned_) {
     if (key.first == ctx && key.second == tag) return why;
   }
@@ -1117,12 +1117,12 @@ absl::Status Fabric::RefusedLocked(uint32_t ctx, int tag) {
   return absl::OkStatus();
 }
 
-void Fabric::WatchMembers(uint32_t ctx, const std::vector<int>& members) {
+void Engine::WatchMembers(uint32_t ctx, const std::vector<int>& members) {
   absl::MutexLock l(&mu_);
   members_[ctx] = members;
 }
 
-void Fabric::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
+void Engine::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
   for (const auto& [ctx, members] : members_) {
     if (broken_.contains(ctx) || std::find(members.begin(), members.end(), peer) == members.end()) {
       continue;
@@ -1132,13 +1132,13 @@ void Fabric::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
   }
 }
 
-void Fabric::BreakContextLocked(uint32_t ctx, const absl::Status& broken) {
+void Engine::BreakContextLocked(uint32_t ctx, const absl::Status& broken) {
   broken_[ctx] = broken;
   any_poisoned_.store(true, std::memory_order_release);
   FailWaitingLocked(ctx, [](const Request&) { return true; }, broken, /*describe=*/true);
 }
 
-void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) {
+void Engine::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) {
   // Named by its rank in the communicator where this rank knows it (the
   // members, in group order, of a communicator it has made).
   std::string who = absl::StrCat("world rank ", peer);
@@ -1175,7 +1175,7 @@ void Fabric::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) 
       /*describe=*/true);
 }
 
-void Fabric::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,
+void Engine::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint64_t culprit_fp,
                     int culprit, uint64_t reporter_fp) {
   std::vector<Outgoing> out;
   {
@@ -1193,17 +1193,17 @@ void Fabric::Poison(uint32_t ctx, int tag, const std::vector<int>& members, uint
   Flush(&out);
 }
 
-void Fabric::CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s) {
+void Engine::CompleteExternal(const std::shared_ptr<Request>& r, absl::Status s) {
   absl::MutexLock l(&mu_);
   Complete(r, std::move(s));
 }
 
-uint32_t Fabric::NextFreeContext() {
+uint32_t Engine::NextFreeContext() {
   absl::MutexLock l(&mu_);
   return next_free_ctx_;
 }
 
-void Fabric::ReserveContexts(uint32_t first, uint32_t count) {
+void Engine::ReserveContexts(uint32_t first, uint32_t count) {
   absl::MutexLock l(&mu_);
   next_free_ctx_ = std::max(next_free_ctx_, first + count);
 }
@@ -1211,7 +1211,7 @@ void Fabric::ReserveContexts(uint32_t first, uint32_t count) {
 // ---------------------------------------------------------------------------
 // Posting
 
-void Fabric::EraseMatcherLocked(
+void Engine::EraseMatcherLocked(
     absl::flat_hash_map<uint32_t, std::unique_ptr<Matcher>>::iterator it) {
   if (last_ctx_ == it->first) {
     last_ctx_ = UINT32_MAX;
@@ -1220,7 +1220,7 @@ void Fabric::EraseMatcherLocked(
   contexts_.erase(it);
 }
 
-Matcher& Fabric::MatcherFor(uint32_t ctx) {
+Matcher& Engine::MatcherFor(uint32_t ctx) {
   if (ctx == last_ctx_) return *last_matcher_;
   std::unique_ptr<Matcher>& m = contexts_[ctx];
   if (!m) m = std::make_unique<Matcher>();
@@ -1229,11 +1229,11 @@ Matcher& Fabric::MatcherFor(uint32_t ctx) {
   return *m;
 }
 
-absl::Status Fabric::Destroyed() const {
+absl::Status Engine::Destroyed() const {
   return Aborted(absl::StrCat("rank ", rank_, ": the communicator was destroyed"));
 }
 
-absl::Status Fabric::CheckUsable(int peer) {
+absl::Status Engine::CheckUsable(int peer) {
   if (aborted_) return Aborted(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
   if (destroyed_) return Destroyed();
   if (peer != kAnySource && peer != rank_ && peers_[peer]->state != PeerState::kUp) {
@@ -1242,7 +1242,7 @@ absl::Status Fabric::CheckUsable(int peer) {
   return absl::OkStatus();
 }
 
-std::string Fabric::Describe(const Request& r) const {
+std::string Engine::Describe(const Request& r) const {
   if (r.kind == Request::Kind::kSend) {
     return absl::StrCat("send to rank ", r.peer, " ", TagName(r.tag), " (", r.bytes, " bytes)");
   }
@@ -1250,7 +1250,7 @@ std::string Fabric::Describe(const Request& r) const {
                       " bytes)");
 }
 
-absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void* buf,
+absl::StatusOr<std::shared_ptr<Request>> Engine::Isend(uint32_t ctx, const void* buf,
                                                        size_t bytes, size_t elem_size, int peer,
                                                        int tag, uint64_t fingerprint) {
   std::shared_ptr<Request> r = NewRequest();
@@ -1305,7 +1305,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Isend(uint32_t ctx, const void*
   return r;
 }
 
-void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
+void Engine::SelfSend(const std::shared_ptr<Request>& r) {
   Matcher& matcher = MatcherFor(r->ctx);
   std::shared_ptr<Request> recv = matcher.TakePosted(rank_, r->tag);
   if (recv && Clash(recv, r->fingerprint, rank_)) {
@@ -1344,7 +1344,7 @@ void Fabric::SelfSend(const std::shared_ptr<Request>& r) {
   }
 }
 
-std::shared_ptr<Request> Fabric::NewRequest() {
+std::shared_ptr<Request> Engine::NewRequest() {
 #if defined(__SANITIZE_THREAD__)
   // ThreadSanitizer does not model std::atomic_thread_fence, so it cannot
   // see the hand-over below and reports the reused request's last writes on
@@ -1372,7 +1372,7 @@ std::shared_ptr<Request> Fabric::NewRequest() {
   return slot;
 }
 
-bool Fabric::SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int tag,
+bool Engine::SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int tag,
                      uint64_t fingerprint) {
   if (peer == rank_ || peer < 0 || peer >= size_ || route_.empty() || route_[peer] == nullptr ||
       bytes > eager_bytes_[peer]) {
@@ -1388,7 +1388,7 @@ bool Fabric::SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int 
   return route_[peer]->TrySendNow(peer, Pack(m), buf, bytes);
 }
 
-absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, size_t bytes,
+absl::StatusOr<std::shared_ptr<Request>> Engine::Irecv(uint32_t ctx, void* buf, size_t bytes,
                                                        size_t elem_size, int peer, int tag,
                                                        uint64_t fingerprint) {
   std::shared_ptr<Request> r = NewRequest();
@@ -1461,7 +1461,7 @@ absl::StatusOr<std::shared_ptr<Request>> Fabric::Irecv(uint32_t ctx, void* buf, 
   return r;
 }
 
-void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it,
+void Engine::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterator it,
                                      const std::shared_ptr<Request>& r,
                                      std::vector<Outgoing>* out) {
   Unexpected& u = *it;
@@ -1524,7 +1524,7 @@ void Fabric::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
   }
 }
 
-void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint64_t fingerprint,
+void Engine::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint64_t fingerprint,
                       const std::shared_ptr<Request>& r, std::vector<Outgoing>* out) {
   r->out_source = peer;
   r->out_tag = tag;
@@ -1543,7 +1543,7 @@ void Fabric::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint6
   out->push_back({peer, Pack(MakeMeta(kCts, r->ctx, rank_, tag, bytes, send_id, r->id))});
 }
 
-void Fabric::Flush(std::vector<Outgoing>* out) {
+void Engine::Flush(std::vector<Outgoing>* out) {
   for (Outgoing& o : *out) {
     std::shared_ptr<Request> r = std::move(o.complete_on_sent);
     uint64_t h = route_[o.peer]->Send(o.peer, o.meta, o.payload, o.len, [this, r](absl::Status s) {
@@ -1563,7 +1563,7 @@ void Fabric::Flush(std::vector<Outgoing>* out) {
 // ---------------------------------------------------------------------------
 // Blocking forms, timeouts
 
-std::string Fabric::PendingReason(const Request& r) {
+std::string Engine::PendingReason(const Request& r) {
   std::string heard;
   if (r.peer != kAnySource && r.peer != rank_) {
     int64_t last = peers_[r.peer]->last_rx_ns.load(std::memory_order_relaxed);
@@ -1585,12 +1585,12 @@ std::string Fabric::PendingReason(const Request& r) {
                       " did not take the data (rank ", r.peer, " is not reading)", heard);
 }
 
-absl::Status Fabric::TimeoutStatus(const Request& r, absl::Duration waited) {
+absl::Status Engine::TimeoutStatus(const Request& r, absl::Duration waited) {
   return Timeout(absl::StrCat("rank ", rank_, ": ", Describe(r), " ", TimedOutOrInterrupted(),
                               " after ", Seconds(waited), ": ", PendingReason(r)));
 }
 
-absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
+absl::Status Engine::WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
                                     std::string* report) {
   if (reporter != nullptr) {
     absl::Status s = Wait(r, end - ReportReserve(end - r->started));
@@ -1600,7 +1600,7 @@ absl::Status Fabric::WaitWithReport(Request* r, absl::Time end, const HangReport
   return Wait(r, end);
 }
 
-absl::Status Fabric::Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size,
+absl::Status Engine::Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size,
                           int peer, int tag, absl::Duration timeout,
                           const HangReporter* reporter) {
   if (SendNow(ctx, buf, bytes, peer, tag, 0)) return absl::OkStatus();
@@ -1621,7 +1621,7 @@ absl::Status Fabric::Send(uint32_t ctx, const void* buf, size_t bytes, size_t el
   return Timeout(absl::StrCat(result.message(), "\n", report));
 }
 
-absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Status& why) {
+absl::Status Engine::Withdraw(const std::shared_ptr<Request>& r, const absl::Status& why) {
   std::vector<Outgoing> out;
   absl::Status result = why;
   {
@@ -1654,7 +1654,7 @@ absl::Status Fabric::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
   return result;
 }
 
-bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
+bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
                         uint64_t fingerprint, bool exact) {
   if (peer < 0 || peer >= size_ || peer == rank_ || route_.empty() || route_[peer] == nullptr ||
       aborted_flag_.load(std::memory_order_acquire) ||
@@ -1719,7 +1719,7 @@ bool Fabric::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   }
 }
 
-absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer,
+absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer,
                           int tag, absl::Duration timeout, std::shared_ptr<Request>* out,
                           const HangReporter* reporter) {
   if (out == nullptr && RecvDirect(ctx, buf, bytes, peer, tag)) return absl::OkStatus();
@@ -1765,7 +1765,7 @@ absl::Status Fabric::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
                               report.empty() ? "" : "\n", report));
 }
 
-void Fabric::Release(const std::shared_ptr<Request>& r) {
+void Engine::Release(const std::shared_ptr<Request>& r) {
   if (r->kind != Request::Kind::kRecv || r->done.load()) return;
   absl::MutexLock l(&mu_);
   if (ClosedLocked(r->ctx)) return;  // (landing: it finishes by itself)
@@ -1778,7 +1778,7 @@ void Fabric::Release(const std::shared_ptr<Request>& r) {
 // Inbound frames (on the polling thread, under the transport's receive lock
 // for `peer`).
 
-void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
+void* Engine::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
   Meta m = Unpack(fm);
   PeerInfo& p = *peers_[peer];
   p.last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
@@ -1827,7 +1827,7 @@ void* Fabric::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
   return nullptr;  // a payload on a frame kind that has none: discard it
 }
 
-void Fabric::FailOversizedEager(int peer, uint64_t payload_len) {
+void Engine::FailOversizedEager(int peer, uint64_t payload_len) {
   // No rank sends more than kEagerBytes eagerly (larger messages go by
   // RTS/CTS): the header is corrupt or the peer does not follow the
   // protocol. Never allocate what such a header claims.
@@ -1839,7 +1839,7 @@ void Fabric::FailOversizedEager(int peer, uint64_t payload_len) {
                  /*any_source=*/true);
 }
 
-void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
+void Engine::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
                           uint64_t payload_len) {
   Meta m = Unpack(fm);
   if (m.kind != kEager || payload_len == 0 || payload_len > kEagerBytes) {
@@ -1870,7 +1870,7 @@ void Fabric::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
   u->complete = true;
 }
 
-Unexpected* Fabric::QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
+Unexpected* Engine::QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
                                uint64_t payload_len) {
   Unexpected u;
   u.kind = Unexpected::Kind::kEager;
@@ -1883,7 +1883,7 @@ Unexpected* Fabric::QueueEager(Matcher& matcher, int peer, int tag, uint64_t fin
   return matcher.AddUnexpected(std::move(u));
 }
 
-void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
+void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
   Meta m = Unpack(fm);
   PeerInfo& p = *peers_[peer];
   std::vector<Outgoing> out;
@@ -2054,7 +2054,7 @@ void Fabric::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
   Flush(&out);
 }
 
-void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
+void Engine::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
                             bool keep_queued_sends) {
   PeerInfo& p = *peers_[peer];
   p.fast_send.store(false, std::memory_order_release);
@@ -2109,7 +2109,7 @@ void Fabric::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
   if (!keep_queued_sends) BreakCollectivesOfLocked(peer, why);
 }
 
-void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
+void Engine::OnConnectionLost(int peer, const absl::Status& status) {
   absl::MutexLock l(&mu_);
   PeerInfo& p = *peers_[peer];
   if (aborted_ || p.state != PeerState::kUp) return;
@@ -2132,7 +2132,7 @@ void Fabric::OnConnectionLost(int peer, const absl::Status& status) {
 // ---------------------------------------------------------------------------
 // Abort and destroy
 
-bool Fabric::InFlightLocked(uint32_t first, uint32_t count) {
+bool Engine::InFlightLocked(uint32_t first, uint32_t count) {
   auto ours = [&](uint32_t ctx) { return ctx - first < count; };
   for (const auto* table : {&awaiting_cts_, &awaiting_data_, &sending_}) {
     for (const auto& [id, r] : *table) {
@@ -2152,7 +2152,7 @@ bool Fabric::InFlightLocked(uint32_t first, uint32_t count) {
   return false;
 }
 
-void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) {
+void Engine::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) {
   auto ours = [&](uint32_t ctx) { return ctx - first < count; };
   // 1. As Destroy does for the whole job: our sends reach their peers, and
   //    messages already landing land (not after an abort of them).
@@ -2203,7 +2203,7 @@ void Fabric::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
   Flush(&out);
 }
 
-void Fabric::AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx,
+void Engine::AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx,
                                const std::vector<int>& members, absl::Status why) {
   const uint32_t first = std::min(p2p_ctx, coll_ctx);
   const uint32_t count = std::max(p2p_ctx, coll_ctx) - first + 1;
@@ -2232,7 +2232,7 @@ void Fabric::AbortCommunicator(uint32_t p2p_ctx, uint32_t coll_ctx,
   for (const auto& r : sends) Withdraw(r, why).IgnoreError();
 }
 
-void Fabric::EndContextsLocked(uint32_t first, uint32_t count, const absl::Status& why,
+void Engine::EndContextsLocked(uint32_t first, uint32_t count, const absl::Status& why,
                                std::vector<std::shared_ptr<Request>>* sends,
                                std::vector<Outgoing>* out) {
   auto ours = [&](uint32_t ctx) { return ctx - first < count; };
@@ -2285,7 +2285,7 @@ void Fabric::EndContextsLocked(uint32_t first, uint32_t count, const absl::Statu
   }
 }
 
-bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoing>* out) {
+bool Engine::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoing>* out) {
   const Meta m = Unpack(fm);
   PeerInfo& p = *peers_[peer];
   switch (m.kind) {
@@ -2321,7 +2321,7 @@ bool Fabric::DropClosedLocked(int peer, const FrameMeta& fm, std::vector<Outgoin
   }
 }
 
-void Fabric::FailAllPendingLocked(const absl::Status& why) {
+void Engine::FailAllPendingLocked(const absl::Status& why) {
   for (auto& [ctx, matcher] : contexts_) {
     for (auto& r : matcher->posted()) Complete(r, why);
     matcher->posted().clear();
@@ -2341,7 +2341,7 @@ void Fabric::FailAllPendingLocked(const absl::Status& why) {
   }
 }
 
-void Fabric::Abort() {
+void Engine::Abort() {
   {
     absl::MutexLock l(&mu_);
     if (aborted_) return;
@@ -2353,7 +2353,7 @@ void Fabric::Abort() {
   for (auto& t : transports_) t->ShutdownAll();
 }
 
-absl::Status Fabric::Destroy() {
+absl::Status Engine::Destroy() {
   {
     absl::MutexLock l(&mu_);
     if (destroyed_) return absl::OkStatus();
@@ -2431,7 +2431,7 @@ absl::Status Fabric::Destroy() {
     // Requests outlive their communicator (hcomm.h), and a thread may still
     // be waiting on one, polling the transports: none polls once this lock
     // is ours, nor after (PollAll). The transports are shut now and freed
-    // with the Fabric, when the last request lets go of it.
+    // with the Engine, when the last request lets go of it.
     absl::MutexLock p(&progress_mu_);
     torn_down_.store(true, std::memory_order_release);
     for (auto& t : transports_) t->ShutdownAll();

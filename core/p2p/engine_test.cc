@@ -1,5 +1,5 @@
 // Point-to-point engine over TCP, ranks as threads of this process.
-#include "core/p2p/fabric.h"
+#include "core/p2p/engine.h"
 
 #include <sched.h>
 
@@ -35,8 +35,8 @@ class FabricTest : public ::testing::TestWithParam<testing::TransportMode> {
   void TearDown() override { testing::SetTransportMode(testing::TransportMode::kDefault); }
 };
 
-std::unique_ptr<Fabric> MustInit(const Options& o) {
-  auto c = Fabric::Init(o);
+std::unique_ptr<Engine> MustInit(const Options& o) {
+  auto c = Engine::Init(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(c).value() : nullptr;
 }
@@ -346,7 +346,7 @@ void ExpectEagerLimit(bool cpus_shared) {
       EXPECT_TRUE(c->oversubscribed());
     }
     const bool tcp = strcmp(c->TransportTo(1 - rank), "tcp") == 0;
-    const size_t limit = tcp && !c->oversubscribed() ? 64 * 1024 - 128 : Fabric::kEagerBytes;
+    const size_t limit = tcp && !c->oversubscribed() ? 64 * 1024 - 128 : Engine::kEagerBytes;
     std::vector<char> eager = Pattern(limit, 1), over = Pattern(limit + 1, 2);
     if (rank == 0) {
       ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
@@ -414,7 +414,7 @@ TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
 }
 
 // A request outlives its communicator's destroy: a thread waiting on it
-// while another destroys the fabric gets ABORTED (it polled transports that
+// while another destroys the engine gets ABORTED (it polled transports that
 // Destroy freed under it, over shared memory a crash), and can wait again.
 TEST_P(FabricTest, DestroyWhileAnotherThreadWaitsOnARequest) {
   RunRanks(2, [](int rank, const Options& o) {
@@ -542,7 +542,7 @@ TEST_P(FabricTest, UnknownTcpCongestionControlIsNamed) {
   setenv("HCOMM_TCP_CONGESTION", "no-such-control", 1);
   std::atomic<int> named{0};
   RunRanks(2, [&](int rank, const Options& o) {
-    auto c = Fabric::Init(o);
+    auto c = Engine::Init(o);
     ASSERT_FALSE(c.ok());
     // A rank whose connection was refused names the setting; its peer may
     // instead see the connection go away.
@@ -579,7 +579,7 @@ TEST_P(FabricTest, WrongTokenIsRefused) {
   absl::Notification dialing;
   std::thread good([&] {
     dialing.WaitForNotification();
-    auto c = Fabric::Init(testing::RankOptions(0, 2, port, 1500, "right"));
+    auto c = Engine::Init(testing::RankOptions(0, 2, port, 1500, "right"));
     EXPECT_EQ(CodeOf(c.status()), ErrorCode::kUnavailable) << c.status();
     if (!c.ok()) {
       EXPECT_NE(c.status().message().find("1 of 2 ranks joined"), absl::string_view::npos)
@@ -589,7 +589,7 @@ TEST_P(FabricTest, WrongTokenIsRefused) {
     }
   });
   dialing.Notify();
-  auto bad = Fabric::Init(testing::RankOptions(1, 2, port, 5000, "wrong"));
+  auto bad = Engine::Init(testing::RankOptions(1, 2, port, 5000, "wrong"));
   EXPECT_EQ(CodeOf(bad.status()), ErrorCode::kPermissionDenied) << bad.status();
   good.join();
 }
@@ -609,7 +609,7 @@ TEST(FabricInitTest, AnotherRanksFailedInitEndsEveryRanksInitAtOnce) {
         o.transports = {"shm"};
         o.host_id = "elsewhere";
       }
-      got[rank] = Fabric::Init(o).status();
+      got[rank] = Engine::Init(o).status();
     }, 30000);
     const absl::Duration took = absl::Now() - start;
     EXPECT_LT(took, absl::Seconds(15)) << "failing rank " << failing;
@@ -634,7 +634,7 @@ TEST(FabricInitTest, ShmLeftOutOfTransportsIsNamedAsSuch) {
   RunRanks(2, [&](int rank, const Options& base) {
     Options o = base;
     o.transports = {rank == 0 ? "tcp" : "shm"};
-    got[rank] = Fabric::Init(o).status();
+    got[rank] = Engine::Init(o).status();
   }, 30000);
   EXPECT_EQ(CodeOf(got[1]), ErrorCode::kNoDevice) << got[1];
   EXPECT_NE(got[1].message().find("shm is not in rank 0's transports"), absl::string_view::npos)
@@ -642,7 +642,7 @@ TEST(FabricInitTest, ShmLeftOutOfTransportsIsNamedAsSuch) {
   RunRanks(2, [&](int rank, const Options& base) {
     Options o = base;
     if (rank == 1) o.transports = {"ibverbs"};
-    got[rank] = Fabric::Init(o).status();
+    got[rank] = Engine::Init(o).status();
   }, 30000);
   EXPECT_EQ(CodeOf(got[1]), ErrorCode::kNoDevice) << got[1];
   EXPECT_NE(got[1].message().find("shm is not in this rank's transports"),
@@ -656,8 +656,8 @@ TEST(FabricInitTest, DifferentWorldSizesAreNamed) {
   const int port = testing::FreePort();
   absl::Status zero, one;
   const absl::Time start = absl::Now();
-  std::thread t([&] { zero = Fabric::Init(testing::RankOptions(0, 2, port)).status(); });
-  one = Fabric::Init(testing::RankOptions(1, 3, port)).status();
+  std::thread t([&] { zero = Engine::Init(testing::RankOptions(0, 2, port)).status(); });
+  one = Engine::Init(testing::RankOptions(1, 3, port)).status();
   t.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   EXPECT_EQ(CodeOf(one), ErrorCode::kInvalidArgument) << one;
@@ -681,7 +681,7 @@ TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      auto f = Fabric::Init(testing::RankOptions(i == 0 ? 0 : 1, 2, port, 20000));
+      auto f = Engine::Init(testing::RankOptions(i == 0 ? 0 : 1, 2, port, 20000));
       got[i] = f.status();
       answered.Block();
     });
@@ -702,7 +702,7 @@ TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
   EXPECT_EQ(told, 1) << got[0] << "\n" << got[1] << "\n" << got[2];
 }
 
-// A rank that destroys its fabric and inits again at once may reach the old
+// A rank that destroys its engine and inits again at once may reach the old
 // job's store before rank 0 has closed it (torch-style destroy, then init):
 // it waits for the new store instead of being taken for a second rank 1.
 TEST(FabricInitTest, InitRightAfterDestroyWaitsForTheNewStore) {
@@ -712,12 +712,12 @@ TEST(FabricInitTest, InitRightAfterDestroyWaitsForTheNewStore) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       const Options o = testing::RankOptions(rank, 2, port, 20000);
-      auto f = Fabric::Init(o);
+      auto f = Engine::Init(o);
       ASSERT_TRUE(f.ok()) << f.status();
       if (rank == 0) absl::SleepFor(absl::Milliseconds(700));  // rank 1 is back first
       EXPECT_TRUE((*f)->Destroy().ok());
       f->reset();
-      auto g = Fabric::Init(o);
+      auto g = Engine::Init(o);
       again[rank] = g.status();
       if (!g.ok()) return;
       int v = 10 + rank, got = 0;
@@ -742,13 +742,13 @@ TEST(FabricInitTest, JobKeyComesFromTheLauncherWhenSet) {
   const std::string key = absl::StrFormat("%08x%08x", random(), random());
   setenv("HCOMM_JOB_KEY", key.c_str(), 1);
   RunRanks(2, [&](int rank, const Options& o) {
-    auto f = Fabric::Init(o);
+    auto f = Engine::Init(o);
     ASSERT_TRUE(f.ok()) << f.status();
     EXPECT_EQ((*f)->job_key().substr(0, key.size() + 1), key + "-") << (*f)->job_key();
     EXPECT_EQ((*f)->job_key().size(), 33u) << (*f)->job_key();
   });
   setenv("HCOMM_JOB_KEY", "not-a-key", 1);
-  absl::Status bad = Fabric::Init(testing::RankOptions(0, 2, testing::FreePort(), 2000)).status();
+  absl::Status bad = Engine::Init(testing::RankOptions(0, 2, testing::FreePort(), 2000)).status();
   unsetenv("HCOMM_JOB_KEY");
   EXPECT_EQ(CodeOf(bad), ErrorCode::kInvalidArgument) << bad;
   EXPECT_NE(bad.message().find("HCOMM_JOB_KEY=not-a-key is not 16 hex digits"),
