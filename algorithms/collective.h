@@ -90,7 +90,7 @@ class ReorderedPeers : public Peers {
 
 // A ring order that keeps ranks sharing their CPUs side by side: ranks
 // are grouped by `placement` (one string per rank, equal where they share
-// CPUs: Fabric::placement), the groups in the order of their lowest rank,
+// CPUs: Engine::placement), the groups in the order of their lowest rank,
 // each group's ranks ascending. Four ranks pinned round robin to two CPUs
 // ("h 0", "h 1", "h 0", "h 1") give 0, 2, 1, 3. Empty where that order is
 // 0, 1, ..., n-1 (every rank a CPU of its own, or all sharing the same).

@@ -32,7 +32,7 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   // 5.2 us eagerly, 7.7 us by rendezvous); the eager limits are the
   // transports' (Transport::EagerBytes).
   // Where CPUs are shared, every transport sends up to the protocol's
-  // 64 KiB eagerly (Fabric::kEagerBytes).
+  // 64 KiB eagerly (Engine::kEagerBytes).
   LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
                                    : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
   // The float32 sum kernel (//algorithms:reduce_bench, c = a + b) makes

@@ -34,7 +34,7 @@ struct LinkModel {
   // `reduce_cached_gbps`, and in between at a rate interpolated on a log
   // scale of the size.
   double reduce_gbps;
-  // A message above `eager_bytes` goes by rendezvous (core/p2p/fabric.h): it
+  // A message above `eager_bytes` goes by rendezvous (core/p2p/engine.h): it
   // costs `rendezvous_us` more (the request-to-send's round trip, and on
   // loopback TCP a frame of more than one segment).
   double rendezvous_us = 0;

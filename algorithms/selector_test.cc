@@ -82,7 +82,7 @@ TEST(SelectorTest, TwoRanksOverTcpCountTheRendezvous) {
 // take the ring from 2 MiB.
 TEST(SelectorTest, SharedCpusHalveUpToAMebibyte) {
   const LinkModel shared = LinkModelFor("tcp", /*cpus_shared=*/true);
-  EXPECT_EQ(shared.eager_bytes, 64 * 1024);  // the protocol's (core/p2p/fabric.h)
+  EXPECT_EQ(shared.eager_bytes, 64 * 1024);  // the protocol's (core/p2p/engine.h)
   EXPECT_EQ(LinkModelFor("shm", /*cpus_shared=*/true).eager_bytes, 64 * 1024);
   for (size_t bytes : {size_t{128} << 10, size_t{256} << 10, size_t{512} << 10, size_t{1} << 20}) {
     const Choice c = ChooseAlgorithm(CollectiveOp::kAllReduce, bytes, 4, shared, Algorithm::kAuto);

@@ -67,6 +67,11 @@ GEN="$WORK/gen"
 OBJ="$WORK/obj"
 mkdir -p "$GEN/core/bootstrap" "$OBJ" "$WORK/bin" "$WORK/corpus" "$WORK/artifacts" "$WORK/logs"
 
+# The point-to-point engine's sources (every .cc of core/p2p but its tests).
+p2p_sources() {
+  (cd "$ROOT" && ls core/p2p/*.cc | grep -v '_test\.cc$' | tr '\n' ' ')
+}
+
 # Library sources per target (paths relative to the repository root).
 COMMON=(core/base/status.cc core/base/forks.cc core/base/interrupt.cc core/base/net.cc)
 sources_of() {
@@ -76,7 +81,7 @@ sources_of() {
     handshake)     echo "${COMMON[*]} core/bootstrap/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
     config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \
-                         core/bootstrap/store_client.cc core/p2p/matcher.cc core/p2p/payload_pool.cc core/p2p/engine.cc @pb \
+                         core/bootstrap/store_client.cc $(p2p_sources) @pb \
                          transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
                          algorithms/kernels/shared_copy.cc core/base/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac

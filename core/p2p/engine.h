@@ -372,6 +372,9 @@ class Engine : public FrameSink {
   // Says in the store that this rank's init failed with `s` (unless it
   // failed because another's did, or one already said so).
   void TellInitFailure(const absl::Status& s);
+  // Remembers that this process ended job `id`: a store still serving it is
+  // a stale one to a later init (Bootstrap).
+  static void MarkJobEnded(uint64_t id);
   std::atomic<bool> failed_elsewhere_{false};
   // The job's id from the store (0 for a one-rank job); remembered by
   // Destroy so that a later init of this process can tell a stale store.
@@ -416,9 +419,6 @@ class Engine : public FrameSink {
   // only a message of exactly `bytes` bytes.
   bool RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
                   uint64_t fingerprint = 0, bool exact = false);
-  // A fresh request: one of the calling thread's recent ones when nothing
-  // else holds it any more, or a new one.
-  static std::shared_ptr<Request> NewRequest();
   // Fails receive `r`, too small for the message of `bytes` bytes from
   // world rank `source` under `tag`, with Mismatch; nothing was written, and
   // its info names the sender and the tag with a count of 0.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -76,6 +77,10 @@ struct Request {
   int out_tag = -1;
   size_t out_bytes = 0;
 };
+
+// A fresh request: one of the calling thread's recent ones when nothing
+// else holds it any more, or a new one.
+std::shared_ptr<Request> NewRequest();
 
 }  // namespace hcomm
 
