@@ -338,21 +338,7 @@ void KeepDestroyed(const void* handle) { hcomm_c::Keep(handle); }
 extern "C" {
 
 const char* hcomm_status_string(hcomm_status_t status) {
-  switch (RawValue(status)) {
-    case HCOMM_SUCCESS: return "HCOMM_SUCCESS";
-    case HCOMM_ERR_INVALID_ARGUMENT: return "HCOMM_ERR_INVALID_ARGUMENT";
-    case HCOMM_ERR_NO_DEVICE: return "HCOMM_ERR_NO_DEVICE";
-    case HCOMM_ERR_OUT_OF_MEM: return "HCOMM_ERR_OUT_OF_MEM";
-    case HCOMM_ERR_TIMEOUT: return "HCOMM_ERR_TIMEOUT";
-    case HCOMM_ERR_PEER_FAILURE: return "HCOMM_ERR_PEER_FAILURE";
-    case HCOMM_ERR_MISMATCH: return "HCOMM_ERR_MISMATCH";
-    case HCOMM_ERR_ABORTED: return "HCOMM_ERR_ABORTED";
-    case HCOMM_ERR_UNAVAILABLE: return "HCOMM_ERR_UNAVAILABLE";
-    case HCOMM_ERR_PERMISSION_DENIED: return "HCOMM_ERR_PERMISSION_DENIED";
-    case HCOMM_ERR_NOT_SUPPORTED: return "HCOMM_ERR_NOT_SUPPORTED";
-    case HCOMM_ERR_INTERNAL: return "HCOMM_ERR_INTERNAL";
-  }
-  return "HCOMM_UNKNOWN_STATUS";
+  return hcomm::ErrorCodeName(static_cast<hcomm::ErrorCode>(RawValue(status)));
 }
 
 const char* hcomm_last_error(void) { return last_error.c_str(); }

@@ -14,8 +14,9 @@
 // - every failure is InvalidArgument with a message;
 // - a successful Resolve yields Options within the documented ranges
 //   (0 <= rank < world_size <= kMaxWorldSize, timeout_ms > 0, a store_addr
-//   that parses when world_size > 1, known transports without duplicates,
-//   a known algo, a non-empty host_id, a source for every key).
+//   that parses when world_size > 1, transport names of [a-z0-9_]{1,31}
+//   without duplicates, plugin paths none of them empty, a known algo, a
+//   non-empty host_id, a source for every key).
 //
 // Build and run: tools/fuzz.sh config SECONDS.
 #include <cstddef>
@@ -50,7 +51,7 @@ bool SameOptions(const hcomm::Options& a, const hcomm::Options& b) {
   return a.rank == b.rank && a.world_size == b.world_size && a.store_addr == b.store_addr &&
          a.job_token == b.job_token && a.timeout_ms == b.timeout_ms &&
          a.transports == b.transports && a.algo == b.algo && a.host_id == b.host_id &&
-         a.sources == b.sources;
+         a.plugins == b.plugins && a.sources == b.sources;
 }
 
 bool SameResult(const absl::StatusOr<hcomm::Options>& a, const absl::StatusOr<hcomm::Options>& b) {
@@ -73,9 +74,12 @@ void CheckResolved(const hcomm::Options& o) {
   }
   std::set<std::string> seen;
   for (const std::string& t : o.transports) {
-    Check(t == "shm" || t == "tcp" || t == "ibverbs", "unknown transport accepted", t);
+    Check(!t.empty() && t.size() <= 31 &&
+              t.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos,
+          "a transport name outside [a-z0-9_]{1,31} accepted", t);
     Check(seen.insert(t).second, "duplicate transport accepted", t);
   }
+  for (const std::string& p : o.plugins) Check(!p.empty(), "an empty plugin path accepted");
   Check(o.algo == "auto" || o.algo == "ring" || o.algo == "tree" || o.algo == "direct",
         "unknown algo accepted", o.algo);
   Check(!o.host_id.empty(), "empty host_id");

@@ -50,7 +50,9 @@
 #include "core/base/net.h"
 #include "core/p2p/request.h"
 #include "core/base/status.h"
+#include "core/bootstrap/store.pb.h"
 #include "core/bootstrap/store_client.h"
+#include "core/p2p/protocol.h"
 #include "transports/transport.h"
 
 namespace {
@@ -67,26 +69,7 @@ void Check(bool ok, const char* what, absl::string_view detail = "") {
   abort();
 }
 
-// The core's frame header (core/p2p/engine.cc, struct Meta), rebuilt here from
-// its documented layout: 40 bytes.
-struct Meta {
-  uint8_t kind;
-  uint8_t flags;
-  uint16_t reserved;
-  uint32_t comm_id;
-  int32_t tag;
-  int32_t src;
-  uint64_t size;
-  uint64_t id;
-  uint64_t id2;
-};
-static_assert(sizeof(Meta) == hcomm::kFrameMetaBytes, "Meta must match FrameMeta");
-
-struct PeerHello {  // core/p2p/engine.cc, struct Hello
-  uint64_t job_id;
-  int32_t rank;
-  int32_t world_size;
-};
+using hcomm::Meta;  // the engine's frame header (core/p2p/protocol.h)
 
 class Input {
  public:
@@ -148,7 +131,9 @@ struct FakePeer {
   }
 };
 
-// Joins rank 0's job as rank 1, the way Engine::Bootstrap does.
+// Joins rank 0's job as rank 1, the way Engine::Bootstrap (core/p2p/
+// setup.cc) and the tcp transport's setup (transports/tcp/tcp_protocol.cc)
+// do: a claim, a card with a tcp card, and a dial of the lower rank.
 void Join(FakePeer* peer, int store_port) {
   const absl::Time deadline = absl::Now() + kSetup;
   auto store =
@@ -159,27 +144,31 @@ void Join(FakePeer* peer, int store_port) {
   Check(job.ok(), "job id", job.status().ToString());
   // "<id> <world size> <key> <check 0|1>"
   std::vector<std::string> job_parts = absl::StrSplit(*job, ' ');
-  uint64_t job_id = 0;
-  Check(job_parts.size() == 4 && absl::SimpleAtoi(job_parts[0], &job_id) && job_parts[1] == "2",
-        "job id parse", *job);
+  Check(job_parts.size() == 4 && job_parts[1] == "2", "job id parse", *job);
   Check(peer->store->Add("hcomm/claim/1", 1, deadline).ok(), "claim rank 1");
-  Check(peer->store
-            ->Set("hcomm/addr/1", absl::StrCat("127.0.0.1:1 fuzz-peer-host ", getpid()), deadline)
-            .ok(),
+  hcomm::store::RankCard mine;
+  mine.set_host("fuzz-peer-host");
+  mine.set_pid(getpid());
+  mine.set_cpus("-");
+  hcomm::store::TransportCard* tcp = mine.add_transports();
+  tcp->set_name("tcp");
+  tcp->set_card("127.0.0.1:1");  // never dialed: rank 0 is the lower rank
+  Check(peer->store->Set("hcomm/card/1", mine.SerializeAsString(), deadline).ok(),
         "publish rank 1");
-  Check(peer->store->Wait({"hcomm/addr/0", "hcomm/addr/1"}, deadline).ok(), "wait for ranks");
-  auto addr0 = peer->store->Get("hcomm/addr/0", deadline);
-  Check(addr0.ok(), "rank 0's address");
-  std::vector<std::string> parts = absl::StrSplit(*addr0, ' ');
-  auto hp = hcomm::net::ParseHostPort(parts[0]);
-  Check(hp.ok(), "rank 0's address parse", *addr0);
+  Check(peer->store->Wait({"hcomm/card/0", "hcomm/card/1"}, deadline).ok(), "wait for ranks");
+  auto card0 = peer->store->Get("hcomm/card/0", deadline);
+  hcomm::store::RankCard theirs;
+  Check(card0.ok() && theirs.ParseFromString(*card0), "rank 0's card");
+  std::string addr;
+  for (const auto& t : theirs.transports()) {
+    if (t.name() == "tcp") addr = t.card();
+  }
+  auto hp = hcomm::net::ParseHostPort(addr);
+  Check(hp.ok(), "rank 0's tcp address parse", addr);
   auto fd = hcomm::net::ConnectWithRetry(*hp, deadline);
   Check(fd.ok(), "connect to rank 0", fd.status().ToString());
   Check(hcomm::HandshakeAsClient(fd->get(), "", deadline).ok(), "handshake with rank 0");
-  PeerHello h{job_id, 1, 2};
-  Check(hcomm::net::WriteFrame(
-            fd->get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), deadline)
-            .ok(),
+  Check(hcomm::net::WriteFrame(fd->get(), absl::StrCat(job_parts[2], " 1 2"), deadline).ok(),
         "hello to rank 0");
   peer->fd = std::move(*fd);
 }

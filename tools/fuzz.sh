@@ -81,8 +81,10 @@ sources_of() {
     handshake)     echo "${COMMON[*]} core/bootstrap/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
     config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \
-                         core/bootstrap/store_client.cc $(p2p_sources) @pb \
-                         transports/tcp/tcp_transport.cc transports/shm/shm_transport.cc \
+                         core/bootstrap/store_client.cc core/bootstrap/job.cc $(p2p_sources) @pb \
+                         core/topology/placement.cc transports/provider.cc transports/registry.cc \
+                         transports/tcp/tcp_transport.cc transports/tcp/tcp_protocol.cc \
+                         transports/shm/shm_transport.cc transports/shm/shm_protocol.cc \
                          algorithms/kernels/shared_copy.cc core/base/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac
 }
@@ -95,10 +97,10 @@ max_len_of() {
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-link
-          -I"$ROOT" -I"$GEN" -include "$ROOT/fuzz/clang_compat.h"
+          -I"$ROOT" -I"$ROOT/c_api/include" -I"$GEN" -include "$ROOT/fuzz/clang_compat.h"
           -Wno-unused-command-line-argument)
 LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format absl_time \
-          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lpthread"
+          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lpthread -ldl"
 
 # store.pb.{h,cc}, regenerated when store.proto changes.
 gen_proto() {
@@ -163,7 +165,7 @@ build() {
 }
 
 gen_proto || { echo "fuzz: protoc failed"; echo "fuzz: ${#RUN[@]} targets, 0 executions, build failed"; exit 1; }
-HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/core/*/*.h "$ROOT"/algorithms/kernels/*.h "$ROOT"/transports/*.h "$ROOT"/transports/*/*.h \
+HDR_SUM="$(cat "$ROOT"/fuzz/*.h "$ROOT"/c_api/include/hcomm/* "$ROOT"/core/*/*.h "$ROOT"/algorithms/kernels/*.h "$ROOT"/transports/*.h "$ROOT"/transports/*/*.h \
              "$GEN/core/bootstrap/store.pb.h" | sha1sum | cut -d' ' -f1)"
 
 total_execs=0

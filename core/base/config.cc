@@ -29,13 +29,19 @@ constexpr char kTimeoutMs[] = "timeout_ms";
 constexpr char kTransports[] = "transports";
 constexpr char kAlgo[] = "algo";
 constexpr char kHostId[] = "host_id";
+constexpr char kPlugins[] = "plugins";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
 
-const std::vector<std::string>& ValidTransports() {
-  static const auto* const kValid = new std::vector<std::string>{"shm", "tcp", "ibverbs"};
-  return *kValid;
+// A transport's name as its table gives it (transports/provider.h checks
+// the same): which ones exist is known only at init, once plugins load.
+bool TransportName(absl::string_view s) {
+  if (s.empty() || s.size() > 31) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
 }
 
 const std::vector<std::string>& ValidAlgos() {
@@ -91,19 +97,33 @@ absl::StatusOr<std::vector<std::string>> ParseTransports(absl::string_view label
                                                          absl::string_view value) {
   std::vector<std::string> out;
   if (absl::StripAsciiWhitespace(value).empty()) return out;  // auto
-  const std::string expected = absl::StrCat("a comma-separated list of ",
-                                            absl::StrJoin(ValidTransports(), ", "),
-                                            " without duplicates");
+  const std::string expected =
+      "a comma-separated list of transport names ([a-z0-9_], e.g. shm, tcp or a plugin's) "
+      "without duplicates";
   for (absl::string_view item : absl::StrSplit(value, ',')) {
     item = absl::StripAsciiWhitespace(item);
     if (item.empty()) {
       return BadValue(label, value, absl::StrCat(expected, " (empty item)"));
     }
-    if (!Contains(ValidTransports(), item)) {
-      return BadValue(label, value, absl::StrCat(expected, " (unknown transport '", item, "')"));
+    if (!TransportName(item)) {
+      return BadValue(label, value, absl::StrCat(expected, " ('", item, "' is not a name)"));
     }
     if (Contains(out, item)) {
       return BadValue(label, value, absl::StrCat(expected, " ('", item, "' appears twice)"));
+    }
+    out.emplace_back(item);
+  }
+  return out;
+}
+
+// Colon-separated paths of shared objects (API.md, "Transport plugins").
+absl::StatusOr<std::vector<std::string>> ParsePlugins(absl::string_view label,
+                                                      absl::string_view value) {
+  std::vector<std::string> out;
+  if (value.empty()) return out;
+  for (absl::string_view item : absl::StrSplit(value, ':')) {
+    if (item.empty()) {
+      return BadValue(label, value, "a colon-separated list of plugin paths (empty item)");
     }
     out.emplace_back(item);
   }
@@ -147,6 +167,9 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
   } else if (key == kHostId) {
     if (value.empty()) return BadValue(label, value, "a non-empty host identity");
     opts->host_id = std::string(value);
+  } else if (key == kPlugins) {
+    HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
+    opts->plugins = std::move(v);
   } else {
     return UnknownKey(key);
   }
@@ -189,7 +212,8 @@ EnvLookup ProcessEnv() {
 
 const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
-      kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId};
+      kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
+      kPlugins};
   return *kKeys;
 }
 

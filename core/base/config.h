@@ -24,6 +24,7 @@
 //   transports  HCOMM_TRANSPORTS                          "" (auto)
 //   algo        HCOMM_ALGO                                auto
 //   host_id     HCOMM_HOST_ID                             net::HostName()
+//   plugins     HCOMM_PLUGINS                             "" (none)
 //
 // An environment variable set to the empty string counts as unset.
 #ifndef HCOMM_CORE_BASE_CONFIG_H_
@@ -52,10 +53,11 @@ struct Options {
   std::string store_addr;  // "host:port" (validated with net::ParseHostPort)
   std::string job_token;   // empty = open
   int64_t timeout_ms = 300000;          // > 0
-  std::vector<std::string> transports;  // empty = auto; each one of "shm", "tcp",
-                                        // "ibverbs"; no duplicates
+  std::vector<std::string> transports;  // empty = auto; names of transports built
+                                        // in or loaded from plugins; no duplicates
   std::string algo = "auto";            // auto | ring | tree | direct
   std::string host_id;                  // default net::HostName()
+  std::vector<std::string> plugins;     // shared objects to load at init
   // Where each value came from, for messages: "config", "default", or
   // "env VAR" (e.g. sources["rank"] == "env RANK"; for a store_addr built
   // from MASTER_ADDR and MASTER_PORT, "env MASTER_ADDR:MASTER_PORT").
@@ -98,7 +100,7 @@ class Config {
   absl::StatusOr<Options> Resolve(const EnvLookup& env = ProcessEnv()) const;
 
   // The valid keys, in the order of API.md: rank, world_size, store_addr,
-  // job_token, timeout_ms, transports, algo, host_id.
+  // job_token, timeout_ms, transports, algo, host_id, plugins.
   static const std::vector<std::string>& Keys();
 
  private:
@@ -110,8 +112,10 @@ class Config {
 // and leaves *opts unchanged on failure. Same errors as Config::Set().
 // Integers parse strictly (decimal digits only, no sign, spaces or trailing
 // junk, no overflow): rank in [0, kMaxWorldSize), world_size in
-// [1, kMaxWorldSize], timeout_ms > 0. transports is a comma list (spaces
-// around items are ignored; "" = auto). job_token accepts any string;
+// [1, kMaxWorldSize], timeout_ms > 0. transports is a comma list of names
+// of [a-z0-9_] (spaces around items are ignored; "" = auto; whether a name
+// exists is init's to say, once plugins are loaded); plugins a colon list
+// of paths. job_token accepts any string;
 // host_id must not be empty.
 absl::Status ParseOption(absl::string_view key, absl::string_view value, Options* opts);
 

@@ -32,6 +32,24 @@ absl::StatusCode CanonicalFor(ErrorCode code) {
 
 }  // namespace
 
+const char* ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "HCOMM_SUCCESS";
+    case ErrorCode::kInvalidArgument: return "HCOMM_ERR_INVALID_ARGUMENT";
+    case ErrorCode::kNoDevice: return "HCOMM_ERR_NO_DEVICE";
+    case ErrorCode::kOutOfMem: return "HCOMM_ERR_OUT_OF_MEM";
+    case ErrorCode::kTimeout: return "HCOMM_ERR_TIMEOUT";
+    case ErrorCode::kPeerFailure: return "HCOMM_ERR_PEER_FAILURE";
+    case ErrorCode::kMismatch: return "HCOMM_ERR_MISMATCH";
+    case ErrorCode::kAborted: return "HCOMM_ERR_ABORTED";
+    case ErrorCode::kUnavailable: return "HCOMM_ERR_UNAVAILABLE";
+    case ErrorCode::kPermissionDenied: return "HCOMM_ERR_PERMISSION_DENIED";
+    case ErrorCode::kNotSupported: return "HCOMM_ERR_NOT_SUPPORTED";
+    case ErrorCode::kInternal: return "HCOMM_ERR_INTERNAL";
+  }
+  return "HCOMM_UNKNOWN_STATUS";
+}
+
 absl::Status MakeError(ErrorCode code, absl::string_view message) {
   if (code == ErrorCode::kOk) return absl::OkStatus();
   absl::Status s(CanonicalFor(code), message);

@@ -37,6 +37,10 @@ enum class ErrorCode : int {
   kInternal = 11,
 };
 
+// "HCOMM_ERR_TIMEOUT" and the like (hcomm_status_string's names);
+// "HCOMM_UNKNOWN_STATUS" for a value that is not a code.
+const char* ErrorCodeName(ErrorCode code);
+
 // Makes a status with the given hcomm code and message.
 absl::Status MakeError(ErrorCode code, absl::string_view message);
 

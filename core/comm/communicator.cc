@@ -301,6 +301,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& 
   std::unique_ptr<Communicator> world(
       new Communicator(std::move(shared), std::move(all), 0, opts));
   HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpShmCollective(), "init"));
+  HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpRingOrder(), "init"));
   return world;
 }
 
@@ -327,20 +328,12 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
   auto w2g = std::make_shared<std::vector<int>>(engine_->size(), -1);
   for (int g = 0; g < size_; ++g) (*w2g)[group_to_world_[g]] = g;
   world_to_group_ = std::move(w2g);
-  // Only where every member talks to every other over TCP (no two on one
-  // host with the same usable /dev/shm): over shared-memory messages the
-  // order measured no faster (RingByPlacement).
-  std::set<std::pair<std::string, std::string>> shm_hosts;
-  bool tcp_only = true;
-  for (int w : group_to_world_) {
-    const Engine::Placement& at = engine_->placement(w);
-    if (at.shm == "-" || at.shm == "off") continue;
-    tcp_only &= shm_hosts.emplace(at.host, at.shm).second;
-  }
-  if (size_ > 2 && tcp_only) {
+  // The order the placements suggest (SetUpRingOrder keeps it where no
+  // member talks to another over shared memory).
+  if (size_ > 2) {
     std::vector<std::string> placement;
     for (int w : group_to_world_) {
-      const Engine::Placement& at = engine_->placement(w);
+      const Placement& at = engine_->placement(w);
       placement.push_back(absl::StrCat(at.host, " ", at.cpus));
     }
     ring_order_ = RingOrderByPlacement(placement);
@@ -631,6 +624,21 @@ absl::StatusOr<int32_t> Communicator::SetupAgreeMin(int32_t v, int round) {
   int32_t out = 0;
   HCOMM_RETURN_IF_ERROR(AllReduceDirect(peers, &v, &out, 1, DataType::kInt32, ReduceOp::kMin));
   return out;
+}
+
+absl::Status Communicator::SetUpRingOrder() {
+  // Every member computed the same candidate from the same placements, so
+  // all of them agree, or none asks.
+  if (ring_order_.empty()) return absl::OkStatus();
+  // Only where every member talks to every other over TCP: over
+  // shared-memory messages the order measured no faster (RingByPlacement).
+  int32_t no_shm = 1;
+  for (int g = 0; g < size_; ++g) {
+    if (g != rank_ && strcmp(TransportTo(g), "shm") == 0) no_shm = 0;
+  }
+  HCOMM_ASSIGN_OR_RETURN(int32_t all, SetupAgreeMin(no_shm, 3));
+  if (all == 0) ring_order_.clear();
+  return absl::OkStatus();
 }
 
 absl::Status Communicator::SetUpShmCollective() {
@@ -1116,6 +1124,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   std::unique_ptr<Communicator> child(
       new Communicator(engine_, std::move(members_world), ctx, o));
   HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());
+  HCOMM_RETURN_IF_ERROR(child->SetUpRingOrder());
   return child;
 }
 

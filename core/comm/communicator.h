@@ -178,6 +178,9 @@ class Communicator {
   // segment when every member shares this host (and HCOMM_SHM_COLL is not
   // 0), agreeing with the others on whether all could.
   absl::Status SetUpShmCollective();
+  // Collective over the members: keeps ring_order_ where no member talks
+  // to another over shared memory, else drops it.
+  absl::Status SetUpRingOrder();
   // min over the members of `v`, with the setup tags (no sequence number).
   absl::StatusOr<int32_t> SetupAgreeMin(int32_t v, int round);
   // Waits until it is collective `ticket`'s turn; FinishTurn ends the turn

@@ -14,8 +14,6 @@
 #include "absl/time/clock.h"
 #include "core/base/spin.h"
 #include "core/base/status.h"
-#include "core/bootstrap/store_client.h"
-#include "core/bootstrap/store_server.h"
 #include "core/p2p/protocol.h"
 #include "core/p2p/request.h"
 

@@ -47,18 +47,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/config.h"
+#include "core/bootstrap/job.h"
 #include "core/p2p/matcher.h"
 #include "core/p2p/payload_pool.h"
 #include "core/p2p/request.h"
+#include "core/topology/placement.h"
+#include "transports/provider.h"
 #include "transports/transport.h"
 
 namespace hcomm {
 
-class StoreServer;
-
 // Payload URL of a collective clash (see Engine::Irecv and Engine::Poison).
 extern const char kClashUrl[];
-class StoreClient;
 
 class Engine : public FrameSink {
  public:
@@ -104,20 +104,13 @@ class Engine : public FrameSink {
     return route_[peer]->name();
   }
 
-  // Identifies this job among others on the host (names of its segments).
-  const std::string& job_key() const { return job_key_; }
+  // Identifies this job among others on the host (names of its segments);
+  // empty for a job of one rank.
+  const std::string& job_key() const;
   // More ranks on this host than CPUs they may use (waits then yield).
   bool oversubscribed() const { return oversubscribed_; }
   // Where a rank runs, as it published at init: every rank holds the same
   // Placement of every other.
-  struct Placement {
-    std::string host;  // host id
-    std::string cpus;  // the CPUs it may use, "0" or "0,1" ("-": unknown)
-    // Its /dev/shm ("-": none it can use, "off": shm is not among its
-    // transports). Only two ranks of one host with the same usable one can
-    // talk over shared memory.
-    std::string shm;
-  };
   const Placement& placement(int r) const {
     static const Placement kUnknown;
     return r >= 0 && r < static_cast<int>(placement_.size()) ? placement_[r] : kUnknown;
@@ -125,7 +118,7 @@ class Engine : public FrameSink {
   // HCOMM_CHECK_COLLECTIVES=1 as rank 0 read it at init: the whole job
   // follows rank 0, so that its ranks agree on whether collectives are
   // checked first (Communicator::CheckCall).
-  bool check_collectives() const { return check_collectives_; }
+  bool check_collectives() const;
   // The status collectives under (ctx, tag) fail with after Poison, or
   // after a member's failure broke ctx (WatchMembers); OK if neither.
   absl::Status PoisonedStatus(uint32_t ctx, int tag) {
@@ -361,24 +354,19 @@ class Engine : public FrameSink {
   };
 
   Engine(const Options& opts);
+  // Init's work (setup.cc): joins the job, opens the transports the
+  // `transports` key allows (from the registry), publishes this rank's
+  // card, chooses a transport for every peer and connects.
   absl::Status Bootstrap(const Options& opts);
-  // Init's waits for other ranks, cut into slices between which the store
-  // is asked whether another rank's init failed (FailedElsewhere): a rank
-  // that gave up names itself there (TellInitFailure), so the others fail
-  // at once instead of waiting out timeout_ms for it.
-  absl::Status InitWait(const std::vector<std::string>& keys, absl::Time deadline);
-  // PEER_FAILURE naming the rank whose init failed and why, or OK.
-  absl::Status FailedElsewhere();
-  // Says in the store that this rank's init failed with `s` (unless it
-  // failed because another's did, or one already said so).
-  void TellInitFailure(const absl::Status& s);
-  // Remembers that this process ended job `id`: a store still serving it is
-  // a stale one to a later init (Bootstrap).
-  static void MarkJobEnded(uint64_t id);
-  std::atomic<bool> failed_elsewhere_{false};
-  // The job's id from the store (0 for a one-rank job); remembered by
-  // Destroy so that a later init of this process can tell a stale store.
-  uint64_t job_id_ = 0;
+  // The route to every peer from everyone's cards: for each pair, the
+  // first transport in the lower rank's order that both may use and that
+  // reaches; NoDevice, saying why for each transport, where none does.
+  // `opened`: this rank's transports, in its order (null: unusable here,
+  // and why in `unusable`).
+  absl::StatusOr<std::vector<int>> ChooseRoutes(
+      const std::vector<store::RankCard>& cards, const std::vector<std::string>& allowed,
+      const std::vector<std::unique_ptr<Provider>>& opened,
+      const std::vector<std::string>& unusable);
   void StartProgressThread();
   void ProgressLoop();
   // One round of progress; blocks in the kernel for up to `block`.
@@ -521,17 +509,21 @@ class Engine : public FrameSink {
   // the only transport spins in Poll by itself (shm), so Wait need not.
   bool oversubscribed_ = false;
   std::vector<Placement> placement_;  // by world rank
-  std::string job_key_;
-  bool check_collectives_ = false;
   bool transport_spins_ = false;
-  // Two transports (shm and TCP) that block in one wait (PollAll).
+  // Two transports (shm and TCP) that block in one wait (PollAll): the
+  // first one's wake fd is watched by the last one's Poll.
   bool one_wait_ = false;
 
-  std::unique_ptr<StoreServer> store_server_;
-  std::unique_ptr<StoreClient> store_client_;
-  // Every transport in use, and the one that reaches each peer (null for
-  // ourselves). Fixed after Bootstrap.
-  std::vector<std::unique_ptr<Transport>> transports_;
+  // The job and its store (null for a job of one rank), and the services
+  // it lends the transports' setup (the store, the token, init's deadline;
+  // refused once init is over).
+  std::unique_ptr<Job> job_;
+  std::unique_ptr<ProviderSetup> setup_;
+  // The transports in use (from the registry, each through its table), the
+  // Transport of each, and the one that reaches each peer (null for
+  // ourselves). Fixed after Bootstrap; declared in the order they go.
+  std::vector<std::unique_ptr<Provider>> providers_;
+  std::vector<Transport*> transports_;
   std::vector<Transport*> route_;
   // By peer: the largest message sent to it eagerly (its transport's
   // EagerBytes, at most kEagerBytes).

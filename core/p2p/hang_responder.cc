@@ -8,8 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/base/status.h"
-#include "core/bootstrap/store_client.h"
-#include "core/bootstrap/store_server.h"
 
 namespace hcomm {
 
@@ -70,7 +68,7 @@ std::string Engine::PendingState() {
 }
 
 void Engine::AnswerHangRequests() {
-  auto n = store_client_->Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
+  auto n = job_->store().Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
   if (!n.ok()) return;
   absl::MutexLock l(&hang_mu_);
   if (hang_answered_ < 0) hang_answered_ = *n;  // requests before we started are old
@@ -79,8 +77,8 @@ void Engine::AnswerHangRequests() {
   // every one since the last.
   std::string state = PendingState();
   for (int64_t q = std::max<int64_t>(hang_answered_ + 1, *n - 64); q <= *n; ++q) {
-    store_client_
-        ->Set(absl::StrCat("hcomm/hang/", q, "/", rank_), state,
+    job_->store()
+        .Set(absl::StrCat("hcomm/hang/", q, "/", rank_), state,
               absl::Now() + absl::Milliseconds(500))
         .IgnoreError();
   }
@@ -110,11 +108,11 @@ void Engine::HangResponderLoop() {
 
 std::map<int, std::string> Engine::CollectHangReport(absl::Time deadline) {
   std::map<int, std::string> out;
-  if (!store_client_) return out;
-  auto n = store_client_->Add("hcomm/hang/req", 1, deadline);
+  if (job_ == nullptr) return out;
+  auto n = job_->store().Add("hcomm/hang/req", 1, deadline);
   if (!n.ok()) return out;
   out[rank_] = PendingState();
-  store_client_->Set(absl::StrCat("hcomm/hang/", *n, "/", rank_), out[rank_], deadline)
+  job_->store().Set(absl::StrCat("hcomm/hang/", *n, "/", rank_), out[rank_], deadline)
       .IgnoreError();
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/hang/", *n, "/", r));
@@ -125,15 +123,15 @@ std::map<int, std::string> Engine::CollectHangReport(absl::Time deadline) {
   const absl::Time wait_until = deadline - std::min(absl::Milliseconds(20), left / 4);
   for (;;) {
     const absl::Time look = std::min(wait_until, absl::Now() + absl::Milliseconds(50));
-    if (store_client_->Wait(keys, look).ok() || look >= wait_until) break;
+    if (job_->store().Wait(keys, look).ok() || look >= wait_until) break;
     AnswerHangRequests();
   }
   const absl::Time read_by = std::max(deadline, absl::Now() + absl::Milliseconds(20));
-  auto have = store_client_->Check(keys, read_by);
+  auto have = job_->store().Check(keys, read_by);
   if (!have.ok()) return out;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || !(*have)[r]) continue;
-    auto v = store_client_->Get(keys[r], read_by);
+    auto v = job_->store().Get(keys[r], read_by);
     if (v.ok()) out[r] = *v;
   }
   return out;

@@ -19,7 +19,7 @@ void Engine::StartProgressThread() {
   if (transports_.empty()) return;
   progress_thread_ = std::thread([this] { ProgressLoop(); });
   if (const char* f = getenv("HCOMM_HANG_REPORT")) hang_report_file_ = f;
-  if (store_client_) hang_thread_ = std::thread([this] { HangResponderLoop(); });
+  if (job_ != nullptr) hang_thread_ = std::thread([this] { HangResponderLoop(); });
 }
 
 void Engine::ProgressLoop() {
@@ -55,9 +55,9 @@ int Engine::PollAll(absl::Duration block, bool quiet) {
   int events = 0;
   for (auto& t : transports_) events += t->Poll(absl::ZeroDuration());
   if (events > 0 || block <= absl::ZeroDuration() || transports_.empty()) return events;
-  Transport* last = transports_.back().get();
+  Transport* last = transports_.back();
   if (one_wait_) {
-    Transport* first = transports_.front().get();
+    Transport* first = transports_.front();
     // The last transport's wait also ends when the first one's bell rings.
     if (!first->ArmWake()) return first->Poll(absl::ZeroDuration());  // work came meanwhile
     events = quiet ? last->PollQuiet(block) : last->Poll(block);

@@ -1,99 +1,91 @@
-// Init: joining the store, routes to every peer, and the transports' setup.
-#include "core/p2p/engine.h"
-
-#include <sched.h>
+// Init: joining the job, the transports' cards, a route to every peer, and
+// connecting. The transports come from the registry (built in or plugins)
+// and are driven through their tables; nothing here names one.
 #include <string.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
-#include <thread>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/net.h"
-#include "core/base/shm_file.h"
 #include "core/base/status.h"
 #include "core/bootstrap/handshake.h"
-#include "core/bootstrap/store_client.h"
-#include "core/bootstrap/store_server.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/tcp/tcp_transport.h"
+#include "core/p2p/engine.h"
+#include "transports/registry.h"
 
 namespace hcomm {
 
 namespace {
 
-// Peer-connection hello, sent by the connecting side after the handshake.
-struct Hello {
-  uint64_t job_id;
-  int32_t rank;
-  int32_t world_size;
-};
+// What the engine lends the transports during init: the job's store (under
+// keys of each transport's own), its token, init's deadline, and whether
+// another rank's init failed. Refuses everything once init is over.
+class Setup final : public ProviderSetup {
+ public:
+  Setup(Job* job, absl::Time deadline) : job_(job), deadline_(deadline) {}
 
-absl::StatusOr<uint64_t> RandomU64() {
-  uint64_t v = 0;
-  if (::getrandom(&v, sizeof v, 0) != sizeof v) return Internal("getrandom failed");
-  return v;
-}
-
-// The key that names the job's segments in /dev/shm, made by rank 0 from
-// the job's id: "<16 hex digits of the id>", or, where hcomm_run set
-// HCOMM_JOB_KEY, "<that key>-<the id's>", so that the launcher can remove
-// what a job stopped before its ranks unlinked it left there (each init in
-// the job still gets names of its own).
-absl::StatusOr<std::string> NewJobKey(uint64_t job_id) {
-  const std::string id = absl::StrFormat("%016x", job_id);
-  const char* key = getenv("HCOMM_JOB_KEY");
-  if (key == nullptr || *key == '\0') return id;
-  uint64_t v = 0;
-  if (strlen(key) != 16 || !absl::SimpleHexAtoi(key, &v)) {
-    return InvalidArgument(absl::StrCat("HCOMM_JOB_KEY=", key,
-                                        " is not 16 hex digits (hcomm_run sets it; leave it "
-                                        "unset elsewhere)"));
+  void End() {
+    absl::MutexLock l(&mu_);
+    ended_ = true;
   }
-  return absl::StrCat(absl::AsciiStrToLower(key), "-", id);
-}
 
-// Set by a rank whose init failed after it reached the store; its value
-// says which rank and why.
-constexpr char kInitFailedKey[] = "hcomm/init_failed";
-// How often a rank waiting for the others in init looks for that key.
-constexpr absl::Duration kInitLook = absl::Milliseconds(200);
+  absl::Status Put(const std::string& transport, const std::string& key,
+                   const std::string& value) override {
+    HCOMM_RETURN_IF_ERROR(Open());
+    return job_->PutFor(transport, key, value, deadline_);
+  }
+  absl::StatusOr<std::string> Get(const std::string& transport, int peer,
+                                  const std::string& key) override {
+    HCOMM_RETURN_IF_ERROR(Open());
+    if (peer < 0 || peer >= job_->size()) {
+      return InvalidArgument(absl::StrCat("rank ", peer, " is not in the job"));
+    }
+    return job_->GetFor(transport, peer, key, deadline_);
+  }
+  absl::Status Check() override {
+    HCOMM_RETURN_IF_ERROR(Open());
+    if (Interrupted()) return Aborted(absl::StrCat("init ", TimedOutOrInterrupted()));
+    if (absl::Now() >= deadline_) {
+      return Unavailable(absl::StrCat("init timed out after ", Seconds(absl::Now() - began_)));
+    }
+    return job_->FailedElsewhere();
+  }
+  absl::Time Deadline() const override { return deadline_; }
+  absl::Status Authenticate(int fd, bool as_server) override {
+    HCOMM_RETURN_IF_ERROR(Open());
+    // An accepting rank gives a stranger a few seconds at most.
+    return as_server ? HandshakeAsServer(fd, job_->token(),
+                                         std::min(deadline_, absl::Now() + absl::Seconds(5)))
+                     : HandshakeAsClient(fd, job_->token(), deadline_);
+  }
 
-// The jobs whose engine this process has destroyed: a store that still
-// serves one of them is a stale one to a new init.
-struct EndedJobs {
-  absl::Mutex mu;
-  absl::flat_hash_set<uint64_t> ids ABSL_GUARDED_BY(mu);
+ private:
+  absl::Status Open() {
+    absl::MutexLock l(&mu_);
+    if (ended_) return Internal("a transport asked for init's services after init");
+    return absl::OkStatus();
+  }
+
+  Job* const job_;
+  const absl::Time deadline_;
+  const absl::Time began_ = absl::Now();
+  absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
-EndedJobs& Ended() {
-  static EndedJobs* ended = new EndedJobs();
-  return *ended;
-}
-bool JobEndedHere(uint64_t id) {
-  EndedJobs& e = Ended();
-  absl::MutexLock l(&e.mu);
-  return e.ids.contains(id);
+
+const store::TransportCard* CardOf(const store::RankCard& c, const std::string& name) {
+  for (const store::TransportCard& t : c.transports()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
 }
 
 }  // namespace
-
-void Engine::MarkJobEnded(uint64_t id) {
-  EndedJobs& e = Ended();
-  absl::MutexLock l(&e.mu);
-  e.ids.insert(id);
-}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Init(const Options& opts) {
   // Debian's Abseil is built with lock-order (deadlock) detection on, which
@@ -111,324 +103,76 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Init(const Options& opts) {
     return InvalidArgument(
         absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
   }
-  std::unique_ptr<Engine> comm(new Engine(opts));
-  if (absl::Status s = comm->Bootstrap(opts); !s.ok()) {
-    comm->TellInitFailure(s);
-    // The store goes with rank 0's engine: kept a few looks longer, it lets
-    // the ranks still waiting read which rank failed and why.
-    if (comm->store_server_ != nullptr) absl::SleepFor(3 * kInitLook);
+  std::unique_ptr<Engine> engine(new Engine(opts));
+  if (absl::Status s = engine->Bootstrap(opts); !s.ok()) {
+    if (engine->job_ != nullptr) engine->job_->TellInitFailure(s);
     return s;
   }
-  comm->StartProgressThread();
-  return comm;
-}
-
-absl::Status Engine::FailedElsewhere() {
-  const absl::Time soon = absl::Now() + absl::Seconds(1);
-  auto have = store_client_->Check({kInitFailedKey}, soon);
-  if (!have.ok() || !(*have)[0]) return absl::OkStatus();  // a lost store shows in the wait
-  auto why = store_client_->Get(kInitFailedKey, soon);
-  failed_elsewhere_ = true;
-  return PeerFailure(absl::StrCat(
-      "rank ", rank_, " of ", size_, ": another rank's init failed: ",
-      why.ok() ? *why : std::string("(the store went away before saying which)")));
-}
-
-absl::Status Engine::InitWait(const std::vector<std::string>& keys, absl::Time deadline) {
-  const absl::Time start = absl::Now();
-  for (;;) {
-    const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
-    absl::Status s = store_client_->Wait(keys, slice);
-    if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return s;
-    if (slice < deadline && !Interrupted()) {
-      HCOMM_RETURN_IF_ERROR(FailedElsewhere());
-      continue;
-    }
-    // The store's message names the last slice's wait alone: say what the
-    // whole wait was, as init's own failure (UNAVAILABLE, like a rank that
-    // never joined).
-    std::vector<std::string> missing;
-    auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(1));
-    for (size_t i = 0; have.ok() && i < keys.size(); ++i) {
-      if (!(*have)[i]) missing.push_back(absl::StrCat("'", keys[i], "'"));
-    }
-    return Unavailable(absl::StrCat("init ", TimedOutOrInterrupted(), " after ",
-                                    Seconds(absl::Now() - start),
-                                    ": the store never got ",
-                                    missing.empty() ? "what it waited for"
-                                                    : absl::StrJoin(missing, ", ")));
-  }
-}
-
-void Engine::TellInitFailure(const absl::Status& s) {
-  if (store_client_ == nullptr || failed_elsewhere_) return;
-  const absl::Time soon = absl::Now() + absl::Seconds(1);
-  auto have = store_client_->Check({kInitFailedKey}, soon);
-  if (!have.ok() || (*have)[0]) return;  // the store is gone, or the first word is said
-  store_client_->Set(kInitFailedKey, std::string(s.message()), soon).IgnoreError();
+  if (engine->setup_ != nullptr) static_cast<Setup*>(engine->setup_.get())->End();
+  engine->StartProgressThread();
+  return engine;
 }
 
 absl::Status Engine::Bootstrap(const Options& opts) {
-  if (size_ == 1) return absl::OkStatus();
-  const absl::Time began = absl::Now();
-  const absl::Time deadline = began + absl::Milliseconds(opts.timeout_ms);
-  HCOMM_ASSIGN_OR_RETURN(net::HostPort store_hp, net::ParseHostPort(opts.store_addr, "store_addr"));
   const std::string where = absl::StrCat("rank ", rank_, " of ", size_);
-
-  if (rank_ == 0) {
-    auto server = StoreServer::Start(store_hp.host, store_hp.port, opts.job_token);
-    if (!server.ok()) {
-      // store_addr may name this host by an address it cannot bind (behind
-      // NAT, say): the store then listens on every address.
-      auto any = StoreServer::Start("0.0.0.0", store_hp.port, opts.job_token);
-      if (!any.ok()) {
-        return Annotate(server.status(),
-                        absl::StrCat(where, ": cannot serve the store at ", store_hp.ToString(),
-                                     " (nor on 0.0.0.0: ", any.status().message(), ")"));
-      }
-      server = std::move(any);
-    }
-    store_server_ = std::move(server).value();
+  // Plugins first, so that a bad one is an error whatever the job's size.
+  Registry& registry = Registry::Global();
+  for (const std::string& path : opts.plugins) {
+    HCOMM_RETURN_IF_ERROR(Annotate(registry.LoadPlugin(path), where));
   }
-  // The job as rank 0 published it: "<id> <world size> <key>
-  // <HCOMM_CHECK_COLLECTIVES 0|1>" (read by the other ranks below).
-  absl::StatusOr<std::string> published;
-  for (;;) {
-    auto client = StoreClient::Connect(store_hp, opts.job_token, deadline);
-    if (!client.ok() && CodeOf(client.status()) == ErrorCode::kUnavailable &&
-        absl::Now() < deadline && !Interrupted()) {
-      // Reset in the handshake: a store closing as we came (see below).
-      absl::SleepFor(absl::Milliseconds(50));
+  const std::vector<std::string> allowed =
+      opts.transports.empty() ? registry.DefaultOrder() : opts.transports;
+  for (const std::string& t : allowed) {
+    if (registry.Find(t) == nullptr) {
+      return NoDevice(absl::StrCat(where, ": transports=", absl::StrJoin(allowed, ","),
+                                   ": no transport is named '", t, "' (there are ",
+                                   registry.Describe(), "; the plugins key, HCOMM_PLUGINS, "
+                                   "loads more)"));
+    }
+  }
+  if (size_ == 1) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(opts.timeout_ms);
+  HCOMM_ASSIGN_OR_RETURN(job_, Job::Join(opts, deadline));
+  setup_ = std::make_unique<Setup>(job_.get(), deadline);
+
+  // Every allowed transport opened and asked for its card: what the other
+  // ranks need to reach this one through it, or why it cannot be used here.
+  ProviderJob pj;
+  pj.rank = rank_;
+  pj.world_size = size_;
+  pj.job_key = job_->key();
+  pj.host_id = host_id_;
+  pj.advertise_address = "127.0.0.1";
+  if (auto local = net::LocalAddressToward(job_->store_address()); local.ok()) {
+    pj.advertise_address = *local;
+  }
+  store::RankCard mine;
+  mine.set_host(host_id_);
+  mine.set_pid(getpid());
+  mine.set_cpus(OwnCpus());
+  std::vector<std::unique_ptr<Provider>> opened(allowed.size());
+  std::vector<std::string> unusable(allowed.size());
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    store::TransportCard* card = mine.add_transports();
+    card->set_name(allowed[i]);
+    auto p = Provider::Open(registry.Find(allowed[i]), pj, setup_.get(), this);
+    absl::StatusOr<std::string> published =
+        p.ok() ? (*p)->Publish() : absl::StatusOr<std::string>(p.status());
+    if (!published.ok()) {
+      unusable[i] = std::string(published.status().message());
+      card->set_unusable(unusable[i]);
       continue;
     }
-    if (!client.ok()) {
-      return Annotate(client.status(),
-                      absl::StrCat(where, ": cannot join the store at ", store_hp.ToString()));
-    }
-    store_client_ = std::move(client).value();
-    if (rank_ == 0) break;
-    // The store may still be the one of a job this process has ended (a
-    // destroy and a new init in quick succession: its rank 0 has not
-    // closed it yet), or be closing under us: wait for the new one.
-    published = store_client_->Get("hcomm/job_id", deadline);
-    absl::Status stale = published.status();
-    if (published.ok()) {
-      uint64_t id = 0;
-      std::vector<std::string> f = absl::StrSplit(*published, ' ');
-      if (!absl::SimpleAtoi(f[0], &id) || !JobEndedHere(id)) break;
-      stale = Unavailable(absl::StrCat("the store still serves job ", id, ", which this process "
-                                       "has ended (an earlier init's), and no new job came up "
-                                       "there in time"));
-    }
-    if (CodeOf(stale) != ErrorCode::kUnavailable || absl::Now() >= deadline || Interrupted()) {
-      return Unavailable(absl::StrCat(where, ": rank 0 did not publish the job at ",
-                                      store_hp.ToString(), ": ", stale.message()));
-    }
-    store_client_.reset();
-    absl::SleepFor(absl::Milliseconds(50));
+    card->set_card(*published);
+    opened[i] = std::move(p).value();
   }
+  HCOMM_RETURN_IF_ERROR(Annotate(job_->Publish(mine, deadline), where));
+  HCOMM_ASSIGN_OR_RETURN(std::vector<store::RankCard> cards, job_->Cards(deadline));
+  placement_.resize(size_);
+  for (int r = 0; r < size_; ++r) placement_[r] = Placement{cards[r].host(), cards[r].cpus()};
 
-  // Job identity, so that connections from another job are refused, and
-  // the job's size: ranks started with different sizes, or two processes
-  // given one rank, fail at once saying so (else the job waits for ranks
-  // that never come and times out with a misleading message).
-  uint64_t job_id = 0;
-  const char* check_env = getenv("HCOMM_CHECK_COLLECTIVES");
-  const bool check_here = check_env != nullptr && strcmp(check_env, "1") == 0;
-  if (rank_ == 0) {
-    HCOMM_ASSIGN_OR_RETURN(job_id, RandomU64());
-    HCOMM_ASSIGN_OR_RETURN(job_key_, NewJobKey(job_id));
-    check_collectives_ = check_here;
-    HCOMM_RETURN_IF_ERROR(store_client_->Set(
-        "hcomm/job_id",
-        absl::StrCat(job_id, " ", size_, " ", job_key_, " ", check_here ? 1 : 0), deadline));
-  } else {
-    const std::string& v = *published;
-    std::vector<std::string> parts = absl::StrSplit(v, ' ');
-    int job_size = 0;
-    if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &job_id) ||
-        !absl::SimpleAtoi(parts[1], &job_size) || (parts[3] != "0" && parts[3] != "1")) {
-      return Internal(absl::StrCat("store holds a malformed job id: ", v));
-    }
-    check_collectives_ = parts[3] == "1";
-    if (check_collectives_ != check_here) {
-      fprintf(stderr,
-              "hcomm WARN: rank %d: HCOMM_CHECK_COLLECTIVES is %s here but %s on rank 0, "
-              "whose setting the job follows\n",
-              rank_, check_here ? "1" : "unset (or not 1)", check_collectives_ ? "1" : "not 1");
-    }
-    job_key_ = parts[2];
-    if (job_key_.empty() || job_key_.size() > 40 ||
-        job_key_.find_first_not_of("0123456789abcdef-") != std::string::npos) {
-      return Internal(absl::StrCat("store holds a malformed job key: ", v));
-    }
-    if (job_size != size_) {
-      return InvalidArgument(absl::StrCat(
-          where, ": world_size is ", size_, " here but rank 0 at ", store_hp.ToString(),
-          " runs a job of ", job_size, " ranks: every rank must be given the same world_size"));
-    }
-  }
-  job_id_ = job_id;
-  {
-    auto claims = store_client_->Add(absl::StrCat("hcomm/claim/", rank_), 1, deadline);
-    if (!claims.ok()) return Annotate(claims.status(), where);
-    if (*claims > 1) {
-      return InvalidArgument(absl::StrCat(where, ": another process joined the store at ",
-                                          store_hp.ToString(), " as rank ", rank_,
-                                          " first: every rank must be given a rank of its own"));
-    }
-  }
-
-  // Listen for higher ranks on the address that routes towards the store.
-  std::string my_ip = "127.0.0.1";
-  {
-    auto local = net::LocalAddressToward(store_hp);
-    if (local.ok()) my_ip = *local;
-  }
-  int my_port = 0;
-  HCOMM_ASSIGN_OR_RETURN(net::Fd listener, net::Listen(my_ip, 0, &my_port));
-  // The CPUs we may run on, so that ranks of one host can tell whether
-  // they outnumber the CPUs they share.
-  std::vector<int> my_cpus;
-  {
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
-      for (int c = 0; c < CPU_SETSIZE; ++c) {
-        if (CPU_ISSET(c, &cpus)) my_cpus.push_back(c);
-      }
-    }
-  }
-  // Whether we can make segments in /dev/shm at all (a container started
-  // with --ipc=none has none): where one side cannot, ranks of one host
-  // talk over the next transport allowed instead of failing later.
-  const std::vector<std::string> allowed =
-      opts.transports.empty() ? std::vector<std::string>{"shm", "tcp"} : opts.transports;
-  const bool shm_allowed = std::find(allowed.begin(), allowed.end(), "shm") != allowed.end();
-  const absl::Status shm_probe =
-      shm_allowed ? ShmTransport::Probe(job_key_, rank_) : absl::OkStatus();
-  // Which /dev/shm we see ("-": none we can use; "off": shm is not in our
-  // transports): ranks of one host_id share segments only where it is the
-  // same one.
-  const std::string my_shm =
-      !shm_allowed ? "off" : shm_probe.ok() ? ShmTransport::Domain() : "-";
-  HCOMM_RETURN_IF_ERROR(store_client_->Set(
-      absl::StrCat("hcomm/addr/", rank_),
-      absl::StrCat(net::HostPort{my_ip, my_port}.ToString(), " ", host_id_, " ", getpid(), " ",
-                   my_cpus.empty() ? "-" : absl::StrJoin(my_cpus, ","), " ", my_shm),
-      deadline));
-
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("hcomm/addr/", r));
-  absl::Status joined = InitWait(keys, deadline);
-  if (!joined.ok() && failed_elsewhere_) return joined;
-  if (!joined.ok()) {
-    auto have = store_client_->Check(keys, absl::Now() + absl::Seconds(2));
-    std::vector<int> missing;
-    if (have.ok()) {
-      for (int r = 0; r < size_; ++r) {
-        if (!(*have)[r]) missing.push_back(r);
-      }
-    }
-    if (!missing.empty()) {
-      return Unavailable(absl::StrCat(
-          where, ": init ", TimedOutOrInterrupted(), " after ",
-          Seconds(Interrupted() ? absl::Now() - began : absl::Milliseconds(opts.timeout_ms)),
-          ": ",
-          size_ - static_cast<int>(missing.size()), " of ", size_, " ranks joined the store at ",
-          store_hp.ToString(), "; missing: ",
-          missing.empty() ? std::string("unknown") : absl::StrJoin(missing, ", ")));
-    }
-    return Annotate(joined, where);
-  }
-
-  // Routes: shared memory to ranks on our host, TCP to the others, as the
-  // `transports` key allows (in its order of preference).
-  placement_.assign(size_, Placement{});
-  for (int r = 0; r < size_; ++r) {
-    auto entry = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
-    if (!entry.ok()) return Annotate(entry.status(), where);
-    std::vector<std::string> parts = absl::StrSplit(*entry, ' ');
-    placement_[r] = Placement{parts.size() > 1 ? parts[1] : "", parts.size() > 3 ? parts[3] : "",
-                              parts.size() > 4 ? parts[4] : "-"};
-  }
-  enum class Route { kNone, kShm, kTcp };
-  std::vector<Route> route(size_, Route::kNone);
-  std::vector<int> local_peers, unreachable;
-  int tcp_higher = 0;
-  bool any_tcp = false;
-  bool shm_refused = false;  // a rank of this host went another way: one cannot use shm
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    const bool same_host = placement_[r].host == host_id_;
-    for (const std::string& t : allowed) {
-      if (t == "shm" && same_host) {
-        if (my_shm == "-" || placement_[r].shm == "-" || placement_[r].shm == "off") {
-          shm_refused = true;
-          continue;
-        }
-        if (placement_[r].shm != my_shm) continue;  // another machine or container of this name
-        route[r] = Route::kShm;
-        break;
-      }
-      if (t == "tcp") {
-        route[r] = Route::kTcp;
-        break;
-      }
-    }
-    if (route[r] == Route::kShm) local_peers.push_back(r);
-    if (route[r] == Route::kTcp) {
-      any_tcp = true;
-      if (r > rank_) ++tcp_higher;
-    }
-    if (route[r] == Route::kNone) unreachable.push_back(r);
-  }
-  // Why shared memory does not reach rank u of our host_id (a usable
-  // /dev/shm that the peer lacks is the peer's to report).
-  auto no_shm = [&](int u) {
-    if (!shm_allowed) return std::string("shm is not in this rank's transports");
-    if (placement_[u].shm == "off") return absl::StrCat("shm is not in rank ", u, "'s transports");
-    if (!shm_probe.ok()) {
-      return absl::StrCat("this rank cannot use shared memory: ", shm_probe.message());
-    }
-    if (placement_[u].shm == "-") {
-      return absl::StrCat("rank ", u, " cannot use shared memory (its own log says why)");
-    }
-    return absl::StrCat("rank ", u, " sees another /dev/shm (another machine or container named ",
-                        host_id_, ")");
-  };
-  if (!unreachable.empty()) {
-    const bool local = placement_[unreachable[0]].host == host_id_;
-    return NoDevice(absl::StrCat(
-        where, ": transports=", absl::StrJoin(allowed, ","), " cannot reach ranks ",
-        absl::StrJoin(unreachable, ","), " (host ", placement_[unreachable[0]].host,
-        ", we are on host ", host_id_, "); ",
-        local ? absl::StrCat(no_shm(unreachable[0]), "; allow tcp")
-              : "allow tcp to reach other hosts",
-        std::find(allowed.begin(), allowed.end(), "ibverbs") != allowed.end()
-            ? " (ibverbs is not available in this build)"
-            : ""));
-  }
-  if (shm_refused && !shm_probe.ok()) {
-    // Not an error (the job runs), but slower than it could: said whatever
-    // HCOMM_DEBUG is, by the rank that cannot.
-    fprintf(stderr, "hcomm WARN: rank %d: ranks of this host talk over TCP: %s\n", rank_,
-            no_shm(rank_).c_str());
-  }
-
-  // Ranks of this host outnumber the CPUs they may run on together (each
-  // rank pinned to its own CPU is not oversubscribed).
-  int local_ranks = 0;
-  std::set<int> host_cpus;
-  for (int r = 0; r < size_; ++r) {
-    if (placement_[r].host != host_id_) continue;
-    ++local_ranks;
-    for (absl::string_view c : absl::StrSplit(placement_[r].cpus, ',', absl::SkipEmpty())) {
-      int cpu = 0;
-      if (absl::SimpleAtoi(c, &cpu)) host_cpus.insert(cpu);
-    }
-  }
-  oversubscribed_ = local_ranks > std::max<int>(1, static_cast<int>(host_cpus.size()));
+  // Ranks of this host outnumbering their CPUs change how waits behave.
+  oversubscribed_ = CpusShared(placement_, host_id_);
   if (oversubscribed_ && !spin_set_) {
     // A waiter gives its CPU away between looks, so looking longer costs the
     // other ranks little, while sleeping costs a wakeup behind their time
@@ -439,176 +183,47 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   direct_spin_ns_ = absl::ToInt64Nanoseconds(
       oversubscribed_ ? std::min(spin_, kSharedCpuDirectSpin) : spin_);
 
-  // Shared memory first: create our segment, publish it, attach to every
-  // local peer's, and unlink ours once all have attached to it.
-  std::unique_ptr<ShmTransport> shm;
-  if (!local_peers.empty()) {
-    auto created = ShmTransport::Create(rank_, size_, local_peers, job_key_, this);
-    if (!created.ok()) return Annotate(created.status(), absl::StrCat(where, ": shared memory"));
-    shm = std::move(created).value();
-    shm->SetCpusShared(oversubscribed_);
-    if (shm->ring_bytes() < shm->planned_ring_bytes()) {
-      // Not an error, but slower for large messages: said whatever
-      // HCOMM_DEBUG is, by each rank whose rings are smaller (those that
-      // made theirs last found the least room).
-      fprintf(stderr,
-              "hcomm WARN: rank %d: shared-memory rings of %zu KiB instead of %zu KiB: /dev/shm "
-              "is short of room %s\n",
-              rank_, shm->ring_bytes() >> 10, shm->planned_ring_bytes() >> 10, kLargerDevShm);
-    }
-    HCOMM_RETURN_IF_ERROR(
-        store_client_->Set(absl::StrCat("hcomm/shm/", rank_), shm->Address(), deadline));
-    for (int p : local_peers) {
-      const std::string key = absl::StrCat("hcomm/shm/", p);
-      absl::Status published = InitWait({key}, deadline);
-      if (failed_elsewhere_) return published;
-      auto addr = published.ok() ? store_client_->Get(key, deadline)
-                                 : absl::StatusOr<std::string>(published);
-      if (!addr.ok()) return Annotate(addr.status(), absl::StrCat(where, ": shm address of rank ", p));
-      HCOMM_RETURN_IF_ERROR(Annotate(shm->Connect(p, *addr, deadline),
-                                     absl::StrCat(where, ": attaching to rank ", p, "'s segment")));
-    }
-    HCOMM_RETURN_IF_ERROR(store_client_->Set(absl::StrCat("hcomm/shm_ok/", rank_), "1", deadline));
-    std::vector<std::string> ok_keys;
-    for (int p : local_peers) ok_keys.push_back(absl::StrCat("hcomm/shm_ok/", p));
-    absl::Status attached = InitWait(ok_keys, deadline);
-    if (failed_elsewhere_) return attached;
-    HCOMM_RETURN_IF_ERROR(
-        Annotate(attached, absl::StrCat(where, ": waiting for local ranks to attach")));
-    HCOMM_RETURN_IF_ERROR(shm->FinishSetup());
-  }
+  HCOMM_ASSIGN_OR_RETURN(std::vector<int> via, ChooseRoutes(cards, allowed, opened, unusable));
 
-  // TCP: every rank dials the lower ranks and accepts the higher.
-  std::vector<net::Fd> fds(size_);
-  absl::Mutex accept_mu;
-  absl::Status accept_status;
-  std::thread acceptor([&] {
-    int expected = tcp_higher;
-    while (expected > 0) {
-      const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
-      auto c = net::Accept(listener.get(), slice);
-      if (!c.ok()) {
-        absl::Status why = c.status();
-        if (CodeOf(why) == ErrorCode::kTimeout && slice < deadline) {
-          why = FailedElsewhere();
-          if (why.ok()) continue;
-        }
-        absl::MutexLock l(&accept_mu);
-        accept_status = why;
-        return;
-      }
-      absl::Time hs_deadline = std::min(deadline, absl::Now() + absl::Seconds(5));
-      absl::Status hs = HandshakeAsServer(c->get(), opts.job_token, hs_deadline);
-      if (!hs.ok()) continue;  // a stranger or a wrong token: drop it
-      auto frame = net::ReadFrame(c->get(), sizeof(Hello), hs_deadline);
-      if (!frame.ok() || frame->size() != sizeof(Hello)) continue;
-      Hello h;
-      memcpy(&h, frame->data(), sizeof h);
-      absl::MutexLock l(&accept_mu);
-      if (h.job_id != job_id || h.world_size != size_ || h.rank <= rank_ || h.rank >= size_ ||
-          route[h.rank] != Route::kTcp || fds[h.rank].valid()) {
-        continue;
-      }
-      fds[h.rank] = std::move(*c);
-      --expected;
-    }
-  });
-  absl::Status dial_status;
-  for (int r = 0; r < rank_ && dial_status.ok(); ++r) {
-    if (route[r] != Route::kTcp) continue;
-    auto addr = store_client_->Get(absl::StrCat("hcomm/addr/", r), deadline);
-    if (!addr.ok()) {
-      dial_status = addr.status();
-      break;
-    }
-    std::vector<std::string> parts = absl::StrSplit(*addr, ' ');
-    auto hp = net::ParseHostPort(parts[0], "peer address");
-    if (!hp.ok()) {
-      dial_status = hp.status();
-      break;
-    }
-    absl::StatusOr<net::Fd> fd;
-    for (;;) {
-      const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
-      fd = net::ConnectWithRetry(*hp, slice);
-      if (fd.ok() || slice >= deadline) break;
-      if (absl::Status e = FailedElsewhere(); !e.ok()) {
-        fd = e;
-        break;
-      }
-    }
-    if (!fd.ok() && failed_elsewhere_) {
-      dial_status = fd.status();
-      break;
-    }
-    if (!fd.ok()) {
-      dial_status = Annotate(fd.status(), absl::StrCat("connecting to rank ", r, " at ",
-                                                       hp->ToString()));
-      break;
-    }
-    absl::Status hs = HandshakeAsClient(fd->get(), opts.job_token, deadline);
-    if (!hs.ok()) {
-      dial_status = Annotate(hs, absl::StrCat("handshake with rank ", r));
-      break;
-    }
-    Hello h{job_id, rank_, size_};
-    absl::Status w = net::WriteFrame(
-        fd->get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), deadline);
-    if (!w.ok()) {
-      dial_status = Annotate(w, absl::StrCat("hello to rank ", r));
-      break;
-    }
-    absl::MutexLock l(&accept_mu);
-    fds[r] = std::move(*fd);
-  }
-  if (!dial_status.ok()) {
-    ::shutdown(listener.get(), SHUT_RDWR);  // ends the acceptor's wait at once
-  }
-  acceptor.join();
-  if (!dial_status.ok() && !failed_elsewhere_) {
-    // A rank whose own init failed drops its connections a moment before
-    // it says why in the store: a reset met here is most often that. Give
-    // it that moment, and report its reason rather than the reset.
-    const absl::Time grace = std::min(deadline, absl::Now() + absl::Seconds(1));
-    for (;;) {
-      if (absl::Status e = FailedElsewhere(); !e.ok()) return e;
-      if (absl::Now() >= grace) break;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  }
-  if (failed_elsewhere_) return dial_status.ok() ? accept_status : dial_status;
-  if (!dial_status.ok()) return Annotate(dial_status, where);
-  {
-    absl::MutexLock l(&accept_mu);
-    if (!accept_status.ok()) {
-      std::vector<int> missing;
-      for (int r = rank_ + 1; r < size_; ++r) {
-        if (route[r] == Route::kTcp && !fds[r].valid()) missing.push_back(r);
-      }
-      return Unavailable(absl::StrCat(where, ": ranks ", absl::StrJoin(missing, ", "),
-                                      " did not connect: ", accept_status.message()));
-    }
-  }
-
+  // Connect, transport by transport in the order of their names, which
+  // every rank shares (a rank that took them in another order could wait
+  // in one while its peer waits in another).
+  std::vector<size_t> order;
+  for (size_t i = 0; i < allowed.size(); ++i) order.push_back(i);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return allowed[a] < allowed[b]; });
   route_.assign(size_, nullptr);
-  if (shm) {
-    for (int p : local_peers) route_[p] = shm.get();
-    transports_.push_back(std::move(shm));
-  }
-  if (any_tcp) {
-    auto tcp = std::make_unique<TcpTransport>(rank_, size_, this);
+  std::vector<std::unique_ptr<Provider>> connected(allowed.size());
+  for (size_t i : order) {
+    std::vector<int> peers;
     for (int r = 0; r < size_; ++r) {
-      if (route[r] != Route::kTcp) continue;
-      HCOMM_RETURN_IF_ERROR(tcp->AddConnection(r, std::move(fds[r])));
-      route_[r] = tcp.get();
+      if (via[r] == static_cast<int>(i)) peers.push_back(r);
     }
-    transports_.push_back(std::move(tcp));
+    if (peers.empty() || opened[i] == nullptr) continue;
+    opened[i]->SetCpusShared(oversubscribed_);
+    absl::Status c = opened[i]->Connect(peers);
+    if (!c.ok()) {
+      if (job_->failed_elsewhere()) return job_->FailedElsewhere();
+      return Annotate(c, where);
+    }
+    for (int r : peers) route_[r] = opened[i]->transport();
+    connected[i] = std::move(opened[i]);
+  }
+  opened.clear();  // the rest reach nobody: closed now
+  for (auto& p : connected) {
+    if (p == nullptr) continue;
+    transports_.push_back(p->transport());
+    providers_.push_back(std::move(p));
   }
   transport_spins_ = transports_.size() == 1 && transports_[0]->SpinsBeforeSleep();
   if (transports_.size() == 2) {
-    // Shared memory and TCP: a waiter blocks in TCP's epoll, which also
-    // watches the shared-memory transport's bell (PollAll).
-    const int fd = transports_.front()->OpenWakeFd();
+    // Shared memory and TCP, say: a waiter blocks in one transport's wait
+    // (epoll), which also watches the other's bell (PollAll). Whichever
+    // has a bell goes first.
+    int fd = transports_.front()->OpenWakeFd();
+    if (fd < 0 && (fd = transports_.back()->OpenWakeFd()) >= 0) {
+      std::swap(transports_.front(), transports_.back());
+    }
     one_wait_ = fd >= 0 && transports_.back()->WatchFd(fd);
   }
   // Where ranks share CPUs a rendezvous waits for its peer to be scheduled
@@ -625,10 +240,89 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int>> Engine::ChooseRoutes(
+    const std::vector<store::RankCard>& cards, const std::vector<std::string>& allowed,
+    const std::vector<std::unique_ptr<Provider>>& opened,
+    const std::vector<std::string>& unusable) {
+  auto mine = [&](const std::string& name) -> int {
+    auto at = std::find(allowed.begin(), allowed.end(), name);
+    return at == allowed.end() ? -1 : static_cast<int>(at - allowed.begin());
+  };
+  // Whether transport i of ours reaches rank r, as rank r decides too.
+  auto reaches = [&](int i, int r) {
+    const store::TransportCard* theirs = CardOf(cards[r], allowed[i]);
+    return opened[i] != nullptr && theirs != nullptr && theirs->unusable().empty() &&
+           opened[i]->CanReach(r, cards[r].host(), theirs->card());
+  };
+  std::vector<int> via(size_, -1);
+  std::vector<int> unreachable;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    // The lower rank's order decides, so that both ends choose alike.
+    const store::RankCard& lower = cards[std::min(r, rank_)];
+    for (const store::TransportCard& t : lower.transports()) {
+      const int i = mine(t.name());
+      if (i >= 0 && CardOf(cards[std::max(r, rank_)], t.name()) != nullptr && reaches(i, r)) {
+        via[r] = i;
+        break;
+      }
+    }
+    if (via[r] < 0) unreachable.push_back(r);
+  }
+  if (!unreachable.empty()) {
+    // Why, transport by transport, for the first rank out of reach.
+    const int u = unreachable[0];
+    std::vector<std::string> why;
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      const store::TransportCard* theirs = CardOf(cards[u], allowed[i]);
+      if (!unusable[i].empty()) {
+        why.push_back(absl::StrCat(allowed[i], ": ", unusable[i]));
+      } else if (theirs == nullptr) {
+        why.push_back(absl::StrCat(allowed[i], " is not in rank ", u, "'s transports"));
+      } else if (!theirs->unusable().empty()) {
+        why.push_back(absl::StrCat("rank ", u, " cannot use ", allowed[i],
+                                   " (its own log says why)"));
+      } else {
+        why.push_back(absl::StrCat(allowed[i], " does not reach rank ", u, " on host ",
+                                   cards[u].host()));
+      }
+    }
+    for (const store::TransportCard& t : cards[u].transports()) {
+      if (mine(t.name()) < 0 && t.unusable().empty()) {
+        why.push_back(absl::StrCat(t.name(), " is not in this rank's transports"));
+      }
+    }
+    return NoDevice(absl::StrCat("rank ", rank_, " of ", size_, ": transports=",
+                                 absl::StrJoin(allowed, ","), " cannot reach ranks ",
+                                 absl::StrJoin(unreachable, ","), " (host ", cards[u].host(),
+                                 ", we are on host ", host_id_, "): ", absl::StrJoin(why, "; ")));
+  }
+  // A transport this rank cannot use that would have come first for a rank
+  // of its host: not an error (the job runs), but slower than it could,
+  // said whatever HCOMM_DEBUG is, by the rank that cannot.
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (unusable[i].empty()) continue;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || cards[r].host() != host_id_ || via[r] <= static_cast<int>(i)) continue;
+      fprintf(stderr, "hcomm WARN: rank %d: ranks of this host talk over %s: %s\n", rank_,
+              allowed[via[r]].c_str(), unusable[i].c_str());
+      break;
+    }
+  }
+  return via;
+}
+
+const std::string& Engine::job_key() const {
+  static const std::string kNone;
+  return job_ != nullptr ? job_->key() : kNone;
+}
+
+bool Engine::check_collectives() const { return job_ != nullptr && job_->check_collectives(); }
+
 std::string Engine::TransportName() const {
   if (transports_.empty()) return "self";
   std::string out;
-  for (auto& t : transports_) out += out.empty() ? t->name() : std::string("+") + t->name();
+  for (Transport* t : transports_) out += out.empty() ? t->name() : std::string("+") + t->name();
   return out;
 }
 

@@ -9,8 +9,6 @@
 #include "absl/time/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
-#include "core/bootstrap/store_client.h"
-#include "core/bootstrap/store_server.h"
 #include "core/p2p/protocol.h"
 
 namespace hcomm {
@@ -241,7 +239,7 @@ absl::Status Engine::Destroy() {
     absl::MutexLock l(&mu_);
     if (destroyed_) return absl::OkStatus();
   }
-  if (job_id_ != 0) MarkJobEnded(job_id_);
+  if (job_ != nullptr) job_->MarkEnded();
   closing_.store(true, std::memory_order_release);
   absl::Status result;
   if (!transports_.empty() && !aborted_flag_.load()) {
@@ -315,8 +313,7 @@ absl::Status Engine::Destroy() {
     torn_down_.store(true, std::memory_order_release);
     for (auto& t : transports_) t->ShutdownAll();
   }
-  store_client_.reset();
-  store_server_.reset();
+  job_.reset();  // rank 0 stops serving the store
   return result;
 }
 

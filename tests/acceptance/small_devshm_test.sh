@@ -132,7 +132,7 @@ grep -q "^\[rank [0-9]*\] $smaller_rings" "$out" ||
 # (f) /dev/shm unusable
 acceptance_passes f ro
 for r in 0 1 2; do
-  grep -q "^\[rank $r\] hcomm WARN: rank $r: ranks of this host talk over TCP: .*Read-only" \
+  grep -q "^\[rank $r\] hcomm WARN: rank $r: ranks of this host talk over tcp: .*Read-only" \
     "$out" || fail "(f) rank $r did not say that it talks over TCP, and why"
 done
 in_small_shm ro env HCOMM_TRANSPORTS=shm timeout -k 5 60 "$launcher" -n 2 --timeout 30 -- \

@@ -150,8 +150,10 @@ int main(void) {
        "store_addr");
   CASE("config_set: store_addr port 70000", hcomm_config_set(cfg, "store_addr", "127.0.0.1:70000"),
        BAD, "store_addr");
-  CASE("config_set: transports=foo", hcomm_config_set(cfg, "transports", "foo"), BAD,
-       "transports='foo'");
+  CASE("config_set: transports=tcp;shm", hcomm_config_set(cfg, "transports", "tcp;shm"), BAD,
+       "transports='tcp;shm'");
+  CASE("config_set: plugins=a.so::b.so", hcomm_config_set(cfg, "plugins", "a.so::b.so"), BAD,
+       "plugins='a.so::b.so'");
   CASE("config_set: transports=tcp,tcp", hcomm_config_set(cfg, "transports", "tcp,tcp"), BAD,
        "appears twice");
   CASE("config_set: algo=fast", hcomm_config_set(cfg, "algo", "fast"), BAD, "algo='fast'");
@@ -166,6 +168,17 @@ int main(void) {
   CASE("comm_init: rank >= world_size", hcomm_comm_init(bad_cfg, &out), BAD, "rank 1");
   REQUIRE(out == NULL); /* documented: *out is NULL after a failed init */
   CASE("comm_init: rank and world_size missing", hcomm_comm_init(cfg, &out), BAD, "world_size");
+  /* A transport's name parses whatever it is; init says whether one has it. */
+  REQUIRE(hcomm_config_set(bad_cfg, "rank", "0") == HCOMM_SUCCESS);
+  REQUIRE(hcomm_config_set(bad_cfg, "transports", "foo") == HCOMM_SUCCESS);
+  CASE("comm_init: transports=foo", hcomm_comm_init(bad_cfg, &out), HCOMM_ERR_NO_DEVICE,
+       "no transport is named 'foo'");
+  REQUIRE(out == NULL);
+  REQUIRE(hcomm_config_set(bad_cfg, "transports", "tcp") == HCOMM_SUCCESS);
+  REQUIRE(hcomm_config_set(bad_cfg, "plugins", "/nonexistent/libhcomm_x.so") == HCOMM_SUCCESS);
+  CASE("comm_init: plugins=/nonexistent/libhcomm_x.so", hcomm_comm_init(bad_cfg, &out),
+       HCOMM_ERR_NO_DEVICE, "plugin /nonexistent/libhcomm_x.so cannot be loaded");
+  REQUIRE(out == NULL);
   REQUIRE(hcomm_config_destroy(bad_cfg) == HCOMM_SUCCESS);
 
   /* A failed set changed nothing: rank stays 0 after a refused rank=-1. */

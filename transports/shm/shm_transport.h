@@ -79,7 +79,7 @@ struct SegHeader;  // the shared layout, defined in shm_transport.cc
 struct RingCtl;
 }  // namespace shm_internal
 
-class ShmTransport : public Transport {
+class ShmTransport final : public Transport {
  public:
   // Payloads longer than this move by cross-memory attach where it works;
   // up to it (the core's eager limit) they are copied through the ring.

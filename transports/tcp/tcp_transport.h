@@ -36,7 +36,7 @@
 
 namespace hcomm {
 
-class TcpTransport : public Transport {
+class TcpTransport final : public Transport {
  public:
   // `sink` must outlive the transport.
   TcpTransport(int self, int world_size, FrameSink* sink);

@@ -1,0 +1,30 @@
+// Who is where: the host each rank runs on and the CPUs it may use, as it
+// published at init, and what follows from that for the ranks of a host.
+//
+//   std::vector<Placement> where = ...;          // by rank, the same everywhere
+//   bool shared = CpusShared(where, my_host);    // waits yield, not spin
+//
+// (Switches and NUMA nodes join this package with the multi-host work.)
+#ifndef HCOMM_CORE_TOPOLOGY_PLACEMENT_H_
+#define HCOMM_CORE_TOPOLOGY_PLACEMENT_H_
+
+#include <string>
+#include <vector>
+
+namespace hcomm {
+
+struct Placement {
+  std::string host;  // host id
+  std::string cpus;  // the CPUs it may use, "0" or "0,1" ("-": unknown)
+};
+
+// The CPUs this process may run on, "0,1,..." ("-" where it cannot tell).
+std::string OwnCpus();
+
+// Whether the ranks placed on `host` outnumber the CPUs they may use
+// together (each rank pinned to a CPU of its own is not).
+bool CpusShared(const std::vector<Placement>& ranks, const std::string& host);
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_TOPOLOGY_PLACEMENT_H_
