@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -31,8 +32,16 @@ const char* TransportModeName(TransportMode mode) {
     case TransportMode::kTcp: return "tcp";
     case TransportMode::kShm: return "shm";
     case TransportMode::kMixed: return "mixed";
+    case TransportMode::kUds: return "uds";
   }
   return "?";
+}
+
+std::string UdsPluginPath() {
+  const char* dir = getenv("TEST_SRCDIR");
+  const char* ws = getenv("TEST_WORKSPACE");
+  return absl::StrCat(dir != nullptr ? dir : ".", "/", ws != nullptr ? ws : "hcomm",
+                      "/examples/plugin/libhcomm_uds.so");
 }
 
 int FreePort() {
@@ -61,6 +70,10 @@ Options RankOptions(int rank, int world_size, int port, int64_t timeout_ms,
     case TransportMode::kTcp: o.transports = {"tcp"}; break;
     case TransportMode::kShm: o.transports = {"shm"}; break;
     case TransportMode::kMixed: o.host_id = absl::StrCat("testhost", rank % 2); break;
+    case TransportMode::kUds:
+      o.transports = {"uds"};
+      o.plugins = {UdsPluginPath()};
+      break;
     case TransportMode::kDefault: break;
   }
   return o;

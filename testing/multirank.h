@@ -18,11 +18,16 @@ namespace hcomm {
 namespace testing {
 
 // Which transports the ranks of the following RunRanks calls use:
-// kDefault (shared memory, as all ranks share a host id), kTcp, kShm, or
-// kMixed (ranks on two pretend hosts: shm within, TCP between).
-enum class TransportMode { kDefault, kTcp, kShm, kMixed };
+// kDefault (shared memory, as all ranks share a host id), kTcp, kShm,
+// kMixed (ranks on two pretend hosts: shm within, TCP between), or kUds
+// (the plugin example examples/plugin, loaded from the test's runfiles:
+// a test that uses it lists //examples/plugin:libhcomm_uds.so in its data).
+enum class TransportMode { kDefault, kTcp, kShm, kMixed, kUds };
 void SetTransportMode(TransportMode mode);
 const char* TransportModeName(TransportMode mode);
+
+// The plugin example's shared object in the test's runfiles.
+std::string UdsPluginPath();
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();

@@ -5,7 +5,9 @@
 #   bazel run //tools:install -- --prefix=DIR
 #
 #   DIR/include/hcomm/hcomm.h
+#   DIR/include/hcomm/hcomm_transport.h, protocol.hpp  (for transport plugins)
 #   DIR/lib/libhcomm_c.so              (the library; SONAME libhcomm_c.so)
+#   DIR/lib/hcomm/plugins/libhcomm_uds.so  (the plugin example, examples/plugin)
 #   DIR/lib/pkgconfig/hcomm.pc
 #   DIR/bin/hcomm_run, DIR/bin/hcomm_bench
 #   DIR/python/hcomm/                  (the Python package: PYTHONPATH=DIR/python)
@@ -20,14 +22,15 @@ set -euo pipefail
 shopt -u patsub_replacement 2>/dev/null || true  # "&" literal in ${x//p/r}
 
 readonly WORKSPACE_NAME="hcomm"
-readonly COMPONENTS=(c_api tools python java go)
+readonly COMPONENTS=(c_api plugins tools python java go)
 
 usage() {
   cat <<'EOF'
 usage: bazel run //tools:install -- --prefix=DIR
 
-Installs the hcomm C header, libhcomm_c.so, hcomm.pc, hcomm_run and
-hcomm_bench under DIR (include/, lib/, lib/pkgconfig/, bin/).
+Installs the hcomm C headers, libhcomm_c.so, hcomm.pc, the uds plugin,
+hcomm_run and hcomm_bench under DIR (include/, lib/, lib/pkgconfig/,
+lib/hcomm/plugins/, bin/), and the Python, Java and Go bindings.
 
 options:
   --prefix=DIR, --prefix DIR   where to install (relative: to the directory
@@ -147,6 +150,17 @@ install_c_api() {
   put 644 "$scratch/hcomm.pc" "$prefix/lib/pkgconfig/hcomm.pc"
 }
 
+# What a transport plugin is built against (hcomm_transport.h, protocol.hpp)
+# and the plugin example, built against those headers alone.
+install_plugins() {
+  local h
+  for h in hcomm_transport.h protocol.hpp; do
+    put 644 "$(rlocation "c_api/include/hcomm/$h")" "$prefix/include/hcomm/$h"
+  done
+  rm -f "$prefix/lib/hcomm/plugins/libhcomm_uds.so"
+  put 755 "$(rlocation examples/plugin/libhcomm_uds.so)" "$prefix/lib/hcomm/plugins/libhcomm_uds.so"
+}
+
 install_tools() {
   local run bench
   run="$(rlocation tools/hcomm_run)"
@@ -212,6 +226,8 @@ for component in "${COMPONENTS[@]}"; do
 done
 echo "done. Build C programs with:"
 echo "  PKG_CONFIG_PATH=$prefix/lib/pkgconfig cc app.c \$(pkg-config --cflags --libs hcomm)"
+echo "Load the uds transport plugin with:"
+echo "  HCOMM_PLUGINS=$prefix/lib/hcomm/plugins/libhcomm_uds.so HCOMM_TRANSPORTS=uds"
 echo "Use the Python package with:"
 echo "  PYTHONPATH=$prefix/python python3 -c 'import hcomm'"
 echo "Use the Java binding with:"

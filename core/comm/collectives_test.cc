@@ -336,6 +336,14 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(testing::TransportMode::kTcp)),
     CaseName);
 
+// Every algorithm through the plugin example (examples/plugin), as over TCP.
+INSTANTIATE_TEST_SUITE_P(
+    Uds, CollectivesTest,
+    ::testing::Combine(::testing::Values(2, 5, 7),
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect),
+                       ::testing::Values(testing::TransportMode::kUds)),
+    CaseName);
+
 INSTANTIATE_TEST_SUITE_P(
     Mixed, CollectivesTest,
     ::testing::Combine(::testing::Values(4),
@@ -583,7 +591,8 @@ TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, GroupDestroyTest,
                          ::testing::Values(testing::TransportMode::kShm,
-                                           testing::TransportMode::kTcp),
+                                           testing::TransportMode::kTcp,
+                                           testing::TransportMode::kUds),
                          ModeName);
 
 // Aborting a group ends that group alone: on the aborting rank its pending
@@ -753,7 +762,8 @@ TEST_P(GroupAbortTest, DestroyFailsAPendingIAllReduceAtOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, GroupAbortTest,
                          ::testing::Values(testing::TransportMode::kShm,
-                                           testing::TransportMode::kTcp),
+                                           testing::TransportMode::kTcp,
+                                           testing::TransportMode::kUds),
                          ModeName);
 
 // A language binding's Ctrl-C (core/base/interrupt.h): the check, run from

@@ -540,7 +540,9 @@ TEST_P(FabricTest, BlockingReceivesKeepOrderWhileAnotherThreadPolls) {
 }
 
 TEST_P(FabricTest, UnknownTcpCongestionControlIsNamed) {
-  if (GetParam() == testing::TransportMode::kShm) GTEST_SKIP() << "no TCP connection is made";
+  if (GetParam() == testing::TransportMode::kShm || GetParam() == testing::TransportMode::kUds) {
+    GTEST_SKIP() << "no TCP connection is made";
+  }
   setenv("HCOMM_TCP_CONGESTION", "no-such-control", 1);
   std::atomic<int> named{0};
   RunRanks(2, [&](int rank, const Options& o) {
@@ -784,7 +786,7 @@ TEST(FabricInitTest, JobKeyComesFromTheLauncherWhenSet) {
 INSTANTIATE_TEST_SUITE_P(
     Transports, FabricTest,
     ::testing::Values(testing::TransportMode::kTcp, testing::TransportMode::kShm,
-                      testing::TransportMode::kMixed),
+                      testing::TransportMode::kMixed, testing::TransportMode::kUds),
     [](const ::testing::TestParamInfo<testing::TransportMode>& info) {
       return std::string(testing::TransportModeName(info.param));
     });

@@ -80,20 +80,21 @@ class Protocol {
 
   // --- Optional; the defaults are what the library does without them ---
   virtual size_t EagerBytes() { return 0; }
-  virtual bool TrySendNow(int peer, const void* header, const void* payload, size_t len) {
+  virtual bool TrySendNow(int /*peer*/, const void* /*header*/, const void* /*payload*/,
+                          size_t /*len*/) {
     return false;
   }
-  virtual int TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
-                        void* take_arg) {
+  virtual int TakeWhole(int /*peer*/, uint64_t /*max_payload*/, hcomm_transport_take_fn /*take*/,
+                        void* /*take_arg*/) {
     return -1;
   }
-  virtual int PollPeer(int peer) { return Poll(0); }
+  virtual int PollPeer(int /*peer*/) { return Poll(0); }
   virtual int PollQuiet(int64_t timeout_ns) { return Poll(timeout_ns); }
   virtual bool SpinsBeforeSleep() { return false; }
   virtual int OpenWakeFd() { return -1; }
   virtual bool ArmWake() { return false; }
   virtual void DisarmWake() {}
-  virtual bool WatchFd(int fd) { return false; }
+  virtual bool WatchFd(int /*fd*/) { return false; }
 
  protected:
   const hcomm_transport_host_t& host() const { return *host_; }
