@@ -84,7 +84,9 @@ sources_of() {
                          core/bootstrap/store_client.cc core/bootstrap/job.cc $(p2p_sources) @pb \
                          core/topology/placement.cc transports/provider.cc transports/registry.cc \
                          transports/tcp/tcp_transport.cc transports/tcp/tcp_protocol.cc \
-                         transports/shm/shm_transport.cc transports/shm/shm_protocol.cc \
+                         transports/shm/shm_transport.cc transports/shm/shm_send.cc \
+                         transports/shm/shm_receive.cc transports/shm/shm_progress.cc \
+                         transports/shm/shm_protocol.cc \
                          algorithms/kernels/shared_copy.cc core/base/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
   esac
 }
