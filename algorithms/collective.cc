@@ -1,5 +1,6 @@
 #include "algorithms/collective.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/base/status.h"
@@ -12,6 +13,7 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kTree: return "tree";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kSegment: return "shared memory";
   }
   return "unknown";
 }
@@ -42,10 +44,29 @@ ReorderedPeers::ReorderedPeers(Peers& base, std::vector<int> order)
   }
 }
 
-InFlight::~InFlight() {
-  for (auto& r : reqs_) {
-    if (!r->done.load(std::memory_order_acquire)) peers_.Withdraw(r);
+absl::StatusOr<WideBuffers> Widen(Peers& p, const void* send, size_t in_count, size_t out_count,
+                                  DataType t) {
+  float* in = reinterpret_cast<float*>(p.Scratch(2, std::max<size_t>(in_count, 1) * 4));
+  float* out = reinterpret_cast<float*>(p.Scratch(3, std::max<size_t>(out_count, 1) * 4));
+  if (in == nullptr || out == nullptr) {
+    return OutOfMem("cannot allocate the float32 staging buffers");
   }
+  WidenToFloat32(in, send, in_count, t);
+  return WideBuffers{in, out};
+}
+
+absl::Status OnFloat32(Peers& p, const void* send, void* recv, size_t in_count,
+                       size_t out_count, DataType t, bool has_output,
+                       absl::FunctionRef<absl::Status(const void*, void*, DataType)> body) {
+  HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(p, send, in_count, out_count, t));
+  HCOMM_RETURN_IF_ERROR(body(w.in, w.out, DataType::kFloat32));
+  if (has_output) NarrowFromFloat32(recv, w.out, out_count, t);
+  return absl::OkStatus();
+}
+
+InFlight::~InFlight() {
+  // Only on an error path: WaitAll empties reqs_ once all have ended.
+  for (auto& r : reqs_) peers_.Withdraw(r);
 }
 
 absl::Status InFlight::Send(const void* buf, size_t bytes, int peer) {

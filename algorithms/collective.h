@@ -16,14 +16,21 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "algorithms/kernels/reduce.h"
-#include "core/p2p/request.h"
 
 namespace hcomm {
 
-enum class Algorithm { kAuto = 0, kRing = 1, kTree = 2, kDirect = 3 };
+// A send or receive in flight, as the communicator's point-to-point engine
+// keeps it: opaque here (algorithms see peers, never the engine), held by
+// the shared pointer the engine made.
+struct Request;
+
+// kSegment: the shared-segment collectives (algorithms/shm_collective.h),
+// named "shared memory".
+enum class Algorithm { kAuto = 0, kRing = 1, kTree = 2, kDirect = 3, kSegment = 4 };
 const char* AlgorithmName(Algorithm a);
 
 class Peers {
@@ -52,7 +59,8 @@ class Peers {
   // independent. Valid until the next call with the same slot.
   virtual char* Scratch(int slot, size_t bytes) = 0;
   // Withdraws a pending request on an error path: a receive that nothing
-  // reached is dropped, a send stops using its buffer.
+  // reached is dropped, a send stops using its buffer; one that has ended
+  // is left as it is.
   virtual void Withdraw(const std::shared_ptr<Request>& r) = 0;
 };
 
@@ -119,6 +127,28 @@ class InFlight {
   Peers& peers_;
   absl::InlinedVector<std::shared_ptr<Request>, 8> reqs_;
 };
+
+// float16/bfloat16 reductions accumulate in float32 and are rounded once.
+// Where one combine of every rank's own value completes each element (the
+// direct algorithms, and any algorithm between two ranks) the 16-bit
+// vectors travel as they are, half the bytes.
+inline bool HalfTravelsAsIs(Algorithm a, int nranks) {
+  return a == Algorithm::kDirect || nranks <= 2;
+}
+// `send` (in_count elements of t) widened into float32 scratch (slot 2),
+// with float32 scratch for out_count results (slot 3).
+struct WideBuffers {
+  float* in;
+  float* out;
+};
+absl::StatusOr<WideBuffers> Widen(Peers& p, const void* send, size_t in_count, size_t out_count,
+                                  DataType t);
+// Elsewhere partial results travel, and they must not be rounded: `body`
+// runs on float32 copies (Widen), and its output is rounded into `recv` at
+// the end where `has_output`.
+absl::Status OnFloat32(Peers& p, const void* send, void* recv, size_t in_count,
+                       size_t out_count, DataType t, bool has_output,
+                       absl::FunctionRef<absl::Status(const void*, void*, DataType)> body);
 
 // Splits `count` elements into `parts` nearly equal blocks; block b starts
 // at BlockOffset(count, parts, b) and has BlockCount(count, parts, b) elements.

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/p2p/request.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {

@@ -5,7 +5,10 @@
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/entries.h"
 #include "algorithms/kernels/reduce_parts.h"
+#include "algorithms/table.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -187,5 +190,89 @@ absl::Status ScatterDirect(Peers& p, const void* send, void* recv, size_t bytes_
   }
   return absl::OkStatus();
 }
+
+// ---------------------------------------------------------------------------
+// The table's rows (entries.h). The direct algorithms complete every
+// element in one combine of all ranks' own values, so 16-bit floats travel
+// as they are (HalfTravelsAsIs).
+
+namespace entries {
+
+namespace {
+size_t Bytes(const CollectiveCall& c) { return c.count * DataTypeSize(c.dtype); }
+}  // namespace
+
+double DirectAllReduceCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.fan + t.fanned * t.RendezvousUs(t.S) + (t.n - 1) * t.S * t.b +
+         t.Reduce((t.n - 1) * t.S, t.S);
+}
+
+absl::Status DirectAllReduceRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return AllReduceDirect(p, c.send, c.recv, c.count, c.dtype, c.reduce);
+}
+
+double DirectBroadcastCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.fan + t.fanned * t.RendezvousUs(t.S) + (t.n - 1) * t.S * t.b;
+}
+
+absl::Status DirectBroadcastRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return BroadcastDirect(p, c.recv, Bytes(c), c.root);
+}
+
+double DirectReduceCost(double bytes, int nranks, const LinkModel& link) {
+  return DirectAllReduceCost(bytes, nranks, link);
+}
+
+absl::Status DirectReduceRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return ReduceDirect(p, c.send, c.recv, c.count, c.dtype, c.reduce, c.root);
+}
+
+double DirectAllGatherCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.fan + t.fanned * t.RendezvousUs(t.S / t.n) + (t.n - 1) / t.n * t.S * t.b * 1.1;
+}
+
+absl::Status DirectAllGatherRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return AllGatherDirect(p, c.send, c.recv, Bytes(c));
+}
+
+double DirectReduceScatterCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.fan + t.fanned * t.RendezvousUs(t.S / t.n) + (t.n - 1) / t.n * t.S * t.b * 1.1 +
+         t.Reduce((t.n - 1) / t.n * t.S, t.S / t.n);
+}
+
+absl::Status DirectReduceScatterRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return ReduceScatterDirect(p, c.send, c.recv, c.count, c.dtype, c.reduce);
+}
+
+double DirectAllToAllCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.fan + t.fanned * t.RendezvousUs(t.S / t.n) + (t.n - 1) / t.n * t.S * t.b;
+}
+
+absl::Status DirectAllToAllRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return AllToAllDirect(p, c.send, c.recv, Bytes(c));
+}
+
+double DirectGatherCost(double bytes, int nranks, const LinkModel& link) {
+  return DirectAllToAllCost(bytes, nranks, link);
+}
+
+absl::Status DirectGatherRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return GatherDirect(p, c.send, c.recv, Bytes(c), c.root);
+}
+
+double DirectScatterCost(double bytes, int nranks, const LinkModel& link) {
+  return DirectAllToAllCost(bytes, nranks, link);
+}
+
+absl::Status DirectScatterRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return ScatterDirect(p, c.send, c.recv, Bytes(c), c.root);
+}
+
+}  // namespace entries
 
 }  // namespace hcomm

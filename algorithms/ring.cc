@@ -2,16 +2,21 @@
 // chunks so that the transfer of one chunk overlaps the reduction of the
 // previous one.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/entries.h"
 #include "algorithms/kernels/reduce_parts.h"
+#include "algorithms/table.h"
 #include "core/base/status.h"
 
 namespace hcomm {
 namespace {
 
-constexpr size_t kChunkBytes = 512 * 1024;
+// The cost model prices the same chunks (cost_model.h).
+constexpr size_t kChunkBytes = static_cast<size_t>(kRingChunkBytes);
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -285,5 +290,96 @@ absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, Da
                                BlockCount(count, n, r) * esize, root));
   return f.WaitAll();
 }
+
+
+// ---------------------------------------------------------------------------
+// The table's rows (entries.h)
+
+namespace entries {
+
+namespace {
+size_t Bytes(const CollectiveCall& c) { return c.count * DataTypeSize(c.dtype); }
+}  // namespace
+
+double RingAllReduceCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  // Every chunk of a step is a message; the chunks of a step are in flight
+  // together, so their rendezvous round trips overlap.
+  const double chunks = std::max(1.0, std::ceil(t.S / t.n / kRingChunkBytes));
+  return 2 * (t.n - 1) * (chunks * t.a + t.RendezvousUs(t.chunk) + t.slices) +
+         2 * (t.n - 1) / t.n * t.S * t.b + t.Reduce((t.n - 1) / t.n * t.S, t.chunk);
+}
+
+absl::Status RingAllReduceRun(Peers& p, const CollectiveCall& c, const RunEnv& env) {
+  if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kRing, p.size())) {
+    // The reduce-scatter runs on float32; the allgather moves the rounded
+    // 16-bit blocks.
+    HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(p, c.send, c.count, c.count, c.dtype));
+    if (RingByCpu(c.count * sizeof(float), env.ring_order)) {
+      ReorderedPeers by_cpu(p, *env.ring_order);
+      return AllReduceRingNarrowGather(by_cpu, w.in, w.out, c.recv, c.count, c.dtype, c.reduce);
+    }
+    return AllReduceRingNarrowGather(p, w.in, w.out, c.recv, c.count, c.dtype, c.reduce);
+  }
+  if (RingByCpu(Bytes(c), env.ring_order)) {
+    ReorderedPeers by_cpu(p, *env.ring_order);
+    return AllReduceRing(by_cpu, c.send, c.recv, c.count, c.dtype, c.reduce);
+  }
+  return AllReduceRing(p, c.send, c.recv, c.count, c.dtype, c.reduce);
+}
+
+double RingBroadcastCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  const double piece = std::min(t.S, kRingChunkBytes);
+  const double pieces = std::max(1.0, std::ceil(t.S / piece));
+  return (t.n - 2 + pieces) * (t.MessageUs(piece) + piece * t.b + t.slices);
+}
+
+absl::Status RingBroadcastRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return BroadcastRing(p, c.recv, Bytes(c), c.root);
+}
+
+double RingReduceCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return 2 * (t.n - 1) * (t.MessageUs(t.S / t.n) + t.slices) + 2 * (t.n - 1) / t.n * t.S * t.b +
+         t.Reduce((t.n - 1) / t.n * t.S, t.chunk);
+}
+
+absl::Status RingReduceRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  auto run = [&](const void* in, void* out, DataType t) {
+    return ReduceRing(p, in, out, c.count, t, c.reduce, c.root);
+  };
+  if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kRing, p.size())) {
+    return OnFloat32(p, c.send, c.recv, c.count, c.count, c.dtype, p.rank() == c.root, run);
+  }
+  return run(c.send, c.recv, c.dtype);
+}
+
+double RingAllGatherCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return (t.n - 1) * (t.MessageUs(t.S / t.n) + t.S / t.n * t.b + t.slices);
+}
+
+absl::Status RingAllGatherRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return AllGatherRing(p, c.send, c.recv, Bytes(c));
+}
+
+double RingReduceScatterCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return (t.n - 1) * (t.MessageUs(t.S / t.n) + t.S / t.n * t.b + t.slices) +
+         t.Reduce((t.n - 1) / t.n * t.S, t.chunk);
+}
+
+absl::Status RingReduceScatterRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  auto run = [&](const void* in, void* out, DataType t) {
+    return ReduceScatterRing(p, in, out, c.count, t, c.reduce);
+  };
+  if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kRing, p.size())) {
+    return OnFloat32(p, c.send, c.recv, c.count * p.size(), c.count, c.dtype, true, run);
+  }
+  return run(c.send, c.recv, c.dtype);
+}
+
+}  // namespace entries
 
 }  // namespace hcomm

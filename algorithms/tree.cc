@@ -4,7 +4,10 @@
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/entries.h"
 #include "algorithms/kernels/reduce_parts.h"
+#include "algorithms/table.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -343,5 +346,94 @@ absl::Status BarrierDissemination(Peers& p) {
   }
   return absl::OkStatus();
 }
+
+// ---------------------------------------------------------------------------
+// The table's rows (entries.h)
+
+namespace entries {
+
+namespace {
+size_t Bytes(const CollectiveCall& c) { return c.count * DataTypeSize(c.dtype); }
+}  // namespace
+
+double TreeAllReduceCost(double bytes, int nranks, const LinkModel& link) {
+  const size_t b = static_cast<size_t>(bytes);
+  const TreeAllReduceCosts t = ::hcomm::TreeAllReduceCost(b, nranks, link);
+  return TreeAllReduceHalves(b, nranks, link) ? t.halving : t.doubling;
+}
+
+absl::Status TreeAllReduceRun(Peers& p, const CollectiveCall& c, const RunEnv& env) {
+  auto run = [&](const void* in, void* out, DataType t) {
+    return AllReduceTree(p, in, out, c.count, t, c.reduce,
+                         TreeAllReduceHalves(c.count * DataTypeSize(t), p.size(), *env.link));
+  };
+  if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kTree, p.size())) {
+    return OnFloat32(p, c.send, c.recv, c.count, c.count, c.dtype, true, run);
+  }
+  return run(c.send, c.recv, c.dtype);
+}
+
+double TreeBroadcastCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.lg * (t.MessageUs(t.S) + t.S * t.b);
+}
+
+absl::Status TreeBroadcastRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return BroadcastBinomial(p, c.recv, Bytes(c), c.root);
+}
+
+double TreeReduceCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.lg * (t.MessageUs(t.S) + t.S * t.b) + t.Reduce(t.lg * t.S, t.S);
+}
+
+absl::Status TreeReduceRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  auto run = [&](const void* in, void* out, DataType t) {
+    return ReduceBinomial(p, in, out, c.count, t, c.reduce, c.root);
+  };
+  if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kTree, p.size())) {
+    return OnFloat32(p, c.send, c.recv, c.count, c.count, c.dtype, p.rank() == c.root, run);
+  }
+  return run(c.send, c.recv, c.dtype);
+}
+
+// Recursive doubling needs a power of two of ranks: elsewhere not a choice
+// (a cost below zero).
+double TreeAllGatherCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.pow2 ? t.lg * t.a + t.DoublingRendezvousUs() + (t.n - 1) / t.n * t.S * t.b : -1;
+}
+
+absl::Status TreeAllGatherRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return AllGatherRecursiveDoubling(p, c.send, c.recv, Bytes(c));
+}
+
+double TreeGatherCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.lg * t.a + t.DoublingRendezvousUs() + (t.n - 1) / t.n * t.S * t.b * (1 + 0.1 * t.lg);
+}
+
+absl::Status TreeGatherRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return GatherBinomial(p, c.send, c.recv, Bytes(c), c.root);
+}
+
+double TreeScatterCost(double bytes, int nranks, const LinkModel& link) {
+  return TreeGatherCost(bytes, nranks, link);
+}
+
+absl::Status TreeScatterRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+  return ScatterBinomial(p, c.send, c.recv, Bytes(c), c.root);
+}
+
+double TreeBarrierCost(double bytes, int nranks, const LinkModel& link) {
+  const CostTerms t(bytes, nranks, link);
+  return t.lg * t.a;
+}
+
+absl::Status TreeBarrierRun(Peers& p, const CollectiveCall&, const RunEnv&) {
+  return BarrierDissemination(p);
+}
+
+}  // namespace entries
 
 }  // namespace hcomm

@@ -171,11 +171,11 @@ hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Commun
                           hcomm_request_t* out) {
   hcomm_request_s* slot = hcomm_c::RequestSlots::Get().Take();
   if (slot == nullptr) {
-    if (!r->done.load(std::memory_order_acquire)) comm.engine()->Release(r);
+    if (!r->done.load(std::memory_order_acquire)) comm.request_driver()->Release(r);
     return Fail(HCOMM_ERR_OUT_OF_MEM, "out of request handles (too many requests not freed)");
   }
   slot->impl = std::move(r);
-  slot->engine = comm.engine();
+  slot->driver = comm.request_driver();
   slot->timeout = comm.timeout();
   slot->world_to_group = comm.world_to_group();
   slot->forks = hcomm::ForkCount();
@@ -515,7 +515,7 @@ hcomm_status_t hcomm_wait(hcomm_request_t req) {
     HCOMM_C_CHECK(CheckRequest("hcomm_wait", req));
     hcomm::Request* r = req->impl.get();
     if (r->done.load(std::memory_order_acquire)) return ToC(r->status);
-    return ToC(req->engine->Wait(r, absl::Now() + req->timeout));
+    return ToC(req->driver->Wait(r, absl::Now() + req->timeout));
   });
 }
 
@@ -524,7 +524,7 @@ hcomm_status_t hcomm_test(hcomm_request_t req, int* done) {
     HCOMM_C_CHECK(CheckRequest("hcomm_test", req));
     if (done == nullptr) return BadArg("hcomm_test: done is NULL");
     hcomm::Request* r = req->impl.get();
-    bool d = r->done.load(std::memory_order_acquire) || req->engine->Test(r);
+    bool d = r->done.load(std::memory_order_acquire) || req->driver->Test(r);
     *done = d ? 1 : 0;
     return d ? ToC(r->status) : HCOMM_SUCCESS;
   });
@@ -580,7 +580,7 @@ hcomm_status_t hcomm_request_free(hcomm_request_t req) {
       return HCOMM_SUCCESS;
     }
     HCOMM_C_CHECK(CheckRequest("hcomm_request_free", req));
-    if (!req->impl->done.load()) req->engine->Release(req->impl);
+    if (!req->impl->done.load()) req->driver->Release(req->impl);
     // False only where another thread freed it meanwhile.
     if (!hcomm_c::RequestSlots::Get().Give(req)) return BadRequest("hcomm_request_free: req", req);
     return HCOMM_SUCCESS;

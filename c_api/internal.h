@@ -13,9 +13,9 @@
 
 #include "c_api/forks.h"
 #include "core/comm/channel.h"
-#include "core/comm/communicator.h"
-#include "core/p2p/engine.h"
 #include "core/base/config.h"
+#include "core/comm/communicator.h"
+#include "core/comm/request_driver.h"
 #include "core/p2p/request.h"
 #include "hcomm/hcomm.h"
 
@@ -36,9 +36,9 @@ struct hcomm_request_s {
   // Between hcomm_isend/irecv/iallreduce and hcomm_request_free.
   std::atomic<bool> live{false};
   std::shared_ptr<hcomm::Request> impl;
-  // The engine that drives it, kept alive by the request; the communicator
-  // itself may be destroyed first.
-  std::shared_ptr<hcomm::Engine> engine;
+  // What drives it, kept alive by the request; the communicator itself may
+  // be destroyed first.
+  std::shared_ptr<hcomm::RequestDriver> driver;
   absl::Duration timeout;
   // World rank -> rank of the communicator the request was made on.
   std::shared_ptr<const std::vector<int>> world_to_group;

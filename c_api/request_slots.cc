@@ -38,9 +38,9 @@ hcomm_request_s* RequestSlots::Take() {
 bool RequestSlots::Give(hcomm_request_s* slot) {
   if (!slot->live.exchange(false, std::memory_order_acq_rel)) return false;
   // Taken out here, released when this returns, after the lock: the last
-  // reference to a engine may be among them, and its end takes a while.
+  // reference to an engine may be among them, and its end takes a while.
   std::shared_ptr<hcomm::Request> impl = std::move(slot->impl);
-  std::shared_ptr<hcomm::Engine> engine = std::move(slot->engine);
+  std::shared_ptr<hcomm::RequestDriver> driver = std::move(slot->driver);
   std::shared_ptr<const std::vector<int>> world_to_group = std::move(slot->world_to_group);
   absl::MutexLock l(&mu_);
   freed_.push_back(slot);

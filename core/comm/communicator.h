@@ -39,7 +39,9 @@
 #include "algorithms/collective.h"
 #include "algorithms/kernels/reduce.h"
 #include "algorithms/selector.h"
+#include "algorithms/table.h"
 #include "core/base/config.h"
+#include "core/comm/request_driver.h"
 #include "core/p2p/engine.h"
 #include "core/base/fence.h"
 #include "core/p2p/request.h"
@@ -67,6 +69,8 @@ class Communicator {
   // requests so they can report sources after this communicator is gone.
   const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
   const std::shared_ptr<Engine>& engine() const { return engine_; }
+  // What its requests need once it is gone (core/comm/request_driver.h).
+  const std::shared_ptr<RequestDriver>& request_driver() const { return driver_; }
 
   // Whether collectives run in a segment shared by all ranks
   // (algorithms/shm_collective.h) rather than by messages.
@@ -149,31 +153,15 @@ class Communicator {
   // RejectCollective's part in turn: marks `ticket` rejected here and at
   // every member.
   void RunRejection(uint64_t ticket, CollectiveOp op);
-  // Runs `body` as collective `name` with the next sequence number, once all
-  // earlier collectives of this communicator have finished.
   uint64_t TakeTicket();
-  using Body = absl::FunctionRef<absl::Status(Peers&, Algorithm)>;
-  // The buffers of a collective that the shared-memory segment may run
-  // instead of `body` (algorithms/shm_collective.h): the call's own, NULL where
-  // API.md lets a rank pass NULL.
-  struct ShmArgs {
-    const void* send;
-    void* recv;
-  };
-  absl::Status RunCollective(CollectiveOp op, size_t bytes, DataType t, ReduceOp rop, int root,
-                             size_t count, Body body, const ShmArgs* shm = nullptr);
-  absl::Status RunTicket(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t, ReduceOp rop,
-                         int root, size_t count, Body body,
-                         const ShmArgs* shm = nullptr);
+  // Runs `call` with the next sequence number, once all earlier
+  // collectives of this communicator have finished.
+  absl::Status RunCollective(const CollectiveCall& call);
   // Exchanges the call's fingerprint with every member (empty messages
   // under the check tag of sequence number `tag`): Mismatch on every rank
   // if any two members' calls differ. (The shared segment compares every
   // call already.)
   absl::Status CheckCall(CollectivePeers& peers, int tag);
-  // Runs the collective in the shared-memory segment.
-  absl::Status RunInSegment(CollectiveOp op, const ShmArgs& a, size_t count, DataType t,
-                            ReduceOp rop, int root, uint64_t seq, uint64_t fingerprint,
-                            ShmWaiter& waiter);
   // Collective over the members: maps the communicator's shared-memory
   // segment when every member shares this host (and HCOMM_SHM_COLL is not
   // 0), agreeing with the others on whether all could.
@@ -187,38 +175,15 @@ class Communicator {
   // and serves the next ticket.
   void WaitTurn(uint64_t ticket);
   void FinishTurn();
-  // Runs collective `ticket`, whose turn it is, and serves the next.
-  absl::Status RunServing(uint64_t ticket, CollectiveOp op, size_t bytes, DataType t,
-                          ReduceOp rop, int root, size_t count, Body body,
-                          const ShmArgs* shm);
-  // The algorithm for a call: the cost model's choice, remembered for the
-  // last (op, bytes, forced) asked (only the serving collective calls it).
+  // Runs collective `ticket`, whose turn it is, with the algorithm the
+  // selector picks from the table, and serves the next.
+  absl::Status RunServing(uint64_t ticket, const CollectiveCall& call);
+  // The algorithm for a call: the selector's choice, remembered for the
+  // last (op, bytes, forced, segment) asked (only the serving collective
+  // calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
-  // Whether algorithm `a` completes every element of a float16/bfloat16
-  // reduction in one combine of all ranks' own values, so the 16-bit data
-  // can travel as it is: the direct algorithms, and any between two ranks.
-  bool HalfTravelsAsIs(Algorithm a) const { return a == Algorithm::kDirect || size_ <= 2; }
-  // Runs body(p, a, in, out, dtype) on a float16/bfloat16 reduction: on the
-  // 16-bit vectors themselves, or on float32 copies (see communicator.cc).
-  std::function<absl::Status(Peers&, Algorithm)> HalfFloat(
-      const void* send, void* recv, size_t in_count, size_t out_count, DataType t,
-      bool has_output,
-      const std::function<absl::Status(Peers&, Algorithm, const void*, void*, DataType)>& body);
-  // `send` (in_count elements of t) widened into float32 scratch, with
-  // scratch for out_count float32 results.
-  struct WideBuffers {
-    float* in;
-    float* out;
-  };
-  absl::StatusOr<WideBuffers> Widen(const void* send, size_t in_count, size_t out_count,
-                                    DataType t);
-  // Whether the ring allreduce of `bytes` per rank runs in ring_order_.
-  bool RingByPlacement(size_t bytes) const;
-  absl::Status RunAllReduce(Peers& p, Algorithm a, const void* send, void* recv, size_t count,
-                            DataType t, ReduceOp op) const;
-  std::function<absl::Status(Peers&, Algorithm)> AllReduceBody(const void* send, void* recv,
-                                                               size_t count, DataType t,
-                                                               ReduceOp op);
+  // HCOMM_DEBUG=INFO: the choice and its costs, on stderr.
+  void DebugChoice(const CollectiveCall& call, size_t bytes, const Choice& choice);
   // INVALID_ARGUMENT for a root out of range, the call rejected as a
   // collective (RejectCollective).
   absl::Status CheckRoot(CollectiveOp op, int root);
@@ -232,6 +197,7 @@ class Communicator {
                                                           uint32_t ctx);
 
   std::shared_ptr<Engine> engine_;
+  const std::shared_ptr<RequestDriver> driver_;
   const int rank_;
   const int size_;
   const std::vector<int> group_to_world_;
@@ -251,6 +217,7 @@ class Communicator {
     CollectiveOp op;
     size_t bytes = 0;
     Algorithm forced = Algorithm::kAuto;
+    bool segment = false;
     Choice choice;
   } choice_cache_;
   const bool debug_info_;
