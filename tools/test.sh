@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs hcomm's whole test suite (installing what it needs first) and ends
-# with the line "N passed, N failed" (test targets, over every run below).
+# with the line "N passed, N failed" (test targets, over every run below,
+# and the layering check tools/check_layers.sh, which counts as one).
 #
 #   bash tools/test.sh                 # everything
 #   bash tools/test.sh //core/...      # a subset
@@ -64,6 +65,15 @@ run_bazel() {
 }
 
 run_bazel "" "${targets[@]}"
+# The layering of DESIGN.md over the whole tree (bazel query, includes,
+# file lengths), counted as one test.
+echo "=== tools/test.sh: layering (tools/check_layers.sh)"
+if bash tools/check_layers.sh; then
+  total_passed=$((total_passed + 1))
+else
+  total_failed=$((total_failed + 1))
+  final_rc=1
+fi
 case "${SANITIZERS:-}" in
   "" | 0) ;;
   ci)
