@@ -1,113 +1,8 @@
 #include "algorithms/shm_collective.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
-#include <sched.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <climits>
-#include <cstring>
-
-#include "absl/strings/str_cat.h"
-#include "algorithms/kernels/reduce_parts.h"
-#include "core/base/fence.h"
-#include "algorithms/kernels/shared_copy.h"
-#include "core/base/shm_file.h"
-#include "core/base/spin.h"
-#include "core/base/status.h"
+#include "algorithms/shm_collective_layout.h"
 
 namespace hcomm {
-namespace {
-
-constexpr uint64_t kMagic = 0x68636f6d6d534334ULL;  // "hcommSC4": RankLine::pid
-constexpr size_t kLine = 64;
-constexpr size_t kInlineBytes = 20;
-// Outputs are written around the caches (StreamCopy) once all ranks'
-// inputs and outputs together pass this (a server's last-level cache):
-// more than the caches would keep anyway.
-constexpr size_t kStreamTotalBytes = 32 << 20;
-// Pieces reduced in private memory before they are copied out: well
-// within a CPU's own cache.
-constexpr size_t kStageBytes = 64 << 10;
-// Rounds of this many bytes and more, up to a quarter slot, move through
-// their buffers (Offset). A store into a line that another CPU's cache
-// still holds waits for that cache to drop it, and a round kept in one
-// place finds every line of it in the readers' caches, read there two
-// rounds before. Moved on each round, an area comes back only after both
-// of the rank's slots (2 MiB) have passed through those caches, which have
-// let its lines go by then. 2 ranks, CPUs behind one cache: allgather,
-// alltoall, reduce_scatter, broadcast, allreduce and reduce of 64-256 KiB
-// took 0.4-0.65 of the time (allreduce 64 KiB 11-15 us -> 4-7); behind
-// two caches, level or faster. 4 ranks on 2 CPUs: 64 KiB a fifth faster,
-// 256 KiB-1 MiB level. Below 16 KiB moving was slower (alltoall of 8 KiB:
-// 0.8-1.0 us against 0.45-0.7; a moved round's lines are in no cache
-// near the writer); the large allreduce's 512 KiB rounds moved between
-// two places were level behind one cache and 10-20% slower behind two.
-constexpr size_t kRotateMinBytes = 16 << 10;
-// An allreduce by cross-memory attach reads the others' parts of a slice
-// in pieces of about this many bytes in all (per peer at least
-// kCmaMinPieceBytes), which stay in the cache while they are reduced.
-constexpr size_t kCmaPieceBytes = 256 << 10;
-constexpr size_t kCmaMinPieceBytes = 64 << 10;
-
-size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-}  // namespace
-
-struct ShmCollective::Header {
-  uint64_t magic;
-  uint64_t nranks;
-  uint64_t slot_bytes;
-  std::atomic<uint32_t> sleepers;  // ranks asleep on `bell`
-  std::atomic<uint32_t> bell;      // futex word: bumped when a counter moves
-  // Non-zero once a rank that cannot use asymmetric fences (core/base/fence.h)
-  // mapped the segment: every rank then fences fully on both sides.
-  std::atomic<uint32_t> fenced;
-};
-
-// One per rank, written only by that rank: which collective the rank is in
-// (a seqlock: `version` is odd while it changes), how far it has arrived
-// (and in which collective each of the two latest rounds was), how far it
-// has reduced.
-//
-// Each counter has a line of its own: the others poll it, and a write to a
-// line they hold costs a transfer between cores, so nothing else the owner
-// writes may share it.
-struct ShmCollective::RankLine {
-  alignas(kLine) std::atomic<uint64_t> version;
-  std::atomic<uint64_t> seq;
-  std::atomic<uint64_t> fingerprint;
-  alignas(kLine) std::atomic<uint64_t> arrived;
-  // Vectors of up to kInlineBytes travel in the counter's own line (one
-  // transfer between cores instead of two), double-buffered like the slots.
-  unsigned char inline_data[2][kInlineBytes];
-  // The fingerprint of the collective that wrote round buffer b, so that
-  // ranks in different collectives with the same shape of rounds find out
-  // (the line travels anyway).
-  std::atomic<uint64_t> round_fp[2];
-  alignas(kLine) std::atomic<uint64_t> reduced;
-  // Cross-memory attach: the rank's process, where it mapped this segment
-  // and a word of its own line for ProbeCma (all three set at mapping),
-  // and, for each allreduce by CMA, the call's buffers.
-  alignas(kLine) std::atomic<int64_t> pid;
-  std::atomic<uint64_t> base;
-  std::atomic<uint64_t> probe;
-  std::atomic<uint64_t> in;
-  std::atomic<uint64_t> out;
-};
-static_assert(sizeof(ShmCollective::RankLine) == 4 * kLine, "four cache lines per rank");
-static_assert(offsetof(ShmCollective::RankLine, round_fp) + 2 * sizeof(uint64_t) <=
-                  offsetof(ShmCollective::RankLine, reduced),
-              "a round's fingerprints share the counter's line");
 
 size_t ShmCollective::SegmentSize(int nranks, size_t slot_bytes) {
   const size_t n = static_cast<size_t>(nranks);
@@ -506,13 +401,12 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
   };
   // The call's method: how this rank writes its slot and its slice of the
   // result (below). Chosen by the time of whole calls of about this size,
-  // which the copy's time alone misjudges: 2 ranks whose CPUs sit behind
-  // two caches took half as long again with memcpy, which the copies' own
-  // times favoured (16 us against 13 for 256 KiB, but the streamed copy
-  // counted twice).
+  // which the copy's time alone misjudges: where CPUs sit behind two caches
+  // the copies' own times favoured memcpy, and whole calls were slower with
+  // it than streamed.
   // Ranks that share CPUs copy as the copier chooses: whole calls, timed
-  // while ranks take turns on the CPUs, chose worse (4 ranks on 2 CPUs,
-  // 1 MiB: 10-15% slower).
+  // while ranks take turns on the CPUs, chose worse (measured:
+  // docs/performance.md, "Copy method per call in the segment").
   const bool share = waiter.ShareCpu();
   const int forced = copier_.forced();
   CopyChooser* const chooser =
@@ -556,13 +450,8 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
       // before the others have finished theirs. The others read the
       // result's lines two rounds ago, and the reduction kernel's stores
       // into lines that another CPU's cache holds wait for each line in
-      // turn, where a memcpy of whole lines does not (CPUs behind two
-      // caches: 512 KiB in 70-90 us against 14). Against the kernel
-      // storing into the result, 6-10 alternations each: 2 ranks with
-      // memcpy forced, 1 MiB 141 us and 4 MiB 572 before, 86 and 341 after
-      // (streaming 82 and 344), with each rank's choice 4-64 MiB 3-9%
-      // faster; 4 ranks on 2 CPUs, 64 KiB-64 MiB 4-11% faster (1 MiB 256
-      // us and 233, 64 MiB 24.1 ms and 22.0).
+      // turn, where a memcpy of whole lines does not (measured:
+      // docs/performance.md, "Segment slices reduced in private memory").
       const size_t step = std::max(grain, kStageBytes / esize / grain * grain);
       char* stage = Stage(std::min(step, s1 - s0) * esize);
       for (size_t i = s0; i < s1; i += step) {
@@ -578,8 +467,8 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
     // its buffers are the round before this one's, which every rank was
     // done with when it arrived at this round, and no rank writes this
     // round's result into them before everyone arrives at the next.
-    // (2 ranks, 16 MiB: the waits for each other had taken a fifth of
-    // the time.)
+    // (The waits for each other had taken a good part of the time;
+    // measured: docs/performance.md, "Next segment round copied in early".)
     const bool more = off + len < count;
     Plan next{};
     if (more) {
@@ -600,99 +489,6 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
   if (chooser != nullptr) {
     chooser->Record(m, static_cast<double>(MonoNs() - start - first_wait) /
                            static_cast<double>(bytes));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShmCollective::AllReduceCma(const void* in, void* out, size_t count, DataType t,
-                                         ReduceOp op, uint64_t seq, uint64_t fingerprint,
-                                         ShmWaiter& waiter) {
-  // One round in which every rank publishes its buffers.
-  RankLine& me = lines_[rank_];
-  me.in.store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
-  me.out.store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
-  const uint64_t gen0 = ++gen_;
-  Arrive(gen0, fingerprint);  // publishes the stores above
-  HCOMM_RETURN_IF_ERROR(WaitAll(0, gen0, seq, fingerprint, waiter));
-  const size_t esize = DataTypeSize(t);
-  const char* src = static_cast<const char*>(in);
-  char* dst = static_cast<char*>(out);
-  // Rank j reduces slice j, [j * q, (j + 1) * q) of the vector (whole
-  // cache lines; the last ones may be short or empty), in `pieces` pieces
-  // of `step` elements. Every rank counts the same pieces, so their
-  // generations line up.
-  const size_t grain = std::max<size_t>(1, kLine / esize);
-  const size_t q = RoundUp((count + n_ - 1) / n_, grain);
-  const size_t peers = static_cast<size_t>(n_ - 1);
-  const size_t per_peer = std::max(kCmaMinPieceBytes, kCmaPieceBytes / peers);
-  const size_t step = std::max(grain, per_peer / esize / grain * grain);
-  const size_t pieces = (q + step - 1) / step;
-  auto slice = [&](int j) { return std::min(count, q * static_cast<size_t>(j)); };
-  // The others' parts of a piece, in rank order without this rank; in
-  // place, a rank past the first two reduces into the stage's last area
-  // (ReduceParts writes over part 0 or 1 only) and copies it out.
-  const bool aside = src == dst && rank_ > 1;
-  char* stage = Stage((peers + (aside ? 1 : 0)) * step * esize);
-  auto area = [&](int j) {
-    return stage + static_cast<size_t>(j < rank_ ? j : j - 1) * step * esize;
-  };
-  const size_t s0 = slice(rank_), s1 = slice(rank_ + 1);
-  for (size_t c = 0; c < pieces; ++c) {
-    const size_t i = s0 + c * step;
-    if (i < s1) {
-      HCOMM_RETURN_IF_ERROR(waiter.Interrupted());
-      const size_t k = std::min(step, s1 - i), o = i * esize;
-      for (int j = 0; j < n_; ++j) {
-        if (j == rank_) continue;
-        HCOMM_RETURN_IF_ERROR(
-            ReadFrom(j, lines_[j].in.load(std::memory_order_relaxed) + o, area(j), k * esize, seq));
-      }
-      auto part = [&](int j) -> const char* { return j == rank_ ? src + o : area(j); };
-      char* to = aside ? stage + peers * step * esize : dst + o;
-      ReduceParts(to, part, n_, k, t, op, n_);
-      if (aside) memcpy(dst + o, to, k * esize);
-    }
-    Publish(1, gen0 + 1 + c);
-  }
-  // The others' slices, each piece once every rank has reduced it (and so
-  // has read this rank's input there: in place, it may be overwritten).
-  for (size_t c = 0; c < pieces; ++c) {
-    HCOMM_RETURN_IF_ERROR(WaitCounters(1, gen0 + 1 + c, seq, fingerprint, waiter));
-    for (int j = 0; j < n_; ++j) {
-      if (j == rank_) continue;
-      const size_t i = slice(j) + c * step, end = slice(j + 1);
-      if (i >= end) continue;
-      const size_t o = i * esize;
-      HCOMM_RETURN_IF_ERROR(ReadFrom(j, lines_[j].out.load(std::memory_order_relaxed) + o,
-                                     dst + o, std::min(step, end - i) * esize, seq));
-    }
-  }
-  // No rank returns, and lets its buffers go, while another still reads them.
-  gen_ = gen0 + pieces + 1;
-  Arrive(gen_, fingerprint);
-  return WaitAll(0, gen_, seq, fingerprint, waiter);
-}
-
-absl::Status ShmCollective::ReadFrom(int rank, uint64_t remote, char* local, size_t n,
-                                     uint64_t seq) const {
-  const pid_t pid = static_cast<pid_t>(lines_[rank].pid.load(std::memory_order_relaxed));
-  size_t done = 0;
-  while (done < n) {
-    struct iovec l = {local + done, n - done};
-    struct iovec r = {reinterpret_cast<void*>(remote + done), n - done};
-    const ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got > 0) {
-      done += static_cast<size_t>(got);
-      continue;
-    }
-    const int e = got < 0 ? errno : EFAULT;
-    if (e == EINTR) continue;
-    const std::string what =
-        absl::StrCat("shared-memory allreduce seq ", seq, ": reading ", n, " bytes of rank ", rank,
-                     "'s buffers (process ", pid, ") by cross-memory attach: ", strerror(e));
-    // A process that is gone has failed; anything else (a buffer shorter
-    // than the call's count at that rank) ends this call, not the job.
-    return e == ESRCH ? PeerFailure(what) : Unavailable(what);
   }
   return absl::OkStatus();
 }
