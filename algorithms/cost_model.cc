@@ -6,26 +6,23 @@
 namespace hcomm {
 
 LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
-  // Measured on the 2-core test machines (see ../shared/peers/BASELINES.md):
-  // loopback TCP ~8 us per message and ~3 GB/s; shared memory ~0.5 us and
-  // ~10 GB/s for a copy through a bounce buffer. A rendezvous costs TCP
-  // ~45 us more (2-rank allreduce by one exchange: 32 KiB 28 us eagerly,
-  // 64 KiB 85 us by rendezvous) and shared memory ~2.5 us (64 KiB ping-pong
-  // 5.2 us eagerly, 7.7 us by rendezvous); the eager limits are the
-  // transports' (Transport::EagerBytes).
+  // Each link's message cost and bandwidth as measured on the 2-core test
+  // machines: loopback TCP, and a copy through a shared-memory bounce
+  // buffer. A rendezvous costs more than its bytes explain (its round trip,
+  // and over TCP a frame of more than one loopback segment); the eager
+  // limits are the transports' (Transport::EagerBytes). (Measured:
+  // docs/performance.md, "Cost model: messages and rendezvous".)
   // Where CPUs are shared, every transport sends up to the protocol's
   // 64 KiB eagerly (Engine::kEagerBytes).
   LinkModel m = transport == "shm" ? LinkModel{0.5, 10.0, 10.0, 2.5, 64 * 1024}
                                    : LinkModel{10.0, 3.0, 10.0, 45.0, 64 * 1024 - 128};
-  // The float32 sum kernel (//algorithms:reduce_bench, c = a + b) makes
-  // 31-33 GB/s of output at 256 KiB, 20-22 at 4 MiB and 6-8 at 64 MiB; a
-  // vector received over TCP is reduced while still in the cache. Two
-  // ranks fit 20 GB/s up to 1 MiB, 10 from 8 MiB and a rate between the
-  // two in between (interleaved medians, 14 runs each: direct exchange
-  // against halving-doubling 199 against 229 us at 1 MiB, 431 against 402
-  // at 2 MiB; 6 runs: halving-doubling against the ring 1.31 against 1.56
-  // ms at 4 MiB). Shared memory's choices were measured with one rate and
-  // keep it.
+  // The float32 sum kernel makes more output per second on vectors that
+  // stay in the cache, and a vector received over TCP is reduced while
+  // still there. Over TCP the model counts 20 GB/s up to 1 MiB, 10 from
+  // 8 MiB and a rate between the two in between, so that it picks what two
+  // ranks measured fastest (docs/performance.md, "Cost model: reduction rate
+  // over TCP").
+  // Shared memory's choices were measured with one rate and keep it.
   if (transport != "shm") m.reduce_cached_gbps = 20.0;
   m.cpus_shared = cpus_shared;
   if (cpus_shared) m.eager_bytes = 64 * 1024;
@@ -86,12 +83,11 @@ TreeAllReduceCosts TreeAllReduceCost(size_t bytes, int nranks, const LinkModel& 
 
 bool TreeAllReduceHalves(size_t bytes, int nranks, const LinkModel& link) {
   // Large halves are sent and reduced in one piece, out of the cache, where
-  // the ring streams cache-sized chunks. Medians of interleaved runs over
-  // TCP: 2 ranks, 4 MiB halving 2.0 ms against ring 2.6, 8 MiB 5.2 against
-  // 4.7; 4 ranks on 2 CPUs, 1 MiB 3.0 against 3.8, 2 MiB 6.1 against 5.3.
-  // From 32 KiB on, halving beat whole-vector doubling wherever measured
-  // (TCP, 64 KiB on 2 ranks: 45 against 86 us), which the model's message
-  // cost does not capture.
+  // the ring streams cache-sized chunks: the ring measured faster beyond
+  // 4 MiB, and beyond 1 MiB where ranks share CPUs. From 32 KiB on, halving
+  // beat whole-vector doubling wherever measured, which the model's message
+  // cost does not capture (docs/performance.md, "Halving-doubling up to
+  // 4 MiB").
   const size_t max_bytes = link.cpus_shared ? size_t{1} << 20 : size_t{4} << 20;
   constexpr size_t kMinBytes = 32u << 10;
   if (bytes > max_bytes) return false;

@@ -70,14 +70,14 @@ struct CostTerms {
   double lg;  // ceil(log2 n)
   bool pow2;
   // Posting to n-1 peers at once costs a fraction of a full message each,
-  // while CPUs are free to overlap them. (4 ranks on 2 CPUs over TCP, 8 B:
-  // direct 74-110 us, recursive doubling 50-64 us.) So do their rendezvous
-  // round trips.
+  // while CPUs are free to overlap them; where ranks share CPUs nothing
+  // overlaps, and each costs a full one (measured: docs/performance.md,
+  // "Cost model where ranks share CPUs"). So do their rendezvous round trips.
   double fan, fanned;
   // A ring step passes through every rank in turn; where ranks share CPUs
-  // each waits for the others' time slices, a message's cost per other rank
-  // (4 ranks on 2 CPUs over TCP: halving-doubling beat the ring at 256 KiB-
-  // 1 MiB, 735 against 919 us and 2572 against 3244 us, with fewer steps).
+  // each waits for the others' time slices, a message's cost per other rank,
+  // and halving-doubling, with fewer steps, measured faster up to 1 MiB
+  // (docs/performance.md, "Cost model where ranks share CPUs").
   double slices;
   // The ring's pieces of each rank's share S/n.
   double chunk;

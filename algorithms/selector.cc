@@ -42,7 +42,8 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
   }
   // On a tie, or within 1% (below what the model can tell), the tree goes
   // first: on two ranks the ring and halving-doubling cost the same in the
-  // model, and halving-doubling measured faster (docs/performance.md).
+  // model, and halving-doubling measured faster (docs/performance.md, "Ties
+  // between the ring and the tree").
   double best = -1;
   for (Algorithm alg : {Algorithm::kTree, Algorithm::kRing, Algorithm::kDirect}) {
     double cost = c.cost_us[static_cast<int>(alg)];

@@ -176,10 +176,9 @@ class ShmCollective {
   static size_t SegmentSize(int nranks, size_t slot_bytes);
   // Bytes of one rank's input reduced per round of the large allreduce and
   // reduce: half a slot, so that a round's slots and result stay nearer the
-  // cores. Against whole slots (of 1 MiB), in three sets of interleaved runs
-  // (medians), 4 ranks on 2 CPUs at 16-64 MiB were 7-27% faster in each,
-  // and 2 ranks at 4-64 MiB 9-35% faster in two and within 4% in the third;
-  // broadcast, allgather and the rest were no faster in half slots.
+  // cores, which measured faster than whole slots; broadcast, allgather and
+  // the rest were no faster in half slots (docs/performance.md, "Half-slot
+  // rounds in the segment").
   size_t ReduceRoundBytes() const { return slot_bytes_ / 2; }
   char* Slot(int rank, int buf) const;
   char* Result(int buf) const;

@@ -82,8 +82,9 @@ void ReduceParts(void* out, Part part, int n, size_t count, DataType t, ReduceOp
   }
   if (n <= kMaxHalfParts) {
     // One pass over all parts, each element combined in float32 in a
-    // register (4 ranks on 2 CPUs in the segment: 4 MiB of float16 took
-    // 1.4x the time of float32's, in chunks widened into float32 buffers).
+    // register: chunks widened into float32 buffers took several passes and
+    // measured slower than float32 of the same bytes (docs/performance.md,
+    // "16-bit parts in one pass").
     const void* ptrs[kMaxHalfParts];
     for (int j = 0; j < n; ++j) ptrs[j] = part(j);
     ReduceHalfParts(dst, ptrs, n, count, t, op, divisor);

@@ -466,7 +466,8 @@ void DivideFloat(void* dst, size_t count, int n) {
 
 // Integers: C semantics (truncation toward zero), as in reduce_scalar.cc.
 // There is no vector integer division, and a scalar divide per element made
-// an 8-bit average 9x slower than the sum. So, for n >= 2:
+// an 8-bit average many times slower than the sum (measured:
+// docs/performance.md, "Integer averages"). So, for n >= 2:
 //  - a power of two below 2^(bits of T) shifts (a negative value first adds
 //    n - 1, so that the shift rounds toward zero);
 //  - 8-bit values divide in float, 32-bit ones in double: |v| < 2^24 (resp.

@@ -9,11 +9,12 @@
 // different caches (a virtual machine's two CPUs do, for seconds at a time,
 // whenever the host places them so: tools/core_probe tells), every store to
 // a line that the reader's cache still holds from the last round waits for
-// that cache to drop it, and memcpy into a 1 MiB slot took 180-260 us here
-// against 30 us behind one cache. Non-temporal stores (StreamCopy) write
-// whole lines to memory without asking for them first and took 50-60 us in
-// both placements; the reader then takes the lines from memory (60-70 us
-// against 30 from the shared cache, 90 from the other one).
+// that cache to drop it, and memcpy into a slot takes far longer than
+// behind one cache. Non-temporal stores (StreamCopy) write whole lines to
+// memory without asking for them first and take as long in both
+// placements; the reader then takes the lines from memory, more slowly than
+// from a shared cache (measured: docs/performance.md, "Non-temporal copies
+// into shared slots").
 //
 // The placement changes while a job runs, so SharedCopier times its large
 // copies and uses the method it measured faster (the median of each
@@ -32,14 +33,9 @@ namespace hcomm {
 // memcpy with non-temporal stores: the destination lines go to memory
 // without being read first and without staying in this CPU's caches.
 // 64-byte stores where the CPU has AVX-512F, else 32-byte ones where it
-// has AVX2 (chosen at run time), else 16-byte ones. On the AMD VMs: 32
-// against 16, 64 MiB in 256 KiB pieces, one process, 2.7-4.6 ms against
-// 3.8-5.1; 2 ranks' allreduce of 16 MiB 1.92 ms against 2.08, 4 ranks on 2
-// CPUs 64 MiB 23.2 against 24.2 (8 alternations); 64 no faster than 32.
-// On the Intel VM, 64 against 32, whole lines in one store: 2 ranks each
-// copying 64 MiB (hcomm_bench copy_stream) 5.9-6.5 ms against 9.1; 2
-// ranks' allreduce of 64 MiB, medians of 6 alternations, 15.0 ms against
-// 16.2, 4 ranks on 2 CPUs 30.6 against 31.4 (5).
+// has AVX2 (chosen at run time), else 16-byte ones: each width measured
+// faster than the one below it, or level (docs/performance.md,
+// "Non-temporal store width").
 void StreamCopy(void* dst, const void* src, size_t n);
 
 namespace shared_copy_internal {
@@ -75,10 +71,9 @@ class CopyChooser {
   Method Next();
   // The cost of a copy that Next() chose, in nanoseconds per byte. The
   // first copy's is not kept: it pays for what is touched for the first
-  // time (a fresh output's pages, the segment's), and would have memcpy
-  // lose tries until three warm ones outvote it. (2 ranks, 16 MiB
-  // allreduce: the first call took 94 ms against 2 for the next memcpy
-  // and 3 for stream, and the calls streamed until the 24th.)
+  // time (a fresh output's pages, the segment's), many times a warm copy's,
+  // and would have memcpy lose tries until three warm ones outvote it
+  // (measured: docs/performance.md, "Non-temporal copies into shared slots").
   void Record(Method m, double ns_per_byte);
 
   // Copies between two tries of the slower method: kMinInterval, doubled
@@ -89,8 +84,9 @@ class CopyChooser {
   static constexpr int kMaxInterval = 64;
   static constexpr double kClearMargin = 1.25;
   // A streamed copy counts as this much slower than it timed: its reader
-  // takes the lines from memory, not from a cache (1 MiB: 60-70 us against
-  // 30 behind one cache), a cost the writer's clock does not see.
+  // takes the lines from memory, not from a cache, a cost the writer's
+  // clock does not see (measured: docs/performance.md, "Non-temporal copies
+  // into shared slots").
   static constexpr double kStreamBias = 2.0;
 
  private:

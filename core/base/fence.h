@@ -10,12 +10,12 @@
 //               if (counter.load() < v) futex_wait(bell, nap);
 //
 // A full fence on every publish makes the publisher wait until its store
-// has reached the other CPUs' caches: 2 ranks whose CPUs sit behind
-// different caches took 0.53 us per 8-byte shared-memory allreduce with
-// it and 0.38 us without. Where the kernel has membarrier(2), the
-// publisher (the hot path) fences only against the compiler, and the
-// sleeper (once per sleep) has the kernel run a full fence on every CPU
-// that runs a thread of a registered process.
+// has reached the other CPUs' caches, which slows every small collective
+// where the CPUs sit behind different caches (measured:
+// docs/performance.md, "Light fences on publish"). Where the kernel has
+// membarrier(2), the publisher (the hot path) fences only against the
+// compiler, and the sleeper (once per sleep) has the kernel run a full
+// fence on every CPU that runs a thread of a registered process.
 //
 // Both sides of one handshake must agree on `light`: it may be true only
 // if every process taking part registered (RegisterAsymmetricFences).

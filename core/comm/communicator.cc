@@ -119,8 +119,9 @@ char* Communicator::ScratchSlot(int slot, size_t bytes) {
   if (s.capacity >= bytes) return s.data;
   if (s.data != nullptr) ::munmap(s.data, s.capacity);
   // Whole 2 MiB units, huge pages where the kernel allows, touched now: a
-  // first touch costs ~11 us per 4 KiB page on these machines, and this
-  // buffer is reused by every later call.
+  // first touch of a 4 KiB page costs far more than copying it (measured:
+  // docs/performance.md, "First touch of a page"), and this buffer is
+  // reused by every later call.
   size_t cap = std::max<size_t>(bytes, 64 * 1024);
   cap = (cap + (size_t{2} << 20) - 1) & ~((size_t{2} << 20) - 1);
   void* p = ::mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -149,7 +150,8 @@ absl::Status Communicator::SetUpRingOrder() {
   // all of them agree, or none asks.
   if (ring_order_.empty()) return absl::OkStatus();
   // Only where every member talks to every other over TCP: over
-  // shared-memory messages the order measured no faster (RingByPlacement).
+  // shared-memory messages the order measured no faster (docs/performance.md,
+  // "Ring order by CPU").
   int32_t no_shm = 1;
   for (int g = 0; g < size_; ++g) {
     if (g != rank_ && strcmp(TransportTo(g), "shm") == 0) no_shm = 0;

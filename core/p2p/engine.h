@@ -496,9 +496,8 @@ class Engine : public FrameSink {
   static constexpr absl::Duration kSharedCpuSpin = absl::Milliseconds(2);
   // How long a direct receive (RecvDirect) looks at its peer's connection,
   // yielding between looks, when ranks outnumber the CPUs; the full path's
-  // wait follows. It looks at no other connection, so it is kept short.
-  // (4 ranks on 2 CPUs over TCP, allreduce, 10 interleaved rounds against
-  // the full path alone: 8 B 59.5 -> 51.9 us, 4 KiB 66.2 -> 59.4 us.)
+  // wait follows. It looks at no other connection, so it is kept short
+  // (measured: docs/performance.md, "Direct receives where ranks share CPUs").
   static constexpr absl::Duration kSharedCpuDirectSpin = absl::Microseconds(50);
   // A direct receive's look, in nanoseconds (set in Bootstrap, before any
   // route exists for RecvDirect to use): spin_, or kSharedCpuDirectSpin

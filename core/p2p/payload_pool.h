@@ -7,11 +7,12 @@
 // A payload of kMinPooled bytes or more takes a block from a free list of
 // its power-of-two size class instead of a fresh allocation. A stream of
 // 64 KiB arrivals, each allocated and freed on its own, makes glibc's heap
-// grow and shrink at every one (sbrk). The page faults of that made a ring
-// allreduce of 1-2 MiB, sent in 64 KiB eager pieces by 4 ranks on 2 CPUs
-// over TCP, 4-6x slower. The pool keeps up to kKeepBytes of freed blocks in
-// all (128 blocks of 64 KiB); beyond that they go back to the
-// allocator, so a burst does not pin its memory.
+// grow and shrink at every one (sbrk), and the page faults of that made a
+// ring allreduce sent in 64 KiB eager pieces far slower (measured:
+// docs/performance.md, "Pooled staging for eager payloads").
+// The pool keeps up to kKeepBytes of freed blocks in all (128 blocks of
+// 64 KiB); beyond that they go back to the allocator, so a burst does not
+// pin its memory.
 // Smaller payloads are plain allocations, which glibc's caches serve well.
 //
 // Thread-safe. The pool must outlive every Buffer it handed out.

@@ -176,8 +176,8 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   if (oversubscribed_ && !spin_set_) {
     // A waiter gives its CPU away between looks, so looking longer costs the
     // other ranks little, while sleeping costs a wakeup behind their time
-    // slices on every message. 4 ranks on 2 CPUs over TCP, allreduce
-    // 256 KiB-4 MiB: 1.0-1.5 ms with 50 us of looking, 0.85-1.0 ms with 2 ms.
+    // slices on every message (measured: docs/performance.md, "Looking
+    // before sleeping where ranks share CPUs").
     spin_ = kSharedCpuSpin;
   }
   direct_spin_ns_ = absl::ToInt64Nanoseconds(
@@ -228,9 +228,8 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   }
   // Where ranks share CPUs a rendezvous waits for its peer to be scheduled
   // twice (to answer the RTS, then to take the data), which costs more than
-  // whatever a transport saves below the protocol's limit (4 ranks on 2
-  // CPUs over TCP, tree allreduce of 128 KiB, 64 KiB halves: 472 us eager
-  // against 594 us by rendezvous).
+  // whatever a transport saves below the protocol's limit (measured:
+  // docs/performance.md, "Eager limit where ranks share CPUs").
   eager_bytes_.assign(size_, kEagerBytes);
   for (int r = 0; r < size_; ++r) {
     if (route_[r] != nullptr && !oversubscribed_) {

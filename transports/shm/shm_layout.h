@@ -146,8 +146,8 @@ using shm_internal::SegHeader;
 // another), and older payload bytes match with odds of 2^-64.
 //
 // (Clearing the seal word after each record instead, so that a match were
-// certain, put a second line's ownership before every seal: 2-rank 8-byte
-// exchanges took 0.9 us instead of 0.7.)
+// certain, put a second line's ownership before every seal and made small
+// exchanges slower; measured: docs/performance.md, "shm: sealed records".)
 struct RecHdr {
   uint64_t seal;       // Seal(key, position): the record is readable; written last
   uint64_t len : 48;   // payload bytes (< kMaxPayload)
@@ -283,9 +283,8 @@ inline void AllowPtraceOnce() {
 
 // Single-copy CMA is opt-in (HCOMM_SHM_CMA=1): on the 2-vCPU VMs this
 // library is measured on, the pipelined copy through the ring moved 256 KiB
-// to 16 MiB 1.6-3.3x faster than process_vm_readv (10.9 / 17.1 / 8.9 GB/s
-// against 6.7 / 5.2 / 4.0 GB/s at 256 KiB / 2 MiB / 16 MiB, same session),
-// whose page pinning is expensive in this VM.
+// to 16 MiB faster than process_vm_readv, whose page pinning is expensive
+// there (measured: docs/performance.md, "shm: CMA opt-in").
 inline bool CmaAllowedByEnv() {
   const char* v = getenv("HCOMM_SHM_CMA");
   if (v == nullptr) return false;

@@ -106,11 +106,12 @@ class ShmTransport final : public Transport {
   // Poll(timeout > 0) spins (pause) for an adaptive while before sleeping
   // on the futex: the spin grows (up to kMaxSpinNs) each time spinning
   // found work and halves (down to kMinSpinNs) each time it did not. So two
-  // ranks with a core each keep answering without a wakeup (~15 us here),
-  // while ranks that outnumber the cores soon stop spinning and leave the
-  // CPU to the peer they wait for. There is no sched_yield phase: yielding
-  // to a thread that never yields back (a build, a spinning process) costs
-  // a whole scheduler tick (4 ms here).
+  // ranks with a core each keep answering without a wakeup (costly on a
+  // virtual machine, whose idle CPUs halt), while ranks that outnumber the
+  // cores soon stop spinning and leave the CPU to the peer they wait for.
+  // There is no sched_yield phase: yielding to a thread that never yields
+  // back (a build, a spinning process) costs a whole scheduler tick
+  // (measured: docs/performance.md, "shm: spinning instead of yielding").
   // With a CPU per local rank the spin never drops below kDedicatedMinSpinNs:
   // one slow answer must not turn every later one into a futex wakeup.
   static constexpr int64_t kMinSpinNs = 2'000;
@@ -182,7 +183,8 @@ class ShmTransport final : public Transport {
   // (false: pipelined copy through the ring). Known once the peer has
   // Connect()ed to us (i.e. after the setup barrier); false before, and
   // false for everyone unless HCOMM_SHM_CMA=1 here and at the peer (CMA is
-  // opt-in: the ring copy is faster on the VMs measured).
+  // opt-in: the ring copy is faster on the VMs measured; docs/performance.md,
+  // "shm: CMA opt-in").
   bool UsesCma(int peer) const;
 
   // Bytes of each ring into this rank's segment, and what the budget alone

@@ -33,18 +33,18 @@ constexpr size_t kDirectReadMin = 16 * 1024;
 // kLargeStageRead through the staging buffer, so that the rest of the next
 // large payload goes straight into its destination once the header has
 // named it, instead of into the stage and then copied out. Any other
-// connection reads up to kStageBytes: a run of small frames
-// in one recv, each handed over whole. (4 ranks on 2 CPUs over TCP, halving-
-// doubling allreduce, 256 KiB 745 -> 528 us, 1 MiB 3.0 -> 2.1 ms. Small
-// reads everywhere cost 2-6x on 2 ranks for medium eager frames read in two
-// pieces, 36-64 KiB.) Header-only frames do not change the mode.
+// connection reads up to kStageBytes: a run of small frames in one recv,
+// each handed over whole (small reads everywhere made medium eager frames,
+// read in two pieces, slower; measured: docs/performance.md, "TCP: reading
+// after a large frame"). Header-only frames do not change the mode.
 constexpr size_t kLargeFrame = 128 * 1024;
 constexpr size_t kLargeStageRead = 36 * 1024;
 constexpr int kMaxIov = 64;
 // A frame whose payload is at most this many bytes leaves TrySendNow as one
-// contiguous buffer through send(2) (a raw loopback ping-pong of 8 B with a
-// 56-byte header: sendmsg with two pieces 0.14-0.21 us slower one way than
-// send of one buffer, itself level with a bare 8 B send).
+// contiguous buffer through send(2): the kernel takes two pieces through
+// sendmsg more slowly than one copied buffer, which costs about what a bare
+// send of the payload does (measured: docs/performance.md, "TCP: small
+// frames in one send").
 constexpr size_t kGatherBytes = 1024;
 
 struct WireHeader {
@@ -81,9 +81,9 @@ void SetKeepalive(int fd) {
 
 // The congestion control of a connection between ranks. BBR, the host
 // default on many machines, paces a connection at the bandwidth it has
-// estimated; between ranks that halved bulk transfers here against a
-// loss-based controller (64 MiB ping-pong over loopback: 2.5-2.8 against
-// 4-5.6 GB/s). HCOMM_TCP_CONGESTION names another (as in
+// estimated; between ranks over loopback that slowed bulk transfers against
+// a loss-based controller (measured: docs/performance.md, "TCP: congestion
+// control"). HCOMM_TCP_CONGESTION names another (as in
 // /proc/sys/net/ipv4/tcp_available_congestion_control), or `system` for the
 // host's default. Unset: cubic, else reno (which every unprivileged process
 // may choose), else the host's default.

@@ -16,8 +16,9 @@
 // when a Poll sleeps and leave it after kHotLooks looks without a sleep;
 // looks outside the set use poll(2), which registers nothing. A socket in
 // an epoll set makes every packet that reaches it run epoll's wake-up
-// callback on the sender's side, whether or not anyone sleeps: 0.3 us of an
-// 8-byte one-way time of 6-9 us over loopback here. A rank that sleeps
+// callback on the sender's side, whether or not anyone sleeps: a measurable
+// part of a small message's one-way time over loopback (docs/performance.md,
+// "TCP: sockets in the epoll set only while sleeping"). A rank that sleeps
 // often keeps them in the set (no epoll_ctl per sleep); one that spins from
 // message to message, as a ping-pong does, leaves it.
 #ifndef HCOMM_TRANSPORTS_TCP_TCP_TRANSPORT_H_
@@ -62,8 +63,9 @@ class TcpTransport final : public Transport {
   size_t PendingSends() const override { return pending_.load(std::memory_order_relaxed); }
   // A frame that fits one loopback segment (MTU 64 KiB, less the IP and TCP
   // headers) goes out as one packet: a 64 KiB payload and its header need
-  // two, and took 60-85 us one way here against 40-47 us by rendezvous
-  // (whose round trip of small frames keeps both sides polling).
+  // two, and measured slower one way than by rendezvous, whose round trip of
+  // small frames keeps both sides polling (docs/performance.md, "TCP: one
+  // loopback segment eagerly").
   size_t EagerBytes() const override { return 64 * 1024 - 128; }
   // Up to this many connections the sockets are in the epoll set only
   // around sleeping Polls (see above); beyond it they stay in it.
