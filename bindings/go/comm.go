@@ -43,7 +43,7 @@ type Comm struct {
 
 // Init joins the job and returns its communicator (hcomm_comm_init). cfg
 // holds configuration keys (rank, world_size, store_addr, job_token,
-// timeout_ms, transports, algo, host_id; values as strings) that override
+// timeout_ms, transports, algo, host_id, plugins; values as strings) that override
 // the environment; nil reads everything from the environment (HCOMM_*,
 // then torchrun / Open MPI / PMI / Slurm variables, as set by hcomm_run).
 //

@@ -102,7 +102,8 @@ def init(rank=None, world_size=None, store_addr=None, timeout_ms=None, job_token
     """Joins the job and makes the communicator the default group; returns it.
 
     Arguments left None come from the environment (HCOMM_RANK, RANK, ...).
-    Other config keys (transports="shm,tcp", algo="ring", host_id=...) go
+    Other config keys (transports="shm,tcp", algo="ring", host_id=...,
+    plugins="/path/libhcomm_uds.so") go
     through **config. Collective over every rank of the job; blocks until
     all have joined or timeout_ms passes (UnavailableError).
     """

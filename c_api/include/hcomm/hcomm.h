@@ -136,7 +136,8 @@ HCOMM_API hcomm_status_t hcomm_version(int* major, int* minor, int* patch);
 HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
 
 /* Sets one key; an explicit set wins over the environment. Keys: rank,
- * world_size, store_addr, job_token, timeout_ms, transports, algo, host_id.
+ * world_size, store_addr, job_token, timeout_ms, transports, algo, host_id,
+ * plugins (transport plugins to load at init: hcomm/hcomm_transport.h).
  * The value is validated now. Neither string is retained.
  * Errors: INVALID_ARGUMENT (NULL argument, unknown key, or a value that does
  * not parse; the message names the key).
@@ -161,8 +162,11 @@ HCOMM_API hcomm_status_t hcomm_config_destroy(hcomm_config_t cfg);
  * world_size other than rank 0's, a rank another process claimed first, a
  * TCP congestion control the kernel refuses), UNAVAILABLE ("k of n ranks
  * joined; missing: ..."), PERMISSION_DENIED (the store or a peer refused our
- * job token), NO_DEVICE (no allowed transport), PEER_FAILURE (another
- * rank's init failed; its error is quoted).
+ * job token), NO_DEVICE (a `transports` name no transport has, a plugin
+ * that cannot be loaded, or a rank no allowed transport reaches, each named
+ * with the reason), NOT_SUPPORTED (a plugin of a transport ABI version this
+ * library does not know), PEER_FAILURE (another rank's init failed; its
+ * error is quoted).
  * THREAD SAFETY: safe from any thread; each call makes a new communicator. */
 HCOMM_API hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out);
 

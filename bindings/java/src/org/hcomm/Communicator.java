@@ -111,7 +111,7 @@ public final class Communicator implements AutoCloseable {
 
   /**
    * Joins the job with these configuration keys (rank, world_size,
-   * store_addr, job_token, timeout_ms, transports, algo, host_id); keys not
+   * store_addr, job_token, timeout_ms, transports, algo, host_id, plugins); keys not
    * given come from the environment. An unknown key or a bad value is
    * {@link Status#INVALID_ARGUMENT}. A null map is {@link #init()}.
    */
