@@ -227,17 +227,24 @@ def check_sizes(root, max_lines):
 
 
 def graph(edges):
-    """Each checked package and the hcomm packages its targets depend on."""
+    """Each checked package and the hcomm packages its targets depend on; for a
+    package whose targets lie in several layers (c_api's public headers, core/p2p's
+    requests, the transport interfaces), the targets used."""
     deps = {}
     for t, d in edges:
         tp, dp = split_label(t)[0], split_label(d)[0]
         if tp is None or layer_of_package(tp) is None:
             continue
-        deps.setdefault(tp, set())
+        deps.setdefault(tp, {})
         if dp is not None and dp != tp and not dp.startswith('third_party'):
-            deps[tp].add(dp)
-    return ['%s -> %s' % (p, ' '.join(sorted(ds)) or '(nothing of hcomm)')
-            for p, ds in sorted(deps.items())]
+            deps[tp].setdefault(dp, set()).add(split_label(d)[1])
+    mixed = ('c_api', 'core/p2p', 'transports')
+    out = []
+    for p, ds in sorted(deps.items()):
+        names = [dp + ('(:%s)' % ',:'.join(sorted(ts)) if dp in mixed else '')
+                 for dp, ts in sorted(ds.items())]
+        out.append('%s -> %s' % (p, ' '.join(names) or '(nothing of hcomm)'))
+    return out
 
 
 def main():

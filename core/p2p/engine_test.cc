@@ -677,6 +677,31 @@ TEST(FabricInitTest, AnUnknownTransportIsNamed) {
   }
 }
 
+// A plugin's transport that reaches no peer is named as such: the uds
+// example joins only ranks of one host, so ranks of two hosts allowed
+// nothing else cannot start, and say why, transport by transport, instead
+// of falling back to another transport.
+TEST(FabricInitTest, APluginThatReachesNoPeerIsNoDeviceNotAFallback) {
+  std::vector<absl::Status> got(2);
+  const absl::Time start = absl::Now();
+  RunRanks(2, [&](int rank, const Options& base) {
+    Options o = base;
+    o.plugins = {testing::UdsPluginPath()};
+    o.transports = {"uds"};
+    o.host_id = absl::StrCat("host", rank);
+    got[rank] = Engine::Init(o).status();
+  }, 30000);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(CodeOf(got[r]), ErrorCode::kNoDevice) << got[r];
+    EXPECT_TRUE(absl::StrContains(
+        got[r].message(), absl::StrCat("transports=uds cannot reach ranks ", 1 - r, " (host host",
+                                       1 - r, ", we are on host host", r, "): uds does not "
+                                       "reach rank ", 1 - r, " on host host", 1 - r)))
+        << got[r];
+  }
+}
+
 // Ranks started with different world sizes fail at once, saying so,
 // instead of waiting out their timeout for a rank that never comes.
 TEST(FabricInitTest, DifferentWorldSizesAreNamed) {
