@@ -29,6 +29,20 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   return m;
 }
 
+namespace {
+
+// ceil(log2 n) for n >= 1, without the floating-point log2 that costs more
+// than the rest of a small collective's pricing (TreeAllReduceHalves runs
+// on every tree allreduce below 32 KiB; docs/performance.md, "Transports
+// through their tables").
+int CeilLog2(int n) {
+  int lg = 0;
+  while ((1 << lg) < n) ++lg;
+  return lg;
+}
+
+}  // namespace
+
 double ReduceUs(double total, double piece, const LinkModel& link) {
   double gbps = link.reduce_gbps;
   if (piece <= link.reduce_cached_bytes) {
@@ -47,7 +61,7 @@ CostTerms::CostTerms(double bytes, int nranks, const LinkModel& l)
       S(bytes),
       a(l.alpha_us),
       b(1e-3 / l.gbps),
-      lg(nranks > 1 ? std::ceil(std::log2(static_cast<double>(nranks))) : 0),
+      lg(CeilLog2(nranks)),
       pow2((nranks & (nranks - 1)) == 0),
       fan(l.cpus_shared ? (n - 1) * a : a + (n - 1) * 0.25 * a),
       fanned(l.cpus_shared ? n - 1 : 1),
@@ -67,9 +81,9 @@ double CostTerms::DoublingRendezvousUs() const {
 TreeAllReduceCosts TreeAllReduceCost(size_t bytes, int nranks, const LinkModel& link) {
   const CostTerms t(static_cast<double>(bytes), nranks, link);
   const double S = t.S, b = t.b;
-  int pow2 = 1;
-  while (pow2 * 2 <= nranks) pow2 *= 2;
-  const double lg = std::log2(static_cast<double>(pow2));
+  int pow2 = 1, steps = 0;
+  for (; pow2 * 2 <= nranks; pow2 *= 2) ++steps;
+  const double lg = steps;  // log2(pow2)
   // Ranks beyond a power of two: one whole vector in, and the result out.
   const double fold =
       pow2 == nranks ? 0 : 2 * (t.MessageUs(S) + S * b) + ReduceUs(S, S, link);

@@ -18,8 +18,10 @@ std::string Choice::Explain() const {
   return out;
 }
 
-Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link,
-                       Algorithm forced, bool segment) {
+namespace {
+
+Choice Choose(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link, Algorithm forced,
+              bool segment) {
   Choice c;
   // A communicator within one host runs its collectives in its shared
   // segment unless an algorithm is forced: there the messages' small calls
@@ -53,6 +55,15 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
       c.algo = alg;
     }
   }
+  return c;
+}
+
+}  // namespace
+
+Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link,
+                       Algorithm forced, bool segment) {
+  Choice c = Choose(op, bytes, nranks, link, forced, segment);
+  c.entry = FindAlgorithm(op, c.algo);
   return c;
 }
 

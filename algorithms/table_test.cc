@@ -61,6 +61,7 @@ TEST(TableTest, TheSegmentTakesEveryCallUnlessAnAlgorithmIsForced) {
         c = ChooseAlgorithm(op, bytes, n, shm, Algorithm::kAuto, /*segment=*/false);
         EXPECT_NE(c.algo, Algorithm::kSegment);
         EXPECT_NE(FindAlgorithm(op, c.algo), nullptr) << CollectiveOpName(op);
+        EXPECT_EQ(c.entry, FindAlgorithm(op, c.algo));
       }
     }
   }

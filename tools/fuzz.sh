@@ -9,7 +9,7 @@
 # Targets: store_request (the store's request loop after the handshake),
 # tcp_frames (the TCP transport's frame parser), handshake (the job-token
 # handshake, both sides), config (Config::Set / ParseOption / Resolve),
-# fabric_frames (the point-to-point protocol, Fabric::OnFrame/OnPayload,
+# fabric_frames (the point-to-point protocol, Engine::OnFrame/OnPayload,
 # behind a TCP connection whose peer passed the handshake).
 #
 # Each target is compiled with -fsanitize=fuzzer,address,undefined together

@@ -126,14 +126,9 @@ class Provider::TableTransport final : public Transport {
     return try_send_now_ != nullptr && try_send_now_(state_, peer, meta.bytes, payload, len) != 0;
   }
 
-  int TakeWhole(int peer, uint64_t max_payload,
-                absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override {
-    if (take_whole_ == nullptr) return -1;
-    return take_whole_(state_, peer, max_payload, &Take, &take);
-  }
-  static int Take(void* arg, const void* header, const void* payload, uint64_t len) {
-    auto* take = static_cast<absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)>*>(arg);
-    return (*take)(*static_cast<const FrameMeta*>(header), payload, len) ? 1 : 0;
+  int TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
+                void* take_arg) override {
+    return take_whole_ != nullptr ? take_whole_(state_, peer, max_payload, take, take_arg) : -1;
   }
 
   bool Cancel(int peer, FrameHandle handle) override {

@@ -32,9 +32,9 @@
 #include <memory>
 #include <string>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "hcomm/hcomm_transport.h"
 
 namespace hcomm {
 
@@ -110,16 +110,18 @@ class Transport {
   virtual bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) = 0;
 
   // For a receiver that waits on one peer: if the next frame from `peer` is
-  // whole and readable in place, offers it to `take` (meta, payload,
-  // length), and consumes it if `take` returns true. Returns 1 when
+  // whole and readable in place, offers it to `take` (take_arg, the meta's
+  // bytes, payload, length: the plugin table's hcomm_transport_take_fn, so
+  // that the library's call reaches a transport with no wrapper between),
+  // and consumes it if `take` returns non-zero. Returns 1 when
   // consumed; 0 when nothing from `peer` is there yet; -1 when something
   // else is (a frame `take` refused or one not whole in place) or the
   // connection is busy or down, which Poll then handles. A transport that
   // cannot look ahead returns -1. `take` refuses every payload longer than
   // `max_payload`: a transport that reads a stream need not read past the
   // end of such a frame.
-  virtual int TakeWhole(int peer, uint64_t max_payload,
-                        absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
+  virtual int TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
+                        void* take_arg) {
     return -1;
   }
 
@@ -177,6 +179,19 @@ class Transport {
   // Fails the connection to `peer` as if it had broken.
   virtual void FailPeer(int peer, const absl::Status& why) = 0;
 };
+
+// Transport::TakeWhole for a caller holding a C++ callable
+// f(const FrameMeta&, const void* payload, uint64_t len) -> bool.
+template <typename F>
+int TakeWholeWith(Transport& t, int peer, uint64_t max_payload, F& f) {
+  return t.TakeWhole(
+      peer, max_payload,
+      [](void* arg, const void* header, const void* payload, uint64_t len) -> int {
+        return (*static_cast<F*>(arg))(*static_cast<const FrameMeta*>(header), payload, len) ? 1
+                                                                                            : 0;
+      },
+      &f);
+}
 
 }  // namespace hcomm
 

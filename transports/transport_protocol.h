@@ -68,10 +68,7 @@ class TransportProtocol : public Protocol {
   }
   int TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
                 void* take_arg) override {
-    return transport_->TakeWhole(
-        peer, max_payload, [take, take_arg](const FrameMeta& m, const void* p, uint64_t n) {
-          return take(take_arg, m.bytes, p, n) != 0;
-        });
+    return transport_->TakeWhole(peer, max_payload, take, take_arg);
   }
   int PollPeer(int peer) override { return transport_->PollPeer(peer); }
   int PollQuiet(int64_t timeout_ns) override {

@@ -133,7 +133,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
                         ? 2
                         : 1;
   const Choice& choice = ChooseCached(call.op, bytes * widen, forced_algo_.load());
-  const AlgorithmEntry* entry = FindAlgorithm(call.op, choice.algo);
+  const AlgorithmEntry* entry = choice.entry;
   const bool in_segment = choice.algo == Algorithm::kSegment;
   // Described only if something goes wrong: a collective's hot path
   // formats nothing.

@@ -437,19 +437,31 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
     arrivals = m.arrivals();
   }
   Transport* t = route_[peer];
-  // Runs under the transport's receive lock for `peer`, which every
-  // delivery from `peer` into the queue also held: if the count has not
-  // moved, nothing of `peer`'s that we might accept was queued since the
-  // look above.
-  auto take = [&](const FrameMeta& fm, const void* payload, uint64_t len) {
-    const Meta m = Unpack(fm);
-    if (m.kind != kEager || len > kEagerBytes || m.comm_id != ctx || m.id2 != fingerprint ||
-        (exact ? len != bytes : len > bytes) ||
-        (tag != kAnyTag && m.tag != tag) || matcher->arrivals() != arrivals) {
-      return false;  // the full path deals with it
+  // What the transport offers a frame to. Runs under the transport's receive
+  // lock for `peer`, which every delivery from `peer` into the queue also
+  // held: if the count has not moved, nothing of `peer`'s that we might
+  // accept was queued since the look above.
+  struct Want {
+    uint32_t ctx;
+    void* buf;
+    size_t bytes;
+    int tag;
+    uint64_t fingerprint;
+    bool exact;
+    const Matcher* matcher;
+    uint64_t arrivals;
+  } want{ctx, buf, bytes, tag, fingerprint, exact, matcher, arrivals};
+  hcomm_transport_take_fn take = [](void* arg, const void* header, const void* payload,
+                                    uint64_t len) -> int {
+    const Want& w = *static_cast<const Want*>(arg);
+    const Meta m = Unpack(*static_cast<const FrameMeta*>(header));
+    if (m.kind != kEager || len > kEagerBytes || m.comm_id != w.ctx ||
+        m.id2 != w.fingerprint || (w.exact ? len != w.bytes : len > w.bytes) ||
+        (w.tag != kAnyTag && m.tag != w.tag) || w.matcher->arrivals() != w.arrivals) {
+      return 0;  // the full path deals with it
     }
-    if (len > 0) memcpy(buf, payload, len);
-    return true;
+    if (len > 0) memcpy(w.buf, payload, len);
+    return 1;
   };
   // Counts as a wait, so that the background thread stays out of the way
   // (it would take the frame from under us, and sleep where every send
@@ -463,7 +475,7 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   // takes over after kSharedCpuDirectSpin.
   const int64_t end_ns = MonoNs() + direct_spin_ns_;
   for (int i = 1;; ++i) {
-    const int got = t->TakeWhole(peer, bytes, take);
+    const int got = t->TakeWhole(peer, bytes, take, &want);
     if (got == 1) {
       peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
       return true;

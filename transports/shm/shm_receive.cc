@@ -65,9 +65,8 @@ int ShmTransport::ReadCmaLocked(Conn* c, uint64_t budget) {
   return c->rx_off == len ? kCmaDone : kCmaMore;
 }
 
-int ShmTransport::TakeWhole(
-    int peer, uint64_t /*max_payload*/,
-    absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
+int ShmTransport::TakeWhole(int peer, uint64_t /*max_payload*/, hcomm_transport_take_fn take,
+                            void* take_arg) {
   Conn* c = ConnFor(peer);
   if (c == nullptr || !c->connected.load(std::memory_order_acquire) ||
       c->loss_flag.load(std::memory_order_acquire) ||
@@ -88,7 +87,8 @@ int ShmTransport::TakeWhole(
       memcpy(&h, c->in_data + pos, kRecHdrBytes);
       if (h.kind == kRecWhole) {
         const uint64_t total = RecordBytes(h.len);
-        if (pos + total <= size && take(h.meta, c->in_data + pos + kRecHdrBytes, h.len)) {
+        if (pos + total <= size &&
+            take(take_arg, h.meta.bytes, c->in_data + pos + kRecHdrBytes, h.len) != 0) {
           c->rx_head += total;
           PublishHeadLocked(c);
           result = 1;

@@ -212,8 +212,8 @@ class ShmTransport final : public Transport {
   void DisarmWake() override;
   bool SpinsBeforeSleep() const override { return true; }
   int PollQuiet(absl::Duration timeout) override;
-  int TakeWhole(int peer, uint64_t max_payload,
-                absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override;
+  int TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
+                void* take_arg) override;
   bool TrySendNow(int peer, const FrameMeta& meta, const void* payload, size_t len) override;
   FrameHandle Send(int peer, const FrameMeta& meta, const void* payload, size_t len,
                    SendCallback done) override;

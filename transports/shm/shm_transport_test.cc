@@ -373,7 +373,7 @@ TEST_P(ShmPairTest, TakeWholeConsumesOnlyWhatItAccepts) {
       link.Barrier();  // stay connected until rank 1 has looked
     } else {
       link.Barrier();  // both frames are in the ring
-      SHM_CHECK(t->TakeWhole(0, 100, refuse) == -1);
+      SHM_CHECK(TakeWholeWith(*t, 0, 100, refuse) == -1);
       bool seen = false;
       auto take = [&](const FrameMeta& m, const void* p, uint64_t len) {
         const shm_test::TestMeta tm = shm_test::ReadMeta(m);
@@ -381,11 +381,11 @@ TEST_P(ShmPairTest, TakeWholeConsumesOnlyWhatItAccepts) {
                shm_test::Matches(static_cast<const char*>(p), len, shm_test::SeedOf(0, 1, 0));
         return true;
       };
-      SHM_CHECK(t->TakeWhole(0, 100, take) == 1);
+      SHM_CHECK(TakeWholeWith(*t, 0, 100, take) == 1);
       SHM_CHECK(seen);
       SHM_CHECK(PollUntil(t.get(), [&] { return sink.frames_from(0) == 1; }));
       SHM_CHECK(sink.frames_on(0, 1) == 0 && sink.frames_on(0, 0) == 1);
-      SHM_CHECK(t->TakeWhole(0, 100, refuse) == 0);
+      SHM_CHECK(TakeWholeWith(*t, 0, 100, refuse) == 0);
       SHM_CHECK(sink.errors().empty());
       link.Barrier();
     }

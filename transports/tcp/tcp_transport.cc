@@ -493,9 +493,8 @@ absl::Status TcpTransport::ReadAvailable(Conn* c, int* reads) {
   }
 }
 
-int TcpTransport::TakeWhole(
-    int peer, uint64_t max_payload,
-    absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) {
+int TcpTransport::TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
+                            void* take_arg) {
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer] == nullptr) return -1;
   Conn* c = conns_[peer].get();
   if (c->dead_hint.load(std::memory_order_relaxed) ||
@@ -527,7 +526,7 @@ int TcpTransport::TakeWhole(
       if (n >= sizeof h) {
         memcpy(&h, data, sizeof h);
         if (h.magic == kMagic && h.payload_len <= n - sizeof h &&
-            take(h.meta, data + sizeof h, h.payload_len)) {
+            take(take_arg, h.meta.bytes, data + sizeof h, h.payload_len) != 0) {
           data += sizeof h + h.payload_len;
           n -= sizeof h + h.payload_len;
           result = 1;

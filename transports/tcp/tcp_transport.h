@@ -54,8 +54,8 @@ class TcpTransport final : public Transport {
   // Reads what the peer's socket holds: a first frame that is whole in it
   // goes to `take`; everything else (or everything, when `take` refuses)
   // goes the usual way to the sink.
-  int TakeWhole(int peer, uint64_t max_payload,
-                absl::FunctionRef<bool(const FrameMeta&, const void*, uint64_t)> take) override;
+  int TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take_fn take,
+                void* take_arg) override;
   bool Cancel(int peer, FrameHandle handle) override;
   int Poll(absl::Duration timeout) override;
   int PollPeer(int peer) override;

@@ -151,7 +151,7 @@ TEST(TcpTransportTest, TakeWholeLeavesTheNextFrameInTheSocket) {
   auto take_one = [&] {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     int r;
-    while ((r = s.hub.TakeWhole(1, 8, take)) == 0 && absl::Now() < deadline) {
+    while ((r = TakeWholeWith(s.hub, 1, 8, take)) == 0 && absl::Now() < deadline) {
     }
     return r;
   };
@@ -165,7 +165,7 @@ TEST(TcpTransportTest, TakeWholeLeavesTheNextFrameInTheSocket) {
   while (s.hub_sink.from().empty() && absl::Now() < deadline) s.hub.Poll(absl::Milliseconds(10));
   ASSERT_EQ(std::vector<int>{1}, s.hub_sink.from());
   EXPECT_EQ(long_one, s.hub_sink.payload(0));
-  EXPECT_EQ(0, s.hub.TakeWhole(1, 8, take));
+  EXPECT_EQ(0, TakeWholeWith(s.hub, 1, 8, take));
 }
 
 class TcpWaitTest : public testing::TestWithParam<int> {};
