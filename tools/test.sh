@@ -36,6 +36,7 @@ SANITIZER_CI_TARGETS=(
   //algorithms/kernels:reduce_test //tests/bad_input:bad_input_test //tests/channel:channel_c_test
   //algorithms:shm_collective_test
   //tools/sanitizers:tsan_annotations_test //c_api:request_slots_test //core/base:net_test
+  //core/sched:stream_test
 )
 
 total_passed=0

@@ -1,0 +1,160 @@
+#include "core/sched/stream.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status.h"
+
+namespace hcomm {
+
+Event::Event() : state_(std::make_shared<State>()) {}
+
+void Event::Record(Stream& s) {
+  uint64_t mark;
+  {
+    absl::MutexLock l(&state_->mu);
+    mark = ++state_->recorded;
+    state_->stream = &s;
+  }
+  std::shared_ptr<State> state = state_;
+  s.Push(absl::StrCat("record event (mark ", mark, ")"),
+         [state, mark] {
+           absl::MutexLock l(&state->mu);
+           if (state->reached < mark) state->reached = mark;
+           return absl::OkStatus();
+         },
+         /*control=*/true);
+}
+
+absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Time deadline,
+                            const std::string& waiter) {
+  absl::MutexLock l(&state.mu);
+  auto reached = [&state, mark]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+    return state.reached >= mark;
+  };
+  if (state.mu.AwaitWithDeadline(absl::Condition(&reached), deadline)) return absl::OkStatus();
+  // The stream of the latest mark is alive: that mark is not reached
+  // either, and a stream runs its queue out before it is destroyed.
+  return Timeout(absl::StrCat(waiter, " timed out waiting for an event (mark ", mark,
+                              "); its latest mark is on ", state.stream->Describe()));
+}
+
+absl::Status Event::Synchronize(absl::Time deadline) const {
+  uint64_t mark;
+  {
+    absl::MutexLock l(&state_->mu);
+    mark = state_->recorded;
+  }
+  return WaitFor(*state_, mark, deadline, "event synchronize");
+}
+
+bool Event::Query() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->reached >= state_->recorded;
+}
+
+Stream::Stream(Options options) : options_(std::move(options)) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+Stream::~Stream() {
+  {
+    absl::MutexLock l(&mu_);
+    closing_ = true;
+  }
+  worker_.join();
+}
+
+void Stream::Enqueue(std::string what, Work work) {
+  Push(std::move(what), std::move(work), /*control=*/false);
+}
+
+void Stream::WaitEvent(const Event& event) {
+  std::shared_ptr<Event::State> state = event.state_;
+  uint64_t mark;
+  {
+    absl::MutexLock l(&state->mu);
+    mark = state->recorded;
+  }
+  if (mark == 0) return;  // never recorded: nothing to wait for
+  std::string waiter = absl::StrCat("stream '", options_.name, "'");
+  const absl::Duration timeout = options_.timeout;
+  Push(absl::StrCat("wait for an event's mark ", mark),
+       [state, mark, waiter, timeout] {
+         return Event::WaitFor(*state, mark, absl::Now() + timeout, waiter);
+       },
+       /*control=*/true);
+}
+
+void Stream::Push(std::string what, Work work, bool control) {
+  absl::MutexLock l(&mu_);
+  queue_.push_back(Item{++enqueued_, std::move(what), std::move(work), control});
+}
+
+void Stream::Run() {
+  for (;;) {
+    Item item;
+    bool skip;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || closing_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // closing, and all run
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = item.what;
+      running_since_ = absl::Now();
+      skip = !error_.ok() && !item.control;
+    }
+    absl::Status status = skip ? absl::OkStatus() : item.work();
+    item.work = nullptr;  // what it holds goes now, not with the next item
+    absl::MutexLock l(&mu_);
+    if (!status.ok() && error_.ok()) {
+      error_ = Annotate(status, absl::StrCat("stream '", options_.name, "', ", item.what));
+      error_seq_ = item.seq;
+    }
+    ++done_;
+    running_.clear();
+  }
+}
+
+absl::Status Stream::Synchronize(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  const uint64_t target = enqueued_;
+  auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return Timeout(absl::StrCat("stream synchronize timed out: ", DescribeLocked()));
+  }
+  if (error_.ok() || error_seq_ > target) return absl::OkStatus();  // a later item's failure
+  absl::Status out = error_;
+  // Work queued after `target` and already skipped failed with this status
+  // too: the next Synchronize says so again.
+  if (done_ == target) error_ = absl::OkStatus();
+  return out;
+}
+
+bool Stream::Idle() const {
+  absl::MutexLock l(&mu_);
+  return done_ == enqueued_;
+}
+
+std::string Stream::Describe() const {
+  absl::MutexLock l(&mu_);
+  return DescribeLocked();
+}
+
+std::string Stream::DescribeLocked() const {
+  std::string out = absl::StrCat("stream '", options_.name, "' (priority ", options_.priority, ")");
+  if (running_.empty()) {
+    absl::StrAppend(&out, ": idle");
+  } else {
+    absl::StrAppend(&out, ": running ", running_, " for ", Seconds(absl::Now() - running_since_));
+  }
+  if (!queue_.empty()) absl::StrAppend(&out, ", ", queue_.size(), " more queued");
+  if (!error_.ok()) absl::StrAppend(&out, "; failed: ", error_.message());
+  return out;
+}
+
+}  // namespace hcomm

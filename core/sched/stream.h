@@ -1,0 +1,138 @@
+// Streams and events: ordered queues of work that a thread of the library
+// runs in the background, and marks in them that other streams and callers
+// can wait for (API.md, "Streams, priorities and fusion").
+//
+//   Stream s({.name = "grads", .priority = 1, .timeout = absl::Seconds(30)});
+//   s.Enqueue("allreduce #0 (4096 bytes)", [&] { return comm.AllReduce(...); });
+//   Event e;
+//   e.Record(s);
+//   other.WaitEvent(e);                 // other's later work waits for that mark
+//   HCOMM_RETURN_IF_ERROR(s.Synchronize(absl::Now() + absl::Seconds(30)));
+//
+// Work of one stream runs in enqueue order, one item after another. The
+// first failure sticks: the stream's later work is not run and counts as
+// failed with the same status, until Synchronize returns that status and
+// clears it. What an item runs (a collective on the stream's own matching
+// context, a host callback) is its owner's business: this layer knows no
+// communicator (DESIGN.md, Layers: core/comm -> core/sched).
+//
+// THREAD SAFETY: every method may be called from any thread; the
+// destructor from none other. Items enqueued from several threads at once
+// run in the order the stream took them.
+#ifndef HCOMM_CORE_SCHED_STREAM_H_
+#define HCOMM_CORE_SCHED_STREAM_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace hcomm {
+
+class Stream;
+
+// A mark in a stream's queue. Recording it again moves the mark; waiting
+// waits for the latest mark recorded before the wait began. An event never
+// recorded is reached from the start.
+class Event {
+ public:
+  Event();
+
+  // Marks the point after everything queued on `s` so far. Returns at once.
+  void Record(Stream& s);
+  // Blocks until the latest mark is reached, or returns Timeout naming the
+  // stream and what it is running at `deadline`.
+  absl::Status Synchronize(absl::Time deadline) const;
+  // Whether the latest mark has been reached. Does not block.
+  bool Query() const;
+
+ private:
+  friend class Stream;
+  struct State {
+    absl::Mutex mu;
+    uint64_t recorded ABSL_GUARDED_BY(mu) = 0;  // marks recorded so far
+    uint64_t reached ABSL_GUARDED_BY(mu) = 0;   // the latest mark reached
+    // The stream of the latest mark, for messages; alive while that mark
+    // is not reached (a stream runs its queue out before it goes).
+    const Stream* stream ABSL_GUARDED_BY(mu) = nullptr;
+  };
+  // Waits until mark `mark` is reached; Timeout at `deadline` says who waits.
+  static absl::Status WaitFor(State& state, uint64_t mark, absl::Time deadline,
+                              const std::string& waiter);
+  std::shared_ptr<State> state_;
+};
+
+class Stream {
+ public:
+  struct Options {
+    std::string name = "stream";  // for messages: "stream 'grads' ..."
+    // A higher number is served first where streams compete (read by the
+    // layers that share the wire among streams).
+    int priority = 0;
+    // How long the stream's own waits (on another stream's event) may take.
+    absl::Duration timeout = absl::Seconds(60);
+  };
+  using Work = absl::AnyInvocable<absl::Status()>;
+
+  explicit Stream(Options options);
+  // Runs what is queued, then stops the stream's thread.
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Queues `work`, named `what` in messages; returns at once. `work` runs on
+  // the stream's thread after everything queued before it, unless the
+  // stream has failed since the last Synchronize.
+  void Enqueue(std::string what, Work work);
+  // The stream's later work waits until `event`'s latest mark (recorded
+  // before this call) is reached. Returns at once.
+  void WaitEvent(const Event& event);
+  // Blocks until everything queued before the call has run or been skipped.
+  // Returns the first failure of that work (its message naming the stream
+  // and the item) and clears it; Timeout at `deadline`, naming what is
+  // still queued and what runs, and then the work goes on.
+  absl::Status Synchronize(absl::Time deadline);
+  // Whether everything queued so far has run. Does not block.
+  bool Idle() const;
+
+  const std::string& name() const { return options_.name; }
+  int priority() const { return options_.priority; }
+  // "stream 'grads' (priority 1): running allreduce #3 for 0.20 s, 2 more queued"
+  std::string Describe() const;
+
+ private:
+  friend class Event;  // Record queues its mark with Push
+  struct Item {
+    uint64_t seq;
+    std::string what;
+    Work work;
+    bool control;  // event marks and waits: run even after a failure
+  };
+
+  void Push(std::string what, Work work, bool control);
+  void Run();
+  std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // items ever queued
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;      // items ever run or skipped
+  absl::Status error_ ABSL_GUARDED_BY(mu_);     // the first failure not yet returned
+  uint64_t error_seq_ ABSL_GUARDED_BY(mu_) = 0;  // the item that failed (1-based)
+  std::string running_ ABSL_GUARDED_BY(mu_);    // empty while idle
+  absl::Time running_since_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+}  // namespace hcomm
+
+#endif  // HCOMM_CORE_SCHED_STREAM_H_

@@ -1,0 +1,258 @@
+#include "core/sched/stream.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "core/base/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hcomm {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
+
+Stream::Options Named(const char* name, int priority = 0) {
+  Stream::Options o;
+  o.name = name;
+  o.priority = priority;
+  return o;
+}
+
+TEST(StreamTest, RunsInEnqueueOrderOnItsOwnThread) {
+  Stream s(Named("order"));
+  std::vector<int> ran;  // written by the stream's thread only, read after Synchronize
+  std::vector<std::thread::id> threads;
+  for (int i = 0; i < 100; ++i) {
+    s.Enqueue("item", [&ran, &threads, i] {
+      ran.push_back(i);
+      threads.push_back(std::this_thread::get_id());
+      return absl::OkStatus();
+    });
+  }
+  ASSERT_TRUE(s.Synchronize(Soon()).ok());
+  ASSERT_EQ(ran.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(ran[i], i);
+  for (const auto& t : threads) {
+    EXPECT_NE(t, std::this_thread::get_id());
+    EXPECT_EQ(t, threads[0]);
+  }
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(StreamTest, EnqueueReturnsAtOnce) {
+  Stream s(Named("async"));
+  absl::Notification go;
+  std::atomic<bool> ran{false};
+  s.Enqueue("blocked", [&] {
+    go.WaitForNotification();
+    ran = true;
+    return absl::OkStatus();
+  });
+  // The item waits for `go`, which only this thread gives: Enqueue returned.
+  EXPECT_FALSE(s.Idle());
+  EXPECT_FALSE(ran);
+  go.Notify();
+  ASSERT_TRUE(s.Synchronize(Soon()).ok());
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(StreamTest, AFailureSticksUntilSynchronizeReturnsIt) {
+  Stream s(Named("grads"));
+  int ran = 0;
+  s.Enqueue("allreduce #0", [&] {
+    ++ran;
+    return absl::OkStatus();
+  });
+  s.Enqueue("allreduce #1", [&] {
+    ++ran;
+    return PeerFailure("rank 3 is gone");
+  });
+  s.Enqueue("allreduce #2", [&] {
+    ++ran;
+    return absl::OkStatus();
+  });
+  s.Enqueue("host callback", [&] {
+    ++ran;
+    return absl::OkStatus();
+  });
+  absl::Status st = s.Synchronize(Soon());
+  EXPECT_EQ(CodeOf(st), ErrorCode::kPeerFailure);
+  EXPECT_EQ(st.message(), "stream 'grads', allreduce #1: rank 3 is gone");
+  EXPECT_EQ(ran, 2);  // nothing after the failure ran
+  // Returned once, then cleared: later work runs again.
+  s.Enqueue("allreduce #3", [&] {
+    ++ran;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.Synchronize(Soon()).ok());
+  EXPECT_EQ(ran, 3);
+  EXPECT_TRUE(s.Synchronize(Soon()).ok());
+}
+
+TEST(StreamTest, OnlyTheFirstFailureIsReturned) {
+  Stream s(Named("two"));
+  s.Enqueue("a", [] { return Timeout("first"); });
+  s.Enqueue("b", [] { return Aborted("second"); });
+  absl::Status st = s.Synchronize(Soon());
+  EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("first"));
+  EXPECT_TRUE(s.Synchronize(Soon()).ok());
+}
+
+TEST(StreamTest, EventOrdersWorkAcrossStreams) {
+  Stream producer(Named("producer"));
+  Stream consumer(Named("consumer"));
+  absl::Notification go;
+  std::atomic<bool> produced{false};
+  bool saw_produced = false;
+  producer.Enqueue("produce", [&] {
+    go.WaitForNotification();
+    produced = true;
+    return absl::OkStatus();
+  });
+  Event e;
+  e.Record(producer);
+  consumer.WaitEvent(e);
+  consumer.Enqueue("consume", [&] {
+    saw_produced = produced;
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(e.Query());
+  EXPECT_FALSE(consumer.Idle());
+  go.Notify();
+  ASSERT_TRUE(consumer.Synchronize(Soon()).ok());
+  EXPECT_TRUE(saw_produced);
+  EXPECT_TRUE(e.Query());
+  EXPECT_TRUE(e.Synchronize(Soon()).ok());
+  ASSERT_TRUE(producer.Synchronize(Soon()).ok());
+}
+
+TEST(StreamTest, EventMarksRunAfterAFailure) {
+  Stream s(Named("failed"));
+  s.Enqueue("bad", [] { return Aborted("aborted"); });
+  Event e;
+  e.Record(s);
+  // The mark is reached although the stream failed: waiters do not hang.
+  EXPECT_TRUE(e.Synchronize(Soon()).ok());
+  EXPECT_EQ(CodeOf(s.Synchronize(Soon())), ErrorCode::kAborted);
+}
+
+TEST(StreamTest, AnEventNeverRecordedIsReached) {
+  Stream s(Named("free"));
+  Event e;
+  EXPECT_TRUE(e.Query());
+  EXPECT_TRUE(e.Synchronize(Soon()).ok());
+  s.WaitEvent(e);
+  EXPECT_TRUE(s.Idle());  // nothing was queued
+  EXPECT_TRUE(s.Synchronize(Soon()).ok());
+}
+
+TEST(StreamTest, RecordingAgainMovesTheMark) {
+  Stream a(Named("a"));
+  Stream b(Named("b"));
+  Event e;
+  e.Record(a);
+  ASSERT_TRUE(e.Synchronize(Soon()).ok());
+  absl::Notification go;
+  b.Enqueue("blocked", [&] {
+    go.WaitForNotification();
+    return absl::OkStatus();
+  });
+  e.Record(b);
+  EXPECT_FALSE(e.Query());
+  go.Notify();
+  EXPECT_TRUE(e.Synchronize(Soon()).ok());
+  EXPECT_TRUE(e.Query());
+}
+
+TEST(StreamTest, WaitsEndByTheirDeadlinesAndSayWhatIsPending) {
+  Stream::Options o = Named("slow", 3);
+  Stream slow(o);
+  absl::Notification go;
+  slow.Enqueue("allreduce #7 (256 MiB)", [&] {
+    go.WaitForNotification();
+    return absl::OkStatus();
+  });
+  slow.Enqueue("allreduce #8", [] { return absl::OkStatus(); });
+  Event e;
+  e.Record(slow);
+
+  absl::Status st = slow.Synchronize(absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("stream synchronize timed out: stream 'slow' (priority 3): running "
+                        "allreduce #7 (256 MiB) for "));
+  EXPECT_THAT(std::string(st.message()), HasSubstr(", 2 more queued"));
+
+  st = e.Synchronize(absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("event synchronize timed out waiting for an event (mark 1); its latest "
+                        "mark is on stream 'slow' (priority 3): running allreduce #7"));
+
+  // A stream waiting on the event gives up after its own timeout, and its
+  // later work counts as failed.
+  Stream::Options wo = Named("waiter");
+  wo.timeout = absl::Milliseconds(20);
+  Stream waiter(wo);
+  bool ran = false;
+  waiter.WaitEvent(e);
+  waiter.Enqueue("after", [&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  st = waiter.Synchronize(Soon());
+  EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("stream 'waiter', wait for an event's mark 1: stream 'waiter' timed out "
+                        "waiting for an event (mark 1)"));
+  EXPECT_FALSE(ran);
+
+  go.Notify();  // the work goes on after the timeouts
+  EXPECT_TRUE(slow.Synchronize(Soon()).ok());
+  EXPECT_TRUE(e.Query());
+}
+
+TEST(StreamTest, DestroyingRunsWhatIsQueued) {
+  std::atomic<int> ran{0};
+  {
+    Stream s(Named("drain"));
+    for (int i = 0; i < 10; ++i) {
+      s.Enqueue("item", [&] {
+        ++ran;
+        return absl::OkStatus();
+      });
+    }
+  }
+  EXPECT_EQ(ran, 10);
+}
+
+TEST(StreamTest, EnqueueFromManyThreads) {
+  Stream s(Named("shared"));
+  std::atomic<int> ran{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 250; ++i) {
+        s.Enqueue("item", [&] {
+          ++ran;
+          return absl::OkStatus();
+        });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(s.Synchronize(Soon()).ok());
+  EXPECT_EQ(ran, 1000);
+}
+
+}  // namespace
+}  // namespace hcomm
