@@ -82,6 +82,10 @@ class Communicator {
   // The transport to rank `peer` of this communicator.
   const char* TransportTo(int peer) const { return engine_->TransportTo(group_to_world_[peer]); }
 
+  // Local: 0, 1, 2, ... for the streams made over this communicator
+  // (core/comm/comm_stream.h), to name them.
+  int TakeStreamIndex() { return streams_made_.fetch_add(1, std::memory_order_relaxed); }
+
   // Only timeout_ms and algo can change after init.
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 
@@ -206,6 +210,7 @@ class Communicator {
   const uint32_t coll_ctx_;
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
+  std::atomic<int> streams_made_{0};
   const LinkModel link_;
   // The ring allreduce's order of the members where ranks share CPUs and
   // all talk over TCP (RingOrderByPlacement; empty: rank order), the same

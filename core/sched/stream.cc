@@ -23,29 +23,37 @@ void Event::Record(Stream& s) {
            if (state->reached < mark) state->reached = mark;
            return absl::OkStatus();
          },
-         /*control=*/true);
+         nullptr, /*control=*/true);
 }
 
-absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Time deadline,
+absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
                             const std::string& waiter) {
   absl::MutexLock l(&state.mu);
   auto reached = [&state, mark]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
     return state.reached >= mark;
   };
-  if (state.mu.AwaitWithDeadline(absl::Condition(&reached), deadline)) return absl::OkStatus();
-  // The stream of the latest mark is alive: that mark is not reached
-  // either, and a stream runs its queue out before it is destroyed.
+  // The stream of the latest mark is alive while we hold state.mu and the
+  // mark is not reached: that mark is not reached either, and a stream
+  // runs its queue out before it is destroyed. (Lock order: an event's mu,
+  // then a stream's mu_.)
+  uint64_t finished = 0;
+  while (!state.mu.AwaitWithTimeout(absl::Condition(&reached), stall)) {
+    const uint64_t now = state.stream->Finished();
+    if (now == finished) break;  // a whole `stall` without progress
+    finished = now;
+  }
+  if (reached()) return absl::OkStatus();
   return Timeout(absl::StrCat(waiter, " timed out waiting for an event (mark ", mark,
                               "); its latest mark is on ", state.stream->Describe()));
 }
 
-absl::Status Event::Synchronize(absl::Time deadline) const {
+absl::Status Event::Synchronize(absl::Duration stall) const {
   uint64_t mark;
   {
     absl::MutexLock l(&state_->mu);
     mark = state_->recorded;
   }
-  return WaitFor(*state_, mark, deadline, "event synchronize");
+  return WaitFor(*state_, mark, stall, "event synchronize");
 }
 
 bool Event::Query() const {
@@ -65,8 +73,8 @@ Stream::~Stream() {
   worker_.join();
 }
 
-void Stream::Enqueue(std::string what, Work work) {
-  Push(std::move(what), std::move(work), /*control=*/false);
+void Stream::Enqueue(std::string what, Work work, Skipped skipped) {
+  Push(std::move(what), std::move(work), std::move(skipped), /*control=*/false);
 }
 
 void Stream::WaitEvent(const Event& event) {
@@ -81,14 +89,15 @@ void Stream::WaitEvent(const Event& event) {
   const absl::Duration timeout = options_.timeout;
   Push(absl::StrCat("wait for an event's mark ", mark),
        [state, mark, waiter, timeout] {
-         return Event::WaitFor(*state, mark, absl::Now() + timeout, waiter);
+         return Event::WaitFor(*state, mark, timeout, waiter);
        },
-       /*control=*/true);
+       nullptr, /*control=*/true);
 }
 
-void Stream::Push(std::string what, Work work, bool control) {
+void Stream::Push(std::string what, Work work, Skipped skipped, bool control) {
   absl::MutexLock l(&mu_);
-  queue_.push_back(Item{++enqueued_, std::move(what), std::move(work), control});
+  queue_.push_back(
+      Item{++enqueued_, std::move(what), std::move(work), std::move(skipped), control});
 }
 
 void Stream::Run() {
@@ -108,8 +117,14 @@ void Stream::Run() {
       running_since_ = absl::Now();
       skip = !error_.ok() && !item.control;
     }
-    absl::Status status = skip ? absl::OkStatus() : item.work();
-    item.work = nullptr;  // what it holds goes now, not with the next item
+    absl::Status status;
+    if (!skip) {
+      status = item.work();
+    } else if (item.skipped) {
+      item.skipped();
+    }
+    item.work = nullptr;  // what they hold goes now, not with the next item
+    item.skipped = nullptr;
     absl::MutexLock l(&mu_);
     if (!status.ok() && error_.ok()) {
       error_ = Annotate(status, absl::StrCat("stream '", options_.name, "', ", item.what));
@@ -120,12 +135,17 @@ void Stream::Run() {
   }
 }
 
-absl::Status Stream::Synchronize(absl::Time deadline) {
+absl::Status Stream::Synchronize(absl::Duration stall) {
   absl::MutexLock l(&mu_);
   const uint64_t target = enqueued_;
   auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-    return Timeout(absl::StrCat("stream synchronize timed out: ", DescribeLocked()));
+  uint64_t finished = done_;
+  while (!mu_.AwaitWithTimeout(absl::Condition(&done), stall)) {
+    if (done_ == finished) {
+      return Timeout(absl::StrCat("stream synchronize timed out (nothing finished for ",
+                                  Seconds(stall), "): ", DescribeLocked()));
+    }
+    finished = done_;
   }
   if (error_.ok() || error_seq_ > target) return absl::OkStatus();  // a later item's failure
   absl::Status out = error_;
@@ -133,6 +153,11 @@ absl::Status Stream::Synchronize(absl::Time deadline) {
   // too: the next Synchronize says so again.
   if (done_ == target) error_ = absl::OkStatus();
   return out;
+}
+
+uint64_t Stream::Finished() const {
+  absl::MutexLock l(&mu_);
+  return done_;
 }
 
 bool Stream::Idle() const {

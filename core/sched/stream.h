@@ -7,9 +7,12 @@
 //   Event e;
 //   e.Record(s);
 //   other.WaitEvent(e);                 // other's later work waits for that mark
-//   HCOMM_RETURN_IF_ERROR(s.Synchronize(absl::Now() + absl::Seconds(30)));
+//   HCOMM_RETURN_IF_ERROR(s.Synchronize(absl::Seconds(30)));
 //
-// Work of one stream runs in enqueue order, one item after another. The
+// Work of one stream runs in enqueue order, one item after another. Waits
+// on a stream end when it has gone `stall` without finishing an item (each
+// item bounds itself, e.g. by its communicator's timeout), so a long queue
+// is waited out and a stuck one is named. The
 // first failure sticks: the stream's later work is not run and counts as
 // failed with the same status, until Synchronize returns that status and
 // clears it. What an item runs (a collective on the stream's own matching
@@ -48,8 +51,9 @@ class Event {
   // Marks the point after everything queued on `s` so far. Returns at once.
   void Record(Stream& s);
   // Blocks until the latest mark is reached, or returns Timeout naming the
-  // stream and what it is running at `deadline`.
-  absl::Status Synchronize(absl::Time deadline) const;
+  // stream and what it runs once that stream went `stall` without
+  // finishing an item.
+  absl::Status Synchronize(absl::Duration stall) const;
   // Whether the latest mark has been reached. Does not block.
   bool Query() const;
 
@@ -63,8 +67,8 @@ class Event {
     // is not reached (a stream runs its queue out before it goes).
     const Stream* stream ABSL_GUARDED_BY(mu) = nullptr;
   };
-  // Waits until mark `mark` is reached; Timeout at `deadline` says who waits.
-  static absl::Status WaitFor(State& state, uint64_t mark, absl::Time deadline,
+  // Waits until mark `mark` is reached; Timeout after a stall says who waits.
+  static absl::Status WaitFor(State& state, uint64_t mark, absl::Duration stall,
                               const std::string& waiter);
   std::shared_ptr<State> state_;
 };
@@ -76,10 +80,12 @@ class Stream {
     // A higher number is served first where streams compete (read by the
     // layers that share the wire among streams).
     int priority = 0;
-    // How long the stream's own waits (on another stream's event) may take.
+    // How long the stream's own waits (on another stream's event) may see
+    // that stream finish nothing.
     absl::Duration timeout = absl::Seconds(60);
   };
   using Work = absl::AnyInvocable<absl::Status()>;
+  using Skipped = absl::AnyInvocable<void()>;
 
   explicit Stream(Options options);
   // Runs what is queued, then stops the stream's thread.
@@ -89,18 +95,23 @@ class Stream {
 
   // Queues `work`, named `what` in messages; returns at once. `work` runs on
   // the stream's thread after everything queued before it, unless the
-  // stream has failed since the last Synchronize.
-  void Enqueue(std::string what, Work work);
+  // stream has failed since the last Synchronize: then `skipped` runs in
+  // its place, if given (e.g. to tell the peers that a collective will not
+  // come).
+  void Enqueue(std::string what, Work work, Skipped skipped = nullptr);
   // The stream's later work waits until `event`'s latest mark (recorded
   // before this call) is reached. Returns at once.
   void WaitEvent(const Event& event);
   // Blocks until everything queued before the call has run or been skipped.
   // Returns the first failure of that work (its message naming the stream
-  // and the item) and clears it; Timeout at `deadline`, naming what is
-  // still queued and what runs, and then the work goes on.
-  absl::Status Synchronize(absl::Time deadline);
+  // and the item) and clears it; Timeout once the stream went `stall`
+  // without finishing an item, naming what is still queued and what runs
+  // (the work goes on).
+  absl::Status Synchronize(absl::Duration stall);
   // Whether everything queued so far has run. Does not block.
   bool Idle() const;
+  // How many items have run or been skipped so far.
+  uint64_t Finished() const;
 
   const std::string& name() const { return options_.name; }
   int priority() const { return options_.priority; }
@@ -113,10 +124,11 @@ class Stream {
     uint64_t seq;
     std::string what;
     Work work;
+    Skipped skipped;
     bool control;  // event marks and waits: run even after a failure
   };
 
-  void Push(std::string what, Work work, bool control);
+  void Push(std::string what, Work work, Skipped skipped, bool control);
   void Run();
   std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

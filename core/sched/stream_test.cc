@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
+absl::Duration Soon() { return absl::Seconds(30); }
 
 Stream::Options Named(const char* name, int priority = 0) {
   Stream::Options o;
@@ -79,14 +79,19 @@ TEST(StreamTest, AFailureSticksUntilSynchronizeReturnsIt) {
     ++ran;
     return absl::OkStatus();
   });
-  s.Enqueue("host callback", [&] {
-    ++ran;
-    return absl::OkStatus();
-  });
+  int skipped = 0;
+  s.Enqueue(
+      "host callback",
+      [&] {
+        ++ran;
+        return absl::OkStatus();
+      },
+      [&] { ++skipped; });
   absl::Status st = s.Synchronize(Soon());
   EXPECT_EQ(CodeOf(st), ErrorCode::kPeerFailure);
   EXPECT_EQ(st.message(), "stream 'grads', allreduce #1: rank 3 is gone");
   EXPECT_EQ(ran, 2);  // nothing after the failure ran
+  EXPECT_EQ(skipped, 1);  // and what asked to hear of it did
   // Returned once, then cleared: later work runs again.
   s.Enqueue("allreduce #3", [&] {
     ++ran;
@@ -185,14 +190,15 @@ TEST(StreamTest, WaitsEndByTheirDeadlinesAndSayWhatIsPending) {
   Event e;
   e.Record(slow);
 
-  absl::Status st = slow.Synchronize(absl::Now() + absl::Milliseconds(20));
+  absl::Status st = slow.Synchronize(absl::Milliseconds(20));
   EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
   EXPECT_THAT(std::string(st.message()),
-              HasSubstr("stream synchronize timed out: stream 'slow' (priority 3): running "
+              HasSubstr("stream synchronize timed out (nothing finished for 0.02 s): stream 'slow' "
+                        "(priority 3): running "
                         "allreduce #7 (256 MiB) for "));
   EXPECT_THAT(std::string(st.message()), HasSubstr(", 2 more queued"));
 
-  st = e.Synchronize(absl::Now() + absl::Milliseconds(20));
+  st = e.Synchronize(absl::Milliseconds(20));
   EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("event synchronize timed out waiting for an event (mark 1); its latest "
@@ -219,6 +225,28 @@ TEST(StreamTest, WaitsEndByTheirDeadlinesAndSayWhatIsPending) {
   go.Notify();  // the work goes on after the timeouts
   EXPECT_TRUE(slow.Synchronize(Soon()).ok());
   EXPECT_TRUE(e.Query());
+}
+
+TEST(StreamTest, ALongQueueThatKeepsFinishingIsWaitedOut) {
+  // 30 items of 10 ms: three times the stall, but never 200 ms without one
+  // finishing.
+  Stream s(Named("long"));
+  for (int i = 0; i < 30; ++i) {
+    s.Enqueue("item", [] {
+      absl::SleepFor(absl::Milliseconds(10));
+      return absl::OkStatus();
+    });
+  }
+  Event e;
+  e.Record(s);
+  EXPECT_TRUE(e.Synchronize(absl::Milliseconds(200)).ok());
+  for (int i = 0; i < 30; ++i) {
+    s.Enqueue("item", [] {
+      absl::SleepFor(absl::Milliseconds(10));
+      return absl::OkStatus();
+    });
+  }
+  EXPECT_TRUE(s.Synchronize(absl::Milliseconds(200)).ok());
 }
 
 TEST(StreamTest, DestroyingRunsWhatIsQueued) {
