@@ -36,7 +36,8 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
   // mark is not reached: that mark is not reached either, and a stream
   // runs its queue out before it is destroyed. (Lock order: an event's mu,
   // then a stream's mu_.)
-  uint64_t finished = 0;
+  if (reached()) return absl::OkStatus();
+  uint64_t finished = state.stream->Finished();
   while (!state.mu.AwaitWithTimeout(absl::Condition(&reached), stall)) {
     const uint64_t now = state.stream->Finished();
     if (now == finished) break;  // a whole `stall` without progress
