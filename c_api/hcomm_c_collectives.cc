@@ -10,127 +10,71 @@ extern "C" {
 // ---------------------------------------------------------------------------
 // Collectives
 
+// Every blocking collective: the communicator, then its arguments
+// (CheckCollective, which stream enqueues share), then the call.
+#define HCOMM_C_COLLECTIVE(name, kind, collective_op, send, recv, count, dtype, op_value, root, \
+                           call)                                                             \
+  return Guard(__func__, [&] {                                                               \
+    const char* fn = name;                                                                   \
+    HCOMM_C_CHECK(CheckComm(fn, comm));                                                      \
+    HCOMM_C_CHECK_ARGS(collective_op, CheckCollective(fn, *comm->impl, kind, send, recv,     \
+                                                      count, dtype, op_value, root));        \
+    return ToC(call);                                                                        \
+  })
+
 hcomm_status_t hcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                hcomm_dtype_t dtype, hcomm_reduce_op_t op, hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_allreduce";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kAllReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
-    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
-    return ToC(comm->impl->AllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op)));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_allreduce", HCOMM_OP_ALLREDUCE, kAllReduce, sendbuf, recvbuf, count,
+                     dtype, RawValue(op), 0,
+                     comm->impl->AllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op)));
 }
 
 hcomm_status_t hcomm_broadcast(void* buf, size_t count, hcomm_dtype_t dtype, int root,
                                hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_broadcast";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kBroadcast, CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK_ARGS(kBroadcast, CheckRoot(fn, comm, root));
-    HCOMM_C_CHECK_ARGS(kBroadcast, CheckBuf(fn, comm, buf, "buf", count, es));
-    return ToC(comm->impl->Broadcast(buf, count, DT(dtype), root));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_broadcast", HCOMM_OP_BROADCAST, kBroadcast, nullptr, buf, count, dtype,
+                     kNoOp, root, comm->impl->Broadcast(buf, count, DT(dtype), root));
 }
 
 hcomm_status_t hcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
                             hcomm_dtype_t dtype, hcomm_reduce_op_t op, int root,
                             hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_reduce";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK_ARGS(kReduce, CheckRoot(fn, comm, root));
-    HCOMM_C_CHECK_ARGS(kReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
-    if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK_ARGS(kReduce, CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", count, es));
-    }
-    return ToC(comm->impl->Reduce(sendbuf, recvbuf, count, DT(dtype), OP(op), root));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_reduce", HCOMM_OP_REDUCE, kReduce, sendbuf, recvbuf, count, dtype,
+                     RawValue(op), root,
+                     comm->impl->Reduce(sendbuf, recvbuf, count, DT(dtype), OP(op), root));
 }
 
 hcomm_status_t hcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
                                hcomm_dtype_t dtype, hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_allgather";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kAllGather, CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK_ARGS(kAllGather, CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
-    HCOMM_C_CHECK_ARGS(kAllGather,
-                       CheckBuf(fn, comm, recvbuf, "recvbuf", sendcount, es, comm->impl->size()));
-    return ToC(comm->impl->AllGather(sendbuf, recvbuf, sendcount, DT(dtype)));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_allgather", HCOMM_OP_ALLGATHER, kAllGather, sendbuf, recvbuf,
+                     sendcount, dtype, kNoOp, 0,
+                     comm->impl->AllGather(sendbuf, recvbuf, sendcount, DT(dtype)));
 }
 
 hcomm_status_t hcomm_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
                                     hcomm_dtype_t dtype, hcomm_reduce_op_t op,
                                     hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_reduce_scatter";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kReduceScatter, CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK_ARGS(kReduceScatter,
-                       CheckBuf(fn, comm, sendbuf, "sendbuf", recvcount, es, comm->impl->size()));
-    HCOMM_C_CHECK_ARGS(kReduceScatter, CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
-    return ToC(comm->impl->ReduceScatter(sendbuf, recvbuf, recvcount, DT(dtype), OP(op)));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_reduce_scatter", HCOMM_OP_REDUCE_SCATTER, kReduceScatter, sendbuf,
+                     recvbuf, recvcount, dtype, RawValue(op), 0,
+                     comm->impl->ReduceScatter(sendbuf, recvbuf, recvcount, DT(dtype), OP(op)));
 }
 
 hcomm_status_t hcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
                               hcomm_dtype_t dtype, hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_alltoall";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kAllToAll, CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK_ARGS(kAllToAll,
-                       CheckBuf(fn, comm, sendbuf, "sendbuf", count, es, comm->impl->size()));
-    HCOMM_C_CHECK_ARGS(kAllToAll,
-                       CheckBuf(fn, comm, recvbuf, "recvbuf", count, es, comm->impl->size()));
-    return ToC(comm->impl->AllToAll(sendbuf, recvbuf, count, DT(dtype)));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_alltoall", HCOMM_OP_ALLTOALL, kAllToAll, sendbuf, recvbuf, count,
+                     dtype, kNoOp, 0, comm->impl->AllToAll(sendbuf, recvbuf, count, DT(dtype)));
 }
 
 hcomm_status_t hcomm_gather(const void* sendbuf, void* recvbuf, size_t sendcount,
                             hcomm_dtype_t dtype, int root, hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_gather";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kGather, CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK_ARGS(kGather, CheckRoot(fn, comm, root));
-    HCOMM_C_CHECK_ARGS(kGather, CheckBuf(fn, comm, sendbuf, "sendbuf", sendcount, es));
-    if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK_ARGS(kGather,
-                         CheckBuf(fn, comm, recvbuf, "recvbuf (at the root)", sendcount, es,
-                             comm->impl->size()));
-    }
-    return ToC(comm->impl->Gather(sendbuf, recvbuf, sendcount, DT(dtype), root));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_gather", HCOMM_OP_GATHER, kGather, sendbuf, recvbuf, sendcount, dtype,
+                     kNoOp, root, comm->impl->Gather(sendbuf, recvbuf, sendcount, DT(dtype), root));
 }
 
 hcomm_status_t hcomm_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
                              hcomm_dtype_t dtype, int root, hcomm_comm_t comm) {
-  return Guard(__func__, [&] {
-    const char* fn = "hcomm_scatter";
-    size_t es;
-    HCOMM_C_CHECK(CheckComm(fn, comm));
-    HCOMM_C_CHECK_ARGS(kScatter, CheckTypes(fn, comm, dtype, kNoOp, &es));
-    HCOMM_C_CHECK_ARGS(kScatter, CheckRoot(fn, comm, root));
-    if (comm->impl->rank() == root) {
-      HCOMM_C_CHECK_ARGS(kScatter,
-                         CheckBuf(fn, comm, sendbuf, "sendbuf (at the root)", recvcount, es,
-                             comm->impl->size()));
-    }
-    HCOMM_C_CHECK_ARGS(kScatter, CheckBuf(fn, comm, recvbuf, "recvbuf", recvcount, es));
-    return ToC(comm->impl->Scatter(sendbuf, recvbuf, recvcount, DT(dtype), root));
-  });
+  HCOMM_C_COLLECTIVE("hcomm_scatter", HCOMM_OP_SCATTER, kScatter, sendbuf, recvbuf, recvcount,
+                     dtype, kNoOp, root,
+                     comm->impl->Scatter(sendbuf, recvbuf, recvcount, DT(dtype), root));
 }
 
 hcomm_status_t hcomm_barrier(hcomm_comm_t comm) {
@@ -145,15 +89,13 @@ hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count
                                 hcomm_request_t* req) {
   return Guard(__func__, [&] {
     const char* fn = "hcomm_iallreduce";
-    size_t es;
     HCOMM_C_CHECK(CheckComm(fn, comm));
     if (req == nullptr) {
       return Refused(comm, hcomm::CollectiveOp::kAllReduce,
                      BadArg("hcomm_iallreduce: req is NULL"));
     }
-    HCOMM_C_CHECK_ARGS(kAllReduce, CheckTypes(fn, comm, dtype, RawValue(op), &es));
-    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, sendbuf, "sendbuf", count, es));
-    HCOMM_C_CHECK_ARGS(kAllReduce, CheckBuf(fn, comm, recvbuf, "recvbuf", count, es));
+    HCOMM_C_CHECK_ARGS(kAllReduce, CheckCollective(fn, *comm->impl, HCOMM_OP_ALLREDUCE, sendbuf,
+                                                   recvbuf, count, dtype, RawValue(op), 0));
     auto r = comm->impl->IAllReduce(sendbuf, recvbuf, count, DT(dtype), OP(op));
     if (!r.ok()) return ToC(r.status());
     return NewRequest(std::move(r).value(), *comm->impl, req);

@@ -13,10 +13,12 @@
 
 #include "c_api/forks.h"
 #include "core/comm/channel.h"
+#include "core/comm/comm_stream.h"
 #include "core/base/config.h"
 #include "core/comm/communicator.h"
 #include "core/comm/request_driver.h"
 #include "core/p2p/request.h"
+#include "core/sched/stream.h"
 #include "hcomm/hcomm.h"
 
 struct hcomm_config_s {
@@ -49,6 +51,20 @@ struct hcomm_request_s {
 
 struct hcomm_channel_s {
   std::unique_ptr<hcomm::Channel> impl;
+};
+
+struct hcomm_stream_s {
+  std::unique_ptr<hcomm::CommStream> impl;
+  // Who made it (c_api/forks.h), as for communicators.
+  uint32_t forks = hcomm::ForkCount();
+  pid_t pid = getpid();
+};
+
+struct hcomm_event_s {
+  std::unique_ptr<hcomm::Event> impl;
+  // How long hcomm_event_synchronize waits without progress: the timeout
+  // of the communicator of the stream it was last recorded on.
+  std::atomic<int64_t> stall_ms{60000};
 };
 
 #endif  // HCOMM_C_API_INTERNAL_H_

@@ -101,17 +101,13 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t ForkedComm(con
       "connections and peers); destroying it here releases nothing the parent uses"));
 }
 
-// CheckP2p's checks in order, each with its message: called once one of
-// them failed.
-ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t P2pError(
-    const char* fn, const void* buf, size_t count, const hcomm_dtype_t& dtype, int peer, int tag,
-    hcomm_comm_t comm, bool is_recv, size_t* bytes) {
-  if (comm == nullptr || !comm->impl) {
-    return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
-  }
-  if (comm->forks != hcomm::ForkCount()) return ForkedComm(fn, comm);
-  const int rank = comm->impl->rank();
-  const int size = comm->impl->size();
+// CheckP2pArgs's checks in order, each with its message: called once one
+// of them failed.
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t P2pArgsError(
+    const char* fn, const hcomm::Communicator& c, const void* buf, size_t count,
+    const hcomm_dtype_t& dtype, int peer, int tag, bool is_recv, size_t* bytes) {
+  const int rank = c.rank();
+  const int size = c.size();
   size_t esize = DtypeSize(RawValue(dtype));
   if (esize == 0) {
     return BadArg(absl::StrCat(fn, " on rank ", rank, ": dtype ", RawValue(dtype),
@@ -140,24 +136,41 @@ ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t P2pError(
   return HCOMM_SUCCESS;
 }
 
-// Checks shared by every point-to-point entry point. On success *bytes is
-// the message size in bytes. Inline, with every check in one test; a
-// failure goes to P2pError for its message.
+// The arguments of a point-to-point call on `c`. On success *bytes is the
+// message size in bytes. Inline, with every check in one test; a failure
+// goes to P2pArgsError for its message.
+inline hcomm_status_t CheckP2pArgs(const char* fn, const hcomm::Communicator& c, const void* buf,
+                                   size_t count, const hcomm_dtype_t& dtype, int peer, int tag,
+                                   bool is_recv, size_t* bytes) {
+  const size_t esize = DtypeSize(RawValue(dtype));
+  const int size = c.size();
+  const bool peer_ok = (is_recv && peer == HCOMM_ANY_SOURCE) || (peer >= 0 && peer < size);
+  const bool tag_ok = tag >= 0 || (is_recv && tag == HCOMM_ANY_TAG);
+  if (ABSL_PREDICT_TRUE(esize != 0 && count <= static_cast<size_t>(PTRDIFF_MAX) / esize &&
+                        (buf != nullptr || count == 0) && peer_ok && tag_ok)) {
+    *bytes = count * esize;
+    return HCOMM_SUCCESS;
+  }
+  return P2pArgsError(fn, c, buf, count, dtype, peer, tag, is_recv, bytes);
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t P2pCommError(const char* fn,
+                                                                       hcomm_comm_t comm) {
+  if (comm == nullptr || !comm->impl) {
+    return BadArg(absl::StrCat(fn, ": comm is NULL or destroyed"));
+  }
+  return ForkedComm(fn, comm);
+}
+
+// Checks shared by every point-to-point entry point: the communicator,
+// then CheckP2pArgs.
 inline hcomm_status_t CheckP2p(const char* fn, const void* buf, size_t count,
                                const hcomm_dtype_t& dtype, int peer, int tag, hcomm_comm_t comm,
                                bool is_recv, size_t* bytes) {
-  if (ABSL_PREDICT_TRUE(comm != nullptr && comm->impl && comm->forks == hcomm::ForkCount())) {
-    const size_t esize = DtypeSize(RawValue(dtype));
-    const int size = comm->impl->size();
-    const bool peer_ok = (is_recv && peer == HCOMM_ANY_SOURCE) || (peer >= 0 && peer < size);
-    const bool tag_ok = tag >= 0 || (is_recv && tag == HCOMM_ANY_TAG);
-    if (ABSL_PREDICT_TRUE(esize != 0 && count <= static_cast<size_t>(PTRDIFF_MAX) / esize &&
-                          (buf != nullptr || count == 0) && peer_ok && tag_ok)) {
-      *bytes = count * esize;
-      return HCOMM_SUCCESS;
-    }
+  if (ABSL_PREDICT_FALSE(comm == nullptr || !comm->impl || comm->forks != hcomm::ForkCount())) {
+    return P2pCommError(fn, comm);
   }
-  return P2pError(fn, buf, count, dtype, peer, tag, comm, is_recv, bytes);
+  return CheckP2pArgs(fn, *comm->impl, buf, count, dtype, peer, tag, is_recv, bytes);
 }
 
 inline hcomm_status_t NewRequest(std::shared_ptr<hcomm::Request> r, const hcomm::Communicator& comm,
@@ -232,69 +245,124 @@ inline hcomm_status_t CheckComm(const char* fn, hcomm_comm_t comm) {
   return HCOMM_SUCCESS;
 }
 
-constexpr int kNoOp = INT32_MIN;  // CheckTypes: the call takes no reduce op
-
-ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t BadTypes(const char* fn,
-                                                                   hcomm_comm_t comm,
-                                                                   int dtype, int op_value) {
-  if (DtypeSize(dtype) == 0) {
-    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": dtype ", dtype,
-                               " is not an hcomm_dtype_t"));
-  }
-  return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": op ", op_value,
-                             " is not an hcomm_reduce_op_t"));
-}
-
-// Checks a collective's dtype (and op, unless op_value is kNoOp) and returns
-// the element size in *esize.
-inline hcomm_status_t CheckTypes(const char* fn, hcomm_comm_t comm, const hcomm_dtype_t& dtype,
-                                 int op_value, size_t* esize) {
-  *esize = DtypeSize(RawValue(dtype));
-  if (ABSL_PREDICT_FALSE(*esize == 0 ||
-                         (op_value != kNoOp && !hcomm::IsValidReduceOp(op_value)))) {
-    return BadTypes(fn, comm, RawValue(dtype), op_value);
-  }
-  return HCOMM_SUCCESS;
-}
-
-ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t BadBuf(const char* fn,
-                                                                 hcomm_comm_t comm,
-                                                                 const char* name, size_t count,
-                                                                 bool too_large) {
-  if (too_large) {
-    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": count ", count,
-                               " is too large"));
-  }
-  return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": ", name,
-                             " is NULL with count ", count));
-}
-
-// A buffer of `count` elements (times `mult`) must exist when count > 0.
-inline hcomm_status_t CheckBuf(const char* fn, hcomm_comm_t comm, const void* buf,
-                               const char* name, size_t count, size_t esize, size_t mult = 1) {
-  size_t total = 0;
-  const bool too_large = __builtin_mul_overflow(count, esize * mult, &total) ||
-                         total > static_cast<size_t>(PTRDIFF_MAX);
-  if (ABSL_PREDICT_FALSE(too_large || (buf == nullptr && count > 0))) {
-    return BadBuf(fn, comm, name, count, too_large);
-  }
-  return HCOMM_SUCCESS;
-}
-
-inline hcomm_status_t CheckRoot(const char* fn, hcomm_comm_t comm, int root) {
-  if (root < 0 || root >= comm->impl->size()) {
-    return BadArg(absl::StrCat(fn, " on rank ", comm->impl->rank(), ": root ", root,
-                               " is out of range for a communicator of ", comm->impl->size(),
-                               " ranks"));
-  }
-  return HCOMM_SUCCESS;
-}
-
 #define HCOMM_C_CHECK(expr)                       \
   do {                                            \
     hcomm_status_t hcomm_c_st_ = (expr);          \
     if (hcomm_c_st_ != HCOMM_SUCCESS) return hcomm_c_st_; \
   } while (0)
+
+constexpr int kNoOp = INT32_MIN;  // CheckTypes: the call takes no reduce op
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t BadTypes(
+    const char* fn, const hcomm::Communicator& c, int dtype, int op_value) {
+  if (DtypeSize(dtype) == 0) {
+    return BadArg(absl::StrCat(fn, " on rank ", c.rank(), ": dtype ", dtype,
+                               " is not an hcomm_dtype_t"));
+  }
+  return BadArg(absl::StrCat(fn, " on rank ", c.rank(), ": op ", op_value,
+                             " is not an hcomm_reduce_op_t"));
+}
+
+// Checks a collective's dtype (and op, unless op_value is kNoOp) and returns
+// the element size in *esize.
+inline hcomm_status_t CheckTypes(const char* fn, const hcomm::Communicator& c,
+                                 const hcomm_dtype_t& dtype, int op_value, size_t* esize) {
+  *esize = DtypeSize(RawValue(dtype));
+  if (ABSL_PREDICT_FALSE(*esize == 0 ||
+                         (op_value != kNoOp && !hcomm::IsValidReduceOp(op_value)))) {
+    return BadTypes(fn, c, RawValue(dtype), op_value);
+  }
+  return HCOMM_SUCCESS;
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t BadBuf(
+    const char* fn, const hcomm::Communicator& c, const char* name, size_t count,
+    bool too_large) {
+  if (too_large) {
+    return BadArg(absl::StrCat(fn, " on rank ", c.rank(), ": count ", count, " is too large"));
+  }
+  return BadArg(absl::StrCat(fn, " on rank ", c.rank(), ": ", name, " is NULL with count ", count));
+}
+
+// A buffer of `count` elements (times `mult`) must exist when count > 0.
+inline hcomm_status_t CheckBuf(const char* fn, const hcomm::Communicator& c, const void* buf,
+                               const char* name, size_t count, size_t esize, size_t mult = 1) {
+  size_t total = 0;
+  const bool too_large = __builtin_mul_overflow(count, esize * mult, &total) ||
+                         total > static_cast<size_t>(PTRDIFF_MAX);
+  if (ABSL_PREDICT_FALSE(too_large || (buf == nullptr && count > 0))) {
+    return BadBuf(fn, c, name, count, too_large);
+  }
+  return HCOMM_SUCCESS;
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD inline hcomm_status_t BadRoot(
+    const char* fn, const hcomm::Communicator& c, int root) {
+  return BadArg(absl::StrCat(fn, " on rank ", c.rank(), ": root ", root,
+                             " is out of range for a communicator of ", c.size(), " ranks"));
+}
+
+inline hcomm_status_t CheckRoot(const char* fn, const hcomm::Communicator& c, int root) {
+  if (ABSL_PREDICT_FALSE(root < 0 || root >= c.size())) return BadRoot(fn, c, root);
+  return HCOMM_SUCCESS;
+}
+
+// The arguments of collective `kind` (an hcomm_op_kind_t from
+// HCOMM_OP_ALLREDUCE on) on `c`, checked in the order and with the
+// messages of its blocking call. `op_value` is the reduce op's raw value
+// (ignored by kinds without one); `buf_name` names BROADCAST's one buffer,
+// which is recvbuf. With a constant kind it inlines to that call's checks.
+inline hcomm_status_t CheckCollective(const char* fn, const hcomm::Communicator& c, int kind,
+                                      const void* sendbuf, const void* recvbuf, size_t count,
+                                      const hcomm_dtype_t& dtype, int op_value, int root,
+                                      const char* buf_name = "buf") {
+  size_t es = 0;
+  const bool at_root = c.rank() == root;
+  const size_t n = static_cast<size_t>(c.size());
+  switch (kind) {
+    case HCOMM_OP_ALLREDUCE:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, op_value, &es));
+      HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf", count, es));
+      return CheckBuf(fn, c, recvbuf, "recvbuf", count, es);
+    case HCOMM_OP_BROADCAST:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, kNoOp, &es));
+      HCOMM_C_CHECK(CheckRoot(fn, c, root));
+      return CheckBuf(fn, c, recvbuf, buf_name, count, es);
+    case HCOMM_OP_REDUCE:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, op_value, &es));
+      HCOMM_C_CHECK(CheckRoot(fn, c, root));
+      HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf", count, es));
+      return at_root ? CheckBuf(fn, c, recvbuf, "recvbuf (at the root)", count, es)
+                     : HCOMM_SUCCESS;
+    case HCOMM_OP_ALLGATHER:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, kNoOp, &es));
+      HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf", count, es));
+      return CheckBuf(fn, c, recvbuf, "recvbuf", count, es, n);
+    case HCOMM_OP_REDUCE_SCATTER:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, op_value, &es));
+      HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf", count, es, n));
+      return CheckBuf(fn, c, recvbuf, "recvbuf", count, es);
+    case HCOMM_OP_ALLTOALL:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, kNoOp, &es));
+      HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf", count, es, n));
+      return CheckBuf(fn, c, recvbuf, "recvbuf", count, es, n);
+    case HCOMM_OP_GATHER:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, kNoOp, &es));
+      HCOMM_C_CHECK(CheckRoot(fn, c, root));
+      HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf", count, es));
+      return at_root ? CheckBuf(fn, c, recvbuf, "recvbuf (at the root)", count, es, n)
+                     : HCOMM_SUCCESS;
+    case HCOMM_OP_SCATTER:
+      HCOMM_C_CHECK(CheckTypes(fn, c, dtype, kNoOp, &es));
+      HCOMM_C_CHECK(CheckRoot(fn, c, root));
+      if (at_root) HCOMM_C_CHECK(CheckBuf(fn, c, sendbuf, "sendbuf (at the root)", count, es, n));
+      return CheckBuf(fn, c, recvbuf, "recvbuf", count, es);
+    case HCOMM_OP_BARRIER:
+      return HCOMM_SUCCESS;
+  }
+  return BadArg(absl::StrCat(fn, " on rank ", c.rank(), ": kind ", kind,
+                             " is not a collective hcomm_op_kind_t"));
+}
 
 // A collective `op` refused with `st` once `comm` itself checked out: the
 // call still takes its turn among the communicator's collectives

@@ -218,3 +218,8 @@ HCOMM_GO_HANDLE(hcomm_channel_t)
 static void* hcomm_go_malloc(size_t n) { return n > 0 ? malloc(n) : NULL; }
 static void hcomm_go_free(void* p) { free(p); }
 %}
+
+/* Streams and events: not in this binding yet (its idiomatic Stream comes
+ * with them). */
+%rename("$ignore", regexmatch$name="^hcomm_(stream|event)_") "";
+%ignore hcomm_op_t;

@@ -17,10 +17,15 @@ void Event::Record(Stream& s) {
     state_->stream = &s;
   }
   std::shared_ptr<State> state = state_;
+  Stream* stream = &s;  // runs the item, so outlives it
   s.Push(absl::StrCat("record event (mark ", mark, ")"),
-         [state, mark] {
+         [state, mark, stream] {
+           absl::Status failure = stream->Failure();
            absl::MutexLock l(&state->mu);
-           if (state->reached < mark) state->reached = mark;
+           if (state->reached < mark) {
+             state->reached = mark;
+             state->failed = std::move(failure);
+           }
            return absl::OkStatus();
          },
          nullptr, /*control=*/true);
@@ -54,7 +59,10 @@ absl::Status Event::Synchronize(absl::Duration stall) const {
     absl::MutexLock l(&state_->mu);
     mark = state_->recorded;
   }
-  return WaitFor(*state_, mark, stall, "event synchronize");
+  HCOMM_RETURN_IF_ERROR(WaitFor(*state_, mark, stall, "event synchronize"));
+  absl::MutexLock l(&state_->mu);
+  if (state_->failed.ok()) return absl::OkStatus();
+  return Annotate(state_->failed, "event synchronize: work before the mark failed");
 }
 
 bool Event::Query() const {
@@ -74,8 +82,8 @@ Stream::~Stream() {
   worker_.join();
 }
 
-void Stream::Enqueue(std::string what, Work work, Skipped skipped) {
-  Push(std::move(what), std::move(work), std::move(skipped), /*control=*/false);
+uint64_t Stream::Enqueue(std::string what, Work work, Skipped skipped) {
+  return Push(std::move(what), std::move(work), std::move(skipped), /*control=*/false);
 }
 
 void Stream::WaitEvent(const Event& event) {
@@ -95,10 +103,16 @@ void Stream::WaitEvent(const Event& event) {
        nullptr, /*control=*/true);
 }
 
-void Stream::Push(std::string what, Work work, Skipped skipped, bool control) {
+uint64_t Stream::Push(std::string what, Work work, Skipped skipped, bool control) {
   absl::MutexLock l(&mu_);
   queue_.push_back(
       Item{++enqueued_, std::move(what), std::move(work), std::move(skipped), control});
+  return enqueued_;
+}
+
+absl::Status Stream::Failure() const {
+  absl::MutexLock l(&mu_);
+  return error_;
 }
 
 void Stream::Run() {

@@ -52,7 +52,9 @@ class Event {
   void Record(Stream& s);
   // Blocks until the latest mark is reached, or returns Timeout naming the
   // stream and what it runs once that stream went `stall` without
-  // finishing an item.
+  // finishing an item. Once reached, returns the stream's failure if work
+  // before the mark failed (CUDA's sticky errors; the stream keeps it for
+  // its own Synchronize).
   absl::Status Synchronize(absl::Duration stall) const;
   // Whether the latest mark has been reached. Does not block.
   bool Query() const;
@@ -63,6 +65,8 @@ class Event {
     absl::Mutex mu;
     uint64_t recorded ABSL_GUARDED_BY(mu) = 0;  // marks recorded so far
     uint64_t reached ABSL_GUARDED_BY(mu) = 0;   // the latest mark reached
+    // The stream's failure when the latest reached mark ran, if it had one.
+    absl::Status failed ABSL_GUARDED_BY(mu);
     // The stream of the latest mark, for messages; alive while that mark
     // is not reached (a stream runs its queue out before it goes).
     const Stream* stream ABSL_GUARDED_BY(mu) = nullptr;
@@ -97,8 +101,9 @@ class Stream {
   // the stream's thread after everything queued before it, unless the
   // stream has failed since the last Synchronize: then `skipped` runs in
   // its place, if given (e.g. to tell the peers that a collective will not
-  // come).
-  void Enqueue(std::string what, Work work, Skipped skipped = nullptr);
+  // come). Returns the item's place in the stream (1 for the first item;
+  // event marks and waits take places too).
+  uint64_t Enqueue(std::string what, Work work, Skipped skipped = nullptr);
   // The stream's later work waits until `event`'s latest mark (recorded
   // before this call) is reached. Returns at once.
   void WaitEvent(const Event& event);
@@ -128,7 +133,9 @@ class Stream {
     bool control;  // event marks and waits: run even after a failure
   };
 
-  void Push(std::string what, Work work, Skipped skipped, bool control);
+  uint64_t Push(std::string what, Work work, Skipped skipped, bool control);
+  // The failure that makes the stream skip its work now (OK if none).
+  absl::Status Failure() const;
   void Run();
   std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

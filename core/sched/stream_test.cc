@@ -145,9 +145,30 @@ TEST(StreamTest, EventMarksRunAfterAFailure) {
   s.Enqueue("bad", [] { return Aborted("aborted"); });
   Event e;
   e.Record(s);
+  Stream other(Named("other"));
+  other.WaitEvent(e);
   // The mark is reached although the stream failed: waiters do not hang.
-  EXPECT_TRUE(e.Synchronize(Soon()).ok());
+  // Synchronize on the event says the work before it failed, and leaves
+  // the failure to the stream; a stream waiting for the mark goes on.
+  absl::Status at_mark = e.Synchronize(Soon());
+  EXPECT_EQ(CodeOf(at_mark), ErrorCode::kAborted);
+  EXPECT_THAT(at_mark.message(), HasSubstr("work before the mark failed"));
+  EXPECT_THAT(at_mark.message(), HasSubstr("'failed', bad"));
+  EXPECT_TRUE(e.Query());
+  EXPECT_TRUE(other.Synchronize(Soon()).ok());
   EXPECT_EQ(CodeOf(s.Synchronize(Soon())), ErrorCode::kAborted);
+  // Cleared on the stream: a new mark after it is reached without a failure.
+  e.Record(s);
+  EXPECT_TRUE(e.Synchronize(Soon()).ok());
+}
+
+TEST(StreamTest, EnqueueReturnsEachItemsPlace) {
+  Stream s(Named("places"));
+  EXPECT_EQ(s.Enqueue("a", [] { return absl::OkStatus(); }), 1u);
+  Event e;
+  e.Record(s);  // a mark takes a place too
+  EXPECT_EQ(s.Enqueue("b", [] { return absl::OkStatus(); }), 3u);
+  EXPECT_TRUE(s.Synchronize(Soon()).ok());
 }
 
 TEST(StreamTest, AnEventNeverRecordedIsReached) {

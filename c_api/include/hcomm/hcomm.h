@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 #define HCOMM_VERSION_MAJOR 0
-#define HCOMM_VERSION_MINOR 2
+#define HCOMM_VERSION_MINOR 3
 #define HCOMM_VERSION_PATCH 0
 
 /* Status codes. Append-only; values are part of the ABI. */
@@ -475,6 +475,112 @@ HCOMM_API hcomm_status_t hcomm_barrier(hcomm_comm_t comm);
 HCOMM_API hcomm_status_t hcomm_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
                                           hcomm_dtype_t dtype, hcomm_reduce_op_t op,
                                           hcomm_comm_t comm, hcomm_request_t* req);
+
+/* ------------------------------------------------------------------------ */
+/* Streams, priorities and fusion                                           */
+/* ------------------------------------------------------------------------ */
+/* A stream is an ordered queue of operations on one communicator, run by a
+ * thread of the library in the background (CUDA/NCCL stream semantics on
+ * CPU hosts). Each stream is a matching context of its own: its operations
+ * never match those of other streams or of the communicator's blocking
+ * calls, so streams run concurrently without any agreement across ranks on
+ * how their operations interleave.
+ *  - Within a stream, operations run in enqueue order, one after another,
+ *    and every rank enqueues the same operations in the same order (a
+ *    disagreement is MISMATCH, naming the stream).
+ *  - Buffers belong to the library from enqueue until the operation has
+ *    run: an hcomm_event_synchronize on an event recorded after it, or
+ *    hcomm_stream_synchronize, says so.
+ *  - A failed operation makes the rest of its stream fail with the same
+ *    status (its collectives still take their turns, so the other ranks'
+ *    streams fail at once rather than time out). hcomm_stream_synchronize
+ *    returns that status, with hcomm_last_error() naming the stream and the
+ *    operation, and clears it.
+ *  - Priority: a higher number is served first where streams compete; 0 is
+ *    the default.
+ *  - Fusion: allreduces queued back to back on one stream with the same
+ *    dtype and op run as one operation, up to `fusion_bytes` (a
+ *    configuration key; 0 turns fusion off). Only work already queued is
+ *    fused: nothing waits on a timer, so a lone operation is never delayed.
+ * THREAD SAFETY: enqueue, synchronize and query from any thread; destroy
+ * from one thread with no other call on the stream in flight. */
+typedef struct hcomm_stream_s* hcomm_stream_t;
+typedef struct hcomm_event_s* hcomm_event_t;
+
+typedef enum {
+  HCOMM_OP_SEND = 0,
+  HCOMM_OP_RECV = 1,
+  HCOMM_OP_ALLREDUCE = 2,
+  HCOMM_OP_BROADCAST = 3,
+  HCOMM_OP_REDUCE = 4,
+  HCOMM_OP_ALLGATHER = 5,
+  HCOMM_OP_REDUCE_SCATTER = 6,
+  HCOMM_OP_ALLTOALL = 7,
+  HCOMM_OP_GATHER = 8,
+  HCOMM_OP_SCATTER = 9,
+  HCOMM_OP_BARRIER = 10
+} hcomm_op_kind_t;
+
+/* One operation, with the arguments the blocking call of its kind takes:
+ * SEND reads sendbuf, RECV and BROADCAST write recvbuf (BROADCAST's `buf`),
+ * the others as their blocking calls. Counts as in those calls. Initialize
+ * with HCOMM_OP_INIT, then set the fields. */
+typedef struct {
+  size_t struct_size;  /* sizeof(hcomm_op_t) as the caller was built; set by HCOMM_OP_INIT */
+  hcomm_op_kind_t kind;
+  const void* sendbuf;
+  void* recvbuf;
+  size_t count;
+  hcomm_dtype_t dtype;
+  hcomm_reduce_op_t op;
+  int peer_or_root; /* peer of SEND/RECV, root of rooted collectives */
+  int tag;          /* SEND/RECV only */
+} hcomm_op_t;
+#define HCOMM_OP_INIT { sizeof(hcomm_op_t) }
+
+/* COLLECTIVE over comm: every rank makes its streams of comm in the same
+ * order (the k-th stream of each rank meets the k-th of the others). The
+ * stream keeps working after comm is destroyed; destroy it too. */
+HCOMM_API hcomm_status_t hcomm_stream_create(hcomm_comm_t comm, int priority,
+                                             hcomm_stream_t* out);
+/* Queues *op (copied) and returns at once. Errors: INVALID_ARGUMENT for
+ * the arguments its blocking call would refuse (a refused collective still
+ * takes its turn on the stream, so that the other ranks' fail at once
+ * with MISMATCH), and for a struct_size below this header's first
+ * hcomm_op_t or fields this library does not know set to nonzero. */
+HCOMM_API hcomm_status_t hcomm_stream_enqueue(hcomm_stream_t s, const hcomm_op_t* op);
+/* Queues fn(arg), called on the stream's thread in order with its
+ * operations (skipped, not called, once the stream has failed). */
+HCOMM_API hcomm_status_t hcomm_stream_enqueue_host(hcomm_stream_t s, void (*fn)(void* arg),
+                                                   void* arg);
+/* BLOCKS until everything queued before the call has run; returns the
+ * stream's first error since the last synchronize and clears it. TIMEOUT
+ * once the stream went the communicator's timeout_ms without finishing an
+ * operation (the message says what runs and what is queued). */
+HCOMM_API hcomm_status_t hcomm_stream_synchronize(hcomm_stream_t s);
+/* *idle = 1 when everything queued so far has run, else 0. Never blocks. */
+HCOMM_API hcomm_status_t hcomm_stream_query(hcomm_stream_t s, int* idle);
+/* Runs what is queued, then ends the stream. Returns an error not yet
+ * returned by hcomm_stream_synchronize, if any. NULL is a no-op. */
+HCOMM_API hcomm_status_t hcomm_stream_destroy(hcomm_stream_t s);
+
+/* An event is a mark in a stream's queue: recorded on a stream, it is
+ * reached when everything queued on that stream before the record has
+ * run. An event never recorded counts as reached. */
+HCOMM_API hcomm_status_t hcomm_event_create(hcomm_event_t* out);
+/* Moves the mark to the end of what is queued on s now. Returns at once. */
+HCOMM_API hcomm_status_t hcomm_event_record(hcomm_event_t e, hcomm_stream_t s);
+/* s's later operations wait until e's latest mark (recorded before this
+ * call) is reached. Returns at once. */
+HCOMM_API hcomm_status_t hcomm_stream_wait_event(hcomm_stream_t s, hcomm_event_t e);
+/* BLOCKS until e's latest mark is reached. Returns the error of that
+ * stream if an operation before the mark failed (without clearing it),
+ * TIMEOUT as hcomm_stream_synchronize. */
+HCOMM_API hcomm_status_t hcomm_event_synchronize(hcomm_event_t e);
+/* *done = 1 when e's latest mark is reached, else 0. Never blocks. */
+HCOMM_API hcomm_status_t hcomm_event_query(hcomm_event_t e, int* done);
+/* Streams waiting on e keep their marks. NULL is a no-op. */
+HCOMM_API hcomm_status_t hcomm_event_destroy(hcomm_event_t e);
 
 #ifdef __cplusplus
 } /* extern "C" */
