@@ -43,6 +43,12 @@ int CeilLog2(int n) {
 
 }  // namespace
 
+size_t FusionBytes(const LinkModel& link) {
+  const double bytes_per_us = link.gbps * 1e3;
+  // alpha / (alpha + S / rate) = share  <=>  S = alpha * rate * (1 / share - 1)
+  return static_cast<size_t>(link.alpha_us * bytes_per_us * (1.0 / kFusionLatencyShare - 1.0));
+}
+
 double ReduceUs(double total, double piece, const LinkModel& link) {
   double gbps = link.reduce_gbps;
   if (piece <= link.reduce_cached_bytes) {

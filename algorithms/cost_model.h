@@ -44,6 +44,13 @@ struct LinkModel {
 // Parameters for "tcp" or "shm" (anything else: tcp's).
 LinkModel LinkModelFor(const std::string& transport, bool cpus_shared = false);
 
+// The size up to which a stream fuses allreduces queued back to back
+// (core/comm/comm_stream.h): where one message's fixed cost is
+// kFusionLatencyShare of its time. Fusing more saves less than that share
+// and only adds copying and waiting for the whole batch.
+inline constexpr double kFusionLatencyShare = 0.05;
+size_t FusionBytes(const LinkModel& link);
+
 // The model's time to reduce `total` bytes of output in pieces of `piece`
 // bytes (one kernel call each), in microseconds.
 double ReduceUs(double total, double piece, const LinkModel& link);

@@ -30,6 +30,7 @@ constexpr char kTransports[] = "transports";
 constexpr char kAlgo[] = "algo";
 constexpr char kHostId[] = "host_id";
 constexpr char kPlugins[] = "plugins";
+constexpr char kFusionBytes[] = "fusion_bytes";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
@@ -167,6 +168,15 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
   } else if (key == kHostId) {
     if (value.empty()) return BadValue(label, value, "a non-empty host identity");
     opts->host_id = std::string(value);
+  } else if (key == kFusionBytes) {
+    if (value == "auto") {
+      opts->fusion_bytes = -1;
+    } else {
+      HCOMM_ASSIGN_OR_RETURN(
+          int64_t v, ParseInt(label, value, 0, int64_t{1} << 40,
+                              "'auto' or a number of bytes from 0 (no fusion) to 2^40"));
+      opts->fusion_bytes = v;
+    }
   } else if (key == kPlugins) {
     HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
     opts->plugins = std::move(v);
@@ -213,7 +223,7 @@ EnvLookup ProcessEnv() {
 const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
-      kPlugins};
+      kPlugins, kFusionBytes};
   return *kKeys;
 }
 

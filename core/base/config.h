@@ -58,6 +58,10 @@ struct Options {
   std::string algo = "auto";            // auto | ring | tree | direct
   std::string host_id;                  // default net::HostName()
   std::vector<std::string> plugins;     // shared objects to load at init
+  // Allreduces queued back to back on a stream run as one up to this many
+  // bytes (core/comm/comm_stream.h); 0: never fused; -1 ("auto"): the cost
+  // model's size for the communicator's transport (FusionBytes).
+  int64_t fusion_bytes = -1;
   // Where each value came from, for messages: "config", "default", or
   // "env VAR" (e.g. sources["rank"] == "env RANK"; for a store_addr built
   // from MASTER_ADDR and MASTER_PORT, "env MASTER_ADDR:MASTER_PORT").

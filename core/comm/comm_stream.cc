@@ -1,11 +1,14 @@
 #include "core/comm/comm_stream.h"
 
+#include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status.h"
+#include "core/comm/fusion.h"
 
 namespace hcomm {
 namespace {
@@ -38,15 +41,29 @@ absl::StatusOr<std::unique_ptr<CommStream>> CommStream::Create(Communicator& com
     return Annotate(own.status(), absl::StrCat("stream_create (stream ", index, " of rank ",
                                                comm.rank(), ")"));
   }
+  // Whether an allreduce is fused must be the same on every rank: the
+  // stream fuses up to the smallest of the ranks' fusion_bytes.
+  uint64_t fusion_bytes = comm.fusion_bytes();
+  absl::Status agreed =
+      (*own)->AllReduce(&fusion_bytes, &fusion_bytes, 1, DataType::kUint64, ReduceOp::kMin);
+  if (!agreed.ok()) {
+    (*own)->Destroy().IgnoreError();
+    return Annotate(agreed, absl::StrCat("stream_create (stream ", index, " of rank ",
+                                         comm.rank(), "), agreeing on fusion_bytes"));
+  }
   Stream::Options o;
   o.name = absl::StrCat("stream ", index, " of rank ", comm.rank());
   o.priority = priority;
   o.timeout = comm.timeout();
-  return std::unique_ptr<CommStream>(new CommStream(*std::move(own), std::move(o)));
+  return std::unique_ptr<CommStream>(
+      new CommStream(*std::move(own), std::move(o), static_cast<size_t>(fusion_bytes)));
 }
 
-CommStream::CommStream(std::unique_ptr<Communicator> comm, Stream::Options options)
-    : comm_(std::move(comm)), stream_(std::make_unique<Stream>(std::move(options))) {}
+CommStream::CommStream(std::unique_ptr<Communicator> comm, Stream::Options options,
+                       size_t fusion_bytes)
+    : comm_(std::move(comm)),
+      stream_(std::make_unique<Stream>(std::move(options))),
+      fusion_bytes_(fusion_bytes) {}
 
 CommStream::~CommStream() { Destroy().IgnoreError(); }
 
@@ -59,6 +76,25 @@ void CommStream::Enqueue(const StreamOp& op) {
   }
   if (op.kind != StreamOpKind::kBarrier) {
     absl::StrAppend(&what, " (", op.count, " x ", DataTypeName(op.dtype), ")");
+  }
+  if (IsFusable(op)) {
+    auto f = std::make_shared<Fusable>();
+    f->op = op;
+    absl::MutexLock l(&fmu_);
+    // Queued while fmu_ is held, so that the item finds itself in fusable_.
+    f->seq = stream_->Enqueue(
+        std::move(what), [this, f] { return RunBatch(f); },
+        [this, f] {
+          {
+            absl::MutexLock l(&fmu_);
+            if (f->taken) return;  // its batch ran (and failed) in an earlier item
+            fusable_.erase(std::find(fusable_.begin(), fusable_.end(), f));
+          }
+          agreed_next_ = 0;
+          comm_->RejectCollective(CollectiveOp::kAllReduce);
+        });
+    fusable_.push_back(std::move(f));
+    return;
   }
   Stream::Skipped skipped;
   if (IsCollective(op.kind)) {
@@ -88,6 +124,75 @@ void CommStream::EnqueueRejection(StreamOpKind kind) {
         return absl::OkStatus();  // the caller had its INVALID_ARGUMENT already
       },
       [this, op] { comm_->RejectCollective(op); });
+}
+
+bool CommStream::IsFusable(const StreamOp& op) const {
+  return op.kind == StreamOpKind::kAllReduce && fusion_bytes_ > 0 && comm_->size() > 1 &&
+         op.count > 0 && op.count * DataTypeSize(op.dtype) <= fusion_bytes_ &&
+         LanesExact(op.dtype, op.op, comm_->size());
+}
+
+size_t CommStream::QueuedAfter(uint64_t seq) const {
+  size_t n = 0, bytes = 0;
+  const Fusable* first = nullptr;
+  for (const std::shared_ptr<Fusable>& f : fusable_) {
+    if (f->taken || f->seq <= seq) continue;
+    if (f->seq != seq + n + 1) break;  // not right after: something else runs between
+    if (first == nullptr) first = f.get();
+    if (f->op.dtype != first->op.dtype || f->op.op != first->op.op) break;
+    bytes += f->op.count * DataTypeSize(f->op.dtype);
+    if (bytes > fusion_bytes_ || n == kMaxFusedOps) break;
+    ++n;
+  }
+  return n;
+}
+
+absl::Status CommStream::RunBatch(const std::shared_ptr<Fusable>& head) {
+  std::vector<std::shared_ptr<Fusable>> batch;
+  size_t queued_after;
+  {
+    absl::MutexLock l(&fmu_);
+    if (head->taken) return absl::OkStatus();  // it ran in an earlier item's batch
+    if (fusable_.empty() || fusable_.front() != head) {
+      return Internal("stream fusion: an allreduce runs before an earlier one");
+    }
+    // The batch agreed on: each rank counted these as queued, so all are.
+    const size_t want = std::max<size_t>(agreed_next_, 1);
+    const size_t have = 1 + QueuedAfter(head->seq);
+    if (have < want) {
+      return Internal(absl::StrCat("stream fusion: ", want, " allreduces agreed, ", have,
+                                   " queued"));
+    }
+    for (size_t i = 0; i < want; ++i) {
+      fusable_.front()->taken = true;
+      batch.push_back(std::move(fusable_.front()));
+      fusable_.pop_front();
+    }
+    queued_after = QueuedAfter(batch.back()->seq);
+  }
+  agreed_next_ = 0;  // unless this batch's lanes say otherwise
+  const StreamOp& first = head->op;
+  const size_t es = DataTypeSize(first.dtype);
+  size_t total = 0;
+  for (const auto& f : batch) total += f->op.count;
+  batch_buf_.resize(total * es + LaneBytes(first.dtype));
+  char* data = batch_buf_.data();
+  for (size_t i = 0, at = 0; i < batch.size(); at += batch[i]->op.count * es, ++i) {
+    std::memcpy(data + at, batch[i]->op.send, batch[i]->op.count * es);
+  }
+  char* lanes = data + total * es;
+  WriteLanes(lanes, first.dtype, first.op, queued_after);
+  HCOMM_RETURN_IF_ERROR(
+      comm_->AllReduce(data, data, total + kFusionLanes, first.dtype, first.op));
+  for (size_t i = 0, at = 0; i < batch.size(); at += batch[i]->op.count * es, ++i) {
+    std::memcpy(batch[i]->op.recv, data + at, batch[i]->op.count * es);
+  }
+  agreed_next_ = AgreedBatch(lanes, first.dtype, first.op, comm_->size());
+  if (batch.size() > 1) {
+    fused_ops_.fetch_add(batch.size(), std::memory_order_relaxed);
+    fused_batches_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CommStream::Run(const StreamOp& op) {

@@ -12,6 +12,12 @@
 //   HCOMM_RETURN_IF_ERROR(s->Synchronize());
 //   HCOMM_RETURN_IF_ERROR(s->Destroy());
 //
+// Fusion: allreduces queued back to back with the same dtype and op run as
+// one allreduce of up to fusion_bytes (the smallest of the ranks' settings
+// when the stream was made). Only what is queued when the stream gets to
+// an allreduce is fused, and the ranks agree on the batch inside the
+// allreduce itself (core/comm/fusion.h), so nothing waits for more work.
+//
 // THREAD SAFETY: Enqueue, EnqueueHost, Synchronize and Idle may be called
 // from any thread; Destroy from one, with no other call in flight.
 #ifndef HCOMM_CORE_COMM_COMM_STREAM_H_
@@ -20,11 +26,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "algorithms/kernels/reduce.h"
 #include "core/comm/communicator.h"
 #include "core/sched/stream.h"
@@ -89,14 +98,44 @@ class CommStream {
   // first failure not yet returned by Synchronize, if any.
   absl::Status Destroy();
 
+  // The most bytes of allreduces run as one (0: no fusion).
+  size_t fusion_bytes() const { return fusion_bytes_; }
+  // How many allreduces ran fused with others, and how many batches they
+  // made, so far (for tests and benchmarks).
+  uint64_t fused_ops() const { return fused_ops_.load(std::memory_order_relaxed); }
+  uint64_t fused_batches() const { return fused_batches_.load(std::memory_order_relaxed); }
+
  private:
-  CommStream(std::unique_ptr<Communicator> comm, Stream::Options options);
+  // An allreduce that may run in a batch with the ones queued after it.
+  struct Fusable {
+    StreamOp op;
+    uint64_t seq = 0;    // its place in the stream
+    bool taken = false;  // ran in the batch of an earlier one
+  };
+
+  CommStream(std::unique_ptr<Communicator> comm, Stream::Options options, size_t fusion_bytes);
   absl::Status Run(const StreamOp& op);
+  bool IsFusable(const StreamOp& op) const;
+  // Runs `head` with the batch the ranks agreed on after it.
+  absl::Status RunBatch(const std::shared_ptr<Fusable>& head);
+  // How many fusable allreduces are queued right after place `seq`, as
+  // the next batch would take them.
+  size_t QueuedAfter(uint64_t seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(fmu_);
 
   std::unique_ptr<Communicator> comm_;
   // Declared after comm_, so that it runs its queue out before comm_ goes.
   std::unique_ptr<Stream> stream_;
   std::atomic<uint64_t> ops_{0};  // operations queued so far, to name them
+  const size_t fusion_bytes_;
+  mutable absl::Mutex fmu_;
+  // The fusable allreduces queued and not yet run, in stream order.
+  std::deque<std::shared_ptr<Fusable>> fusable_ ABSL_GUARDED_BY(fmu_);
+  // The stream's thread only: the batch the ranks agreed on for the next
+  // fusable allreduce (0: it runs alone), and the batch's buffer.
+  size_t agreed_next_ = 0;
+  std::vector<char> batch_buf_;
+  std::atomic<uint64_t> fused_ops_{0};
+  std::atomic<uint64_t> fused_batches_{0};
   bool destroyed_ = false;
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "algorithms/kernels/reduce.h"
 #include "core/base/status.h"
 #include "core/comm/communicator.h"
@@ -198,6 +199,59 @@ TEST_P(CommStreamTest, AFailureFailsTheStreamAndNeverHangsThePeers) {
         EXPECT_TRUE((*world)->Destroy().ok());
       },
       /*timeout_ms=*/60000);
+}
+
+// Allreduces queued back to back run in batches that the ranks agree on
+// although each has queued a different number by the time its stream gets
+// to them: rank 0 queues all at once, the others one by one with pauses.
+// Every result is exact; fusion_bytes = 0 runs each alone; a stream's
+// fusion_bytes is the least of the ranks'.
+TEST_P(CommStreamTest, FusesWhatIsQueuedAndAgreesOnTheBatches) {
+  testing::RunRanks(kRanks, [](int rank, const Options& base) {
+    Options o = base;
+    o.fusion_bytes = rank == 2 ? 40000 : -1;  // auto elsewhere: larger
+    auto world = Communicator::Init(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    Communicator& w = **world;
+    std::unique_ptr<CommStream> s = MakeStream(w, 0);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->fusion_bytes(), 40000u);
+
+    constexpr int kOps = 300;
+    constexpr size_t kCount = 100;  // 400 bytes: 100 fit in 40000
+    std::vector<std::vector<float>> in(kOps, std::vector<float>(kCount)), out = in;
+    for (int i = 0; i < kOps; ++i) {
+      for (size_t j = 0; j < kCount; ++j) in[i][j] = static_cast<float>(rank * 1000 + i + j);
+    }
+    // A slow first allreduce, so that rank 0's whole queue is there behind it.
+    std::vector<float> big_in(1 << 18, 1.0f), big_out(big_in.size());
+    s->Enqueue(AllReduceOp(big_in.data(), big_out.data(), big_in.size()));
+    for (int i = 0; i < kOps; ++i) {
+      s->Enqueue(AllReduceOp(in[i].data(), out[i].data(), kCount));
+      if (rank != 0 && i % 37 == 0) absl::SleepFor(absl::Milliseconds(2));
+    }
+    ASSERT_TRUE(s->Synchronize().ok());
+    for (int i = 0; i < kOps; ++i) {
+      for (size_t j = 0; j < kCount; ++j) {
+        ASSERT_EQ(out[i][j], static_cast<float>(6000 + 4 * (i + j))) << "op " << i << " [" << j << "]";
+      }
+    }
+    EXPECT_GT(s->fused_batches(), 0u);
+    EXPECT_GT(s->fused_ops(), 2 * s->fused_batches());
+    EXPECT_TRUE(s->Destroy().ok());
+
+    // fusion_bytes 0 on one rank: no fusion anywhere.
+    ASSERT_TRUE(w.SetOption("fusion_bytes", rank == 1 ? "0" : "auto").ok());
+    std::unique_ptr<CommStream> plain = MakeStream(w, 0);
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(plain->fusion_bytes(), 0u);
+    for (int i = 0; i < kOps; ++i) plain->Enqueue(AllReduceOp(in[i].data(), out[i].data(), kCount));
+    ASSERT_TRUE(plain->Synchronize().ok());
+    EXPECT_EQ(out[kOps - 1][0], static_cast<float>(6000 + 4 * (kOps - 1)));
+    EXPECT_EQ(plain->fused_batches(), 0u);
+    EXPECT_TRUE(plain->Destroy().ok());
+    EXPECT_TRUE(w.Destroy().ok());
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CommStreamTest,

@@ -39,6 +39,7 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       coll_ctx_(first_ctx + 1),
       timeout_ms_(opts.timeout_ms),
       forced_algo_(ParseAlgo(opts.algo)),
+      fusion_bytes_(opts.fusion_bytes),
       link_(LinkModelFor(engine_->TransportName(), engine_->oversubscribed())),
       debug_info_(DebugInfo()),
       check_calls_(engine_->check_collectives()),
@@ -77,9 +78,19 @@ absl::Status Communicator::SetOption(absl::string_view key, absl::string_view va
     forced_algo_.store(ParseAlgo(o.algo), std::memory_order_relaxed);
     return absl::OkStatus();
   }
+  if (key == "fusion_bytes") {
+    // Applies to streams made afterwards.
+    fusion_bytes_.store(o.fusion_bytes, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
   return InvalidArgument(absl::StrCat("config key '", key,
-                                      "' is fixed at init; only timeout_ms and algo can change "
-                                      "on a live communicator"));
+                                      "' is fixed at init; only timeout_ms, algo and "
+                                      "fusion_bytes can change on a live communicator"));
+}
+
+size_t Communicator::fusion_bytes() const {
+  const int64_t v = fusion_bytes_.load(std::memory_order_relaxed);
+  return v < 0 ? FusionBytes(link_) : static_cast<size_t>(v);
 }
 
 // ---------------------------------------------------------------------------
@@ -235,6 +246,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   Options o;
   o.timeout_ms = timeout_ms_.load();
   o.algo = AlgorithmName(forced_algo_.load());
+  o.fusion_bytes = fusion_bytes_.load();
   std::unique_ptr<Communicator> child(
       new Communicator(engine_, std::move(members_world), ctx, o));
   HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());

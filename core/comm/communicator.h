@@ -86,7 +86,11 @@ class Communicator {
   // (core/comm/comm_stream.h), to name them.
   int TakeStreamIndex() { return streams_made_.fetch_add(1, std::memory_order_relaxed); }
 
-  // Only timeout_ms and algo can change after init.
+  // The most bytes of allreduces a stream made from here fuses (config key
+  // fusion_bytes; "auto": FusionBytes of this communicator's link model).
+  size_t fusion_bytes() const;
+
+  // Only timeout_ms, algo and fusion_bytes can change after init.
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 
   // Point-to-point; ranks are this communicator's.
@@ -210,6 +214,7 @@ class Communicator {
   const uint32_t coll_ctx_;
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
+  std::atomic<int64_t> fusion_bytes_;  // -1: auto
   std::atomic<int> streams_made_{0};
   const LinkModel link_;
   // The ring allreduce's order of the members where ranks share CPUs and

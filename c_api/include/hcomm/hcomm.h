@@ -137,7 +137,8 @@ HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
 
 /* Sets one key; an explicit set wins over the environment. Keys: rank,
  * world_size, store_addr, job_token, timeout_ms, transports, algo, host_id,
- * plugins (transport plugins to load at init: hcomm/hcomm_transport.h).
+ * plugins (transport plugins to load at init: hcomm/hcomm_transport.h),
+ * fusion_bytes ("auto" or bytes; see "Streams, priorities and fusion").
  * The value is validated now. Neither string is retained.
  * Errors: INVALID_ARGUMENT (NULL argument, unknown key, or a value that does
  * not parse; the message names the key).
@@ -174,9 +175,10 @@ HCOMM_API hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out);
 HCOMM_API hcomm_status_t hcomm_comm_rank(hcomm_comm_t comm, int* rank);
 HCOMM_API hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size);
 
-/* Changes a setting of a live communicator. Only `timeout_ms` and `algo`
- * may be changed after init; they apply to calls started afterwards (change
- * `algo` at the same point on every rank).
+/* Changes a setting of a live communicator. Only `timeout_ms`, `algo` and
+ * `fusion_bytes` may be changed after init; they apply to calls started
+ * (streams made) afterwards (change `algo` at the same point on every
+ * rank).
  * Errors: INVALID_ARGUMENT (unknown key, bad value, or a key fixed at init). */
 HCOMM_API hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key,
                                         const char* value);
