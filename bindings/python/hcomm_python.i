@@ -172,12 +172,14 @@ HCOMM_PY_OUT_HANDLE(hcomm_config_t, out)
 HCOMM_PY_OUT_HANDLE(hcomm_comm_t, out)
 HCOMM_PY_OUT_HANDLE(hcomm_request_t, req)
 HCOMM_PY_OUT_HANDLE(hcomm_channel_t, out)
+HCOMM_PY_OUT_HANDLE(hcomm_stream_t, out)
+HCOMM_PY_OUT_HANDLE(hcomm_event_t, out)
 
 /* ---- out-pointer numbers become return values ---------------------------- */
 
 %include "typemaps.i"
 %apply int* OUTPUT { int* rank, int* size, int* major, int* minor, int* patch, int* done,
-                     int* source, int* tag };
+                     int* source, int* tag, int* idle };
 
 %typemap(in, numinputs=0) size_t* count (size_t tmp = 0), size_t* nbytes (size_t tmp = 0) {
   $1 = &tmp;
@@ -287,5 +289,33 @@ static PyObject* hcomm_py_buffer_address(PyObject* obj) {
   PyObject* address = PyLong_FromVoidPtr(view.buf);
   PyBuffer_Release(&view);
   return address;
+}
+%}
+
+/* ---- streams ------------------------------------------------------------- */
+
+/* The package enqueues through hcomm_py_stream_enqueue, which takes an
+ * operation's fields as arguments (buffers through the typemaps above; the
+ * package keeps them alive until the operation has run). Host callbacks
+ * are not offered: a Python callable would run on a thread of the library
+ * without the GIL. */
+%ignore hcomm_op_t;
+%ignore hcomm_stream_enqueue;
+%ignore hcomm_stream_enqueue_host;
+%inline %{
+static hcomm_status_t hcomm_py_stream_enqueue(hcomm_stream_t s, int kind, const void* sendbuf,
+                                              void* recvbuf, size_t count, int dtype, int op,
+                                              int peer_or_root, int tag) {
+  hcomm_op_t o = HCOMM_OP_INIT;
+  /* Through memcpy: dtype and op may be any int (hcomm.h's enums). */
+  memcpy(&o.kind, &kind, sizeof kind);
+  o.sendbuf = sendbuf;
+  o.recvbuf = recvbuf;
+  o.count = count;
+  memcpy(&o.dtype, &dtype, sizeof dtype);
+  memcpy(&o.op, &op, sizeof op);
+  o.peer_or_root = peer_or_root;
+  o.tag = tag;
+  return hcomm_stream_enqueue(s, &o);
 }
 %}

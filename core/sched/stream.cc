@@ -1,11 +1,41 @@
 #include "core/sched/stream.h"
 
+#include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/interrupt.h"
 #include "core/base/status.h"
 
 namespace hcomm {
+namespace {
+
+// Waits on `mu` (held) until `cond` holds: true. False once `progress()`
+// (read under `mu`) has not changed for `stall`, or once the calling
+// thread's call was interrupted (core/base/interrupt.h; then the wait
+// looks every kInterruptCheckPeriod).
+bool AwaitProgress(absl::Mutex& mu, const absl::Condition& cond, absl::Duration stall,
+                   const std::function<uint64_t()>& progress) {
+  const absl::Duration slice =
+      InterruptCheckSet() ? std::min(stall, kInterruptCheckPeriod) : stall;
+  uint64_t seen = progress();
+  absl::Time since = absl::Now();
+  while (!mu.AwaitWithTimeout(cond, slice)) {
+    const absl::Time now = absl::Now();
+    if (InterruptNow(now)) return false;
+    const uint64_t p = progress();
+    if (p != seen) {
+      seen = p;
+      since = now;
+    } else if (now - since >= stall) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 Event::Event() : state_(std::make_shared<State>()) {}
 
@@ -42,15 +72,14 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
   // runs its queue out before it is destroyed. (Lock order: an event's mu,
   // then a stream's mu_.)
   if (reached()) return absl::OkStatus();
-  uint64_t finished = state.stream->Finished();
-  while (!state.mu.AwaitWithTimeout(absl::Condition(&reached), stall)) {
-    const uint64_t now = state.stream->Finished();
-    if (now == finished) break;  // a whole `stall` without progress
-    finished = now;
+  const Stream* stream = state.stream;
+  if (AwaitProgress(state.mu, absl::Condition(&reached), stall,
+                    [stream] { return stream->Finished(); })) {
+    return absl::OkStatus();
   }
-  if (reached()) return absl::OkStatus();
-  return Timeout(absl::StrCat(waiter, " timed out waiting for an event (mark ", mark,
-                              "); its latest mark is on ", state.stream->Describe()));
+  return Timeout(absl::StrCat(waiter, " ", TimedOutOrInterrupted(),
+                              " waiting for an event (mark ", mark, "); its latest mark is on ",
+                              state.stream->Describe()));
 }
 
 absl::Status Event::Synchronize(absl::Duration stall) const {
@@ -154,13 +183,14 @@ absl::Status Stream::Synchronize(absl::Duration stall) {
   absl::MutexLock l(&mu_);
   const uint64_t target = enqueued_;
   auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
-  uint64_t finished = done_;
-  while (!mu_.AwaitWithTimeout(absl::Condition(&done), stall)) {
-    if (done_ == finished) {
-      return Timeout(absl::StrCat("stream synchronize timed out (nothing finished for ",
-                                  Seconds(stall), "): ", DescribeLocked()));
+  if (!AwaitProgress(mu_, absl::Condition(&done), stall,
+                     [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
+    if (Interrupted()) {
+      return Timeout(absl::StrCat("stream synchronize ", TimedOutOrInterrupted(), ": ",
+                                  DescribeLocked()));
     }
-    finished = done_;
+    return Timeout(absl::StrCat("stream synchronize timed out (nothing finished for ",
+                                Seconds(stall), "): ", DescribeLocked()));
   }
   if (error_.ok() || error_seq_ > target) return absl::OkStatus();  // a later item's failure
   absl::Status out = error_;

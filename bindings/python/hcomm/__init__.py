@@ -48,6 +48,8 @@ from ._communicator import (
     Work,
 )
 from ._communicator import _destroy_all
+from ._stream import Event, Stream, StreamWork
+from ._stream import _close_all as _close_all_streams
 from .errors import (
     AbortedError,
     HcommError,
@@ -75,6 +77,8 @@ __all__ = [
     # collectives
     "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
     "all_to_all", "gather", "scatter", "barrier", "ReduceOp", "Work",
+    # streams
+    "Stream", "Event", "StreamWork",
     # objects and constants
     "Communicator", "SharedMemoryChannel", "ANY_SOURCE", "ANY_TAG", "UNDEFINED",
     "version", "__version__",
@@ -210,14 +214,20 @@ def split(color, key=0, group=None):
     return _group(group).split(color, key)
 
 
-def send(tensor, dst, tag=0, group=None):
-    """Sends tensor to rank dst (of group)."""
+def send(tensor, dst, tag=0, group=None, stream=None):
+    """Sends tensor to rank dst (of group). stream=s: queued on s, returns a
+    Work at once (matches only a recv on the same stream of dst)."""
+    if stream is not None:
+        return _on_stream(stream, group, "send").send(tensor, dst, tag)
     _group(group).send(tensor, dst, tag)
 
 
-def recv(tensor, src=None, tag=0, group=None):
+def recv(tensor, src=None, tag=0, group=None, stream=None):
     """Receives into tensor from src (None: any source; tag None: any tag);
-    returns the sender's rank. A larger message raises MismatchError."""
+    returns the sender's rank. A larger message raises MismatchError.
+    stream=s: queued on s, returns a Work at once."""
+    if stream is not None:
+        return _on_stream(stream, group, "recv").recv(tensor, src, tag)
     return _group(group).recv(tensor, src, tag)
 
 
@@ -246,57 +256,88 @@ def wait_all(requests):
 
 # Collectives: async_op=True returns a Work (all_reduce: a Request, or a
 # Work while other async collectives are pending) with wait() and
-# is_completed(); otherwise they return None once done.
+# is_completed(); otherwise they return None once done. stream=s queues the
+# collective on hcomm.Stream s instead and returns a Work at once.
 
 
-def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+def _on_stream(stream, group, what):
+    """The stream a call was given, checked against its group argument."""
+    if not isinstance(stream, Stream):
+        raise _invalid("%s: stream must be an hcomm.Stream, not %s"
+                       % (what, type(stream).__name__))
+    if group is not None and group is not stream.group:
+        raise _invalid("%s: group is not the group of the stream (leave group out with "
+                       "stream=)" % what)
+    return stream
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False, stream=None):
     """tensor = op over every rank's tensor, in place on every rank."""
+    if stream is not None:
+        return _on_stream(stream, group, "all_reduce").all_reduce(tensor, op)
     return _group(group).all_reduce(tensor, op, async_op)
 
 
-def broadcast(tensor, src, group=None, async_op=False):
+def broadcast(tensor, src, group=None, async_op=False, stream=None):
     """Every rank's tensor = rank src's tensor."""
+    if stream is not None:
+        return _on_stream(stream, group, "broadcast").broadcast(tensor, src)
     return _group(group).broadcast(tensor, src, async_op)
 
 
-def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False, stream=None):
     """Rank dst's tensor = op over every rank's tensor."""
+    if stream is not None:
+        return _on_stream(stream, group, "reduce").reduce(tensor, dst, op)
     return _group(group).reduce(tensor, dst, op, async_op)
 
 
-def all_gather(out, tensor, group=None, async_op=False):
+def all_gather(out, tensor, group=None, async_op=False, stream=None):
     """out (size * len(tensor) elements) = every rank's tensor in rank order."""
+    if stream is not None:
+        return _on_stream(stream, group, "all_gather").all_gather(out, tensor)
     return _group(group).all_gather(out, tensor, async_op)
 
 
-def reduce_scatter(out, inp, op=ReduceOp.SUM, group=None, async_op=False):
+def reduce_scatter(out, inp, op=ReduceOp.SUM, group=None, async_op=False, stream=None):
     """out on rank r = op over every rank's block r of inp (size * len(out))."""
+    if stream is not None:
+        return _on_stream(stream, group, "reduce_scatter").reduce_scatter(out, inp, op)
     return _group(group).reduce_scatter(out, inp, op, async_op)
 
 
-def all_to_all(out, inp, group=None, async_op=False):
+def all_to_all(out, inp, group=None, async_op=False, stream=None):
     """Block j of inp goes to rank j; block i of out comes from rank i."""
+    if stream is not None:
+        return _on_stream(stream, group, "all_to_all").all_to_all(out, inp)
     return _group(group).all_to_all(out, inp, async_op)
 
 
-def gather(tensor, out=None, dst=0, group=None, async_op=False):
+def gather(tensor, out=None, dst=0, group=None, async_op=False, stream=None):
     """Rank dst's out = every rank's tensor in rank order (out only on dst)."""
+    if stream is not None:
+        return _on_stream(stream, group, "gather").gather(tensor, out, dst)
     return _group(group).gather(tensor, out, dst, async_op)
 
 
-def scatter(out, inp=None, src=0, group=None, async_op=False):
+def scatter(out, inp=None, src=0, group=None, async_op=False, stream=None):
     """Rank r's out = block r of rank src's inp (inp only on src)."""
+    if stream is not None:
+        return _on_stream(stream, group, "scatter").scatter(out, inp, src)
     return _group(group).scatter(out, inp, src, async_op)
 
 
-def barrier(group=None, async_op=False):
+def barrier(group=None, async_op=False, stream=None):
     """Returns once every rank of group has entered it."""
+    if stream is not None:
+        return _on_stream(stream, group, "barrier").barrier()
     return _group(group).barrier(async_op)
 
 
 def _at_exit():
     """Safety net for programs that forget hcomm.destroy()/close(); leaves
     alone what a daemon thread is still using (see _destroy_all)."""
+    _close_all_streams()
     _destroy_all()
     _close_all_channels()
 

@@ -389,6 +389,147 @@ def async_collectives():
 
 
 @check
+def stream_seed_usage():
+    """The seed's stream snippet as written: leaving the block synchronizes."""
+    t = np.full(1000, R + 1, np.float32)
+    with hcomm.Stream() as s:
+        work = hcomm.all_reduce(t, stream=s)
+        assert isinstance(work, hcomm.Work)
+    assert work.is_completed()
+    work.wait()
+    assert (t == N * (N + 1) / 2).all(), t[:4]
+    assert s.closed
+    try:
+        hcomm.all_reduce(t, stream=s)
+        raise AssertionError("a closed stream took an operation")
+    except hcomm.InvalidArgumentError as e:
+        assert "closed" in str(e), e
+
+
+@check
+def streams_every_kind_and_priorities():
+    hi, lo = hcomm.Stream(priority=10), hcomm.Stream(priority=0)
+    try:
+        a = np.arange(8, dtype=np.int64) * (R + 1)
+        b = np.full(4, R if R == 1 else -1, np.int32)
+        g = np.zeros(N * 3, np.float64)
+        rs_in = np.arange(N * 2, dtype=np.int32) + R
+        rs = np.zeros(2, np.int32)
+        a2a_in = np.arange(N, dtype=np.int32) + 100 * R
+        a2a = np.zeros(N, np.int32)
+        works = [hcomm.all_reduce(a, op=hcomm.ReduceOp.SUM, stream=hi),
+                 hcomm.broadcast(b, src=1, stream=lo),
+                 hcomm.all_gather(g, np.full(3, R, np.float64), stream=lo),
+                 hcomm.reduce_scatter(rs, rs_in, stream=hi),
+                 hcomm.all_to_all(a2a, a2a_in, stream=lo),
+                 hcomm.barrier(stream=hi)]
+        peer_out, peer_in = (R + 1) % N, (R + N - 1) % N
+        got = np.zeros(1, np.int32)
+        works.append(hcomm.send(np.array([R], np.int32), dst=peer_out, tag=4, stream=lo))
+        works.append(hcomm.recv(got, src=peer_in, tag=4, stream=lo))
+        for w in works:
+            w.wait()
+        assert (a == np.arange(8) * N * (N + 1) // 2).all(), a
+        assert (b == 1).all(), b
+        assert (g == np.repeat(np.arange(N), 3)).all(), g
+        want_rs = [sum(2 * R + j + r for r in range(N)) for j in range(2)]
+        assert list(rs) == want_rs, (rs, want_rs)
+        assert list(a2a) == [100 * r + R for r in range(N)], a2a
+        assert got[0] == peer_in, got
+        hi.synchronize()
+        lo.synchronize()
+        assert hi.query() and lo.query()
+    finally:
+        hi.close()
+        lo.close()
+
+
+@check
+def stream_events_and_contexts():
+    a, b = hcomm.Stream(), hcomm.Stream()
+    try:
+        x = np.ones(1 << 16, np.float32)
+        y = np.zeros_like(x)
+        hcomm.all_reduce(x, stream=a)
+        e = hcomm.Event()
+        e.record(a)
+        b.wait_event(e)
+        b.all_gather(np.zeros(N * x.size, np.float32), x)  # reads x after a's allreduce
+        y[:] = 0
+        e2 = hcomm.Event()
+        hcomm.all_reduce(x, stream=b)
+        e2.record(b)
+        e2.synchronize()
+        assert e.query() and e2.query()
+        assert (x == N * N).all(), x[:4]
+        # A stream's recv never takes a blocking send of the same peer and tag.
+        if R == 0:
+            on_stream = np.zeros(1, np.int32)
+            blocking = np.zeros(1, np.int32)
+            w = hcomm.recv(on_stream, src=1, tag=7, stream=a)
+            hcomm.recv(blocking, src=1, tag=7)
+            w.wait()
+            assert blocking[0] == 100 and on_stream[0] == 200, (blocking, on_stream)
+        elif R == 1:
+            hcomm.send(np.array([100], np.int32), dst=0, tag=7)
+            hcomm.send(np.array([200], np.int32), dst=0, tag=7, stream=a).wait()
+        a.synchronize()
+        b.synchronize()
+    finally:
+        a.close()
+        b.close()
+
+
+@check
+def stream_refusal_and_sticky_error():
+    """Rank 2 alone queues a read-only array: it raises InvalidArgumentError
+    at once; the others' stream fails with MismatchError at synchronize
+    (and the Work of every later operation says so); after that the stream
+    works again."""
+    s = hcomm.Stream()
+    try:
+        t = np.array([R + 1], np.int32)
+        if R == 2:
+            t.flags.writeable = False
+        try:
+            w1 = hcomm.all_reduce(t, stream=s)
+        except hcomm.InvalidArgumentError as e:
+            assert R == 2 and "read-only" in str(e), (R, e)
+            w1 = None
+        u = np.array([R], np.int32)
+        w2 = hcomm.all_reduce(u, stream=s)
+        if R != 2:
+            for w in (w1, w2):
+                try:
+                    w.wait()
+                    raise AssertionError("a Work after the failure did not raise")
+                except hcomm.MismatchError as e:
+                    assert "rank 2" in str(e), e
+        try:
+            s.synchronize()
+            assert R == 2, "synchronize did not raise on rank %d" % R
+        except hcomm.MismatchError:
+            pass
+        hcomm.barrier()
+        v = np.array([R + 1], np.int32)
+        hcomm.all_reduce(v, stream=s).wait()
+        assert v[0] == N * (N + 1) // 2, v
+        s.synchronize()
+    finally:
+        s.close()
+
+
+@check
+def stream_fuses_many_small():
+    with hcomm.Stream() as s:
+        ts = [np.full(64, R + k, np.float32) for k in range(500)]
+        works = [hcomm.all_reduce(t, stream=s) for t in ts]
+    for k, t in enumerate(ts):
+        assert works[k].is_completed()
+        assert (t == N * k + N * (N - 1) / 2).all(), (k, t[:2])
+
+
+@check
 def exceptions():
     try:
         hcomm.send(np.zeros(1), dst=N)

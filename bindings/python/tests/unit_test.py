@@ -291,6 +291,61 @@ class CollectivesTest(unittest.TestCase):
             hcomm.broadcast(t, src=1)
 
 
+class StreamTest(unittest.TestCase):
+    def test_one_rank_stream(self):
+        with hcomm.Stream(priority=3) as s:
+            self.assertIn("priority 3", repr(s))
+            t = np.arange(5, dtype=np.float32)
+            w = hcomm.all_reduce(t, op=hcomm.ReduceOp.MAX, stream=s)
+            got = np.zeros(5, np.float32)
+            sent = hcomm.send(t, dst=0, tag=2, stream=s)
+            recvd = hcomm.recv(got, src=0, tag=2, stream=s)
+            for work in (w, sent, recvd):
+                work.wait()
+                self.assertTrue(work.is_completed())
+            np.testing.assert_array_equal(got, np.arange(5, dtype=np.float32))
+            self.assertTrue(s.query())
+        self.assertTrue(s.closed)
+        s.close()  # again: nothing
+
+    def test_bad_arguments_leave_the_stream_usable(self):
+        s = hcomm.Stream()
+        try:
+            t = np.ones(4, np.float32)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "stream must be an hcomm.Stream"):
+                hcomm.all_reduce(t, stream="s")
+            other = hcomm.new_group([0])
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "not the group of the stream"):
+                hcomm.all_reduce(t, group=other, stream=s)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "reduce op"):
+                s.all_reduce(t, op=17)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "root 5 is out of range"):
+                s.broadcast(t, src=5)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "peer 3"):
+                s.send(t, dst=3)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "priority"):
+                hcomm.Stream(priority="high")
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "hcomm.Stream"):
+                hcomm.Event().record(object())
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "hcomm.Event"):
+                s.wait_event(None)
+            # Refused on this rank alone (1 rank): the stream goes on.
+            s.synchronize()
+            hcomm.all_reduce(t, stream=s).wait()
+            np.testing.assert_array_equal(t, np.ones(4, np.float32))
+            other.destroy()
+        finally:
+            s.close()
+
+    def test_event_never_recorded_is_reached(self):
+        e = hcomm.Event()
+        self.assertTrue(e.query())
+        e.synchronize()
+        e.close()
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "destroyed"):
+            e.query()
+
+
 class PointToPointTest(unittest.TestCase):
     def test_send_to_self(self):
         a = np.arange(10, dtype=np.int64)
