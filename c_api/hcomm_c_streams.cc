@@ -172,6 +172,10 @@ hcomm_status_t hcomm_stream_destroy(hcomm_stream_t s) {
   if (s == nullptr) return HCOMM_SUCCESS;
   return Guard(__func__, [&] {
     if (!s->impl) return BadArg("hcomm_stream_destroy: s was destroyed already");
+    if (s->borrowed) {
+      return BadArg("hcomm_stream_destroy: s is a scheduler's stream, handed to its task; "
+                    "hcomm_scheduler_destroy ends it");
+    }
     if (s->forks != hcomm::ForkCount()) {
       // A fork's child letting go of its parent's stream: the thread that
       // would run it out is the parent's. Kept as it is (as communicators).
@@ -240,6 +244,131 @@ hcomm_status_t hcomm_event_destroy(hcomm_event_t e) {
     e->impl.reset();  // marks queued on streams keep the state they need
     KeepDestroyed(e);
     return HCOMM_SUCCESS;
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Communication scheduler
+
+namespace {
+
+hcomm_status_t CheckScheduler(const char* fn, hcomm_scheduler_t s) {
+  if (s == nullptr || !s->impl) return BadArg(absl::StrCat(fn, ": s is NULL or destroyed"));
+  if (s->forks != hcomm::ForkCount()) {
+    return BadArg(absl::StrCat(fn, ": s was made by process ", s->pid, ", and this process (",
+                               getpid(), ") is a fork of it"));
+  }
+  return HCOMM_SUCCESS;
+}
+
+// The handle a task of `s` gets for `stream`, made on first use.
+hcomm_stream_t TaskStream(hcomm_scheduler_t s, hcomm::CommStream& stream) {
+  absl::MutexLock l(&s->mu);
+  hcomm_stream_s*& h = s->streams[&stream];
+  if (h == nullptr) {
+    h = new hcomm_stream_s;
+    h->impl.reset(&stream);
+    h->borrowed = true;
+  }
+  return h;
+}
+
+}  // namespace
+
+hcomm_status_t hcomm_scheduler_create(hcomm_comm_t comm, hcomm_scheduler_t* out) {
+  return Guard(__func__, [&] {
+    const char* fn = "hcomm_scheduler_create";
+    HCOMM_C_CHECK(CheckComm(fn, comm));
+    if (out == nullptr) return BadArg(absl::StrCat(fn, ": out is NULL"));
+    *out = nullptr;
+    auto made = hcomm::CommScheduler::Create(*comm->impl);
+    if (!made.ok()) return ToC(made.status());
+    auto* s = new hcomm_scheduler_s;
+    s->impl = std::move(made).value();
+    *out = s;
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_scheduler_add_task(hcomm_scheduler_t s, const char* id, int priority,
+                                        const char* const* depends_on, int ndeps,
+                                        hcomm_status_t (*fn)(hcomm_stream_t stream, void* arg),
+                                        void* arg) {
+  return Guard(__func__, [&] {
+    const char* name = "hcomm_scheduler_add_task";
+    HCOMM_C_CHECK(CheckScheduler(name, s));
+    if (id == nullptr) return BadArg(absl::StrCat(name, ": id is NULL"));
+    if (fn == nullptr) return BadArg(absl::StrCat(name, " of task '", id, "': fn is NULL"));
+    if (ndeps < 0 || (ndeps > 0 && depends_on == nullptr)) {
+      return BadArg(absl::StrCat(name, " of task '", id, "': depends_on is NULL with ndeps ",
+                                 ndeps, ndeps < 0 ? " (ndeps must be >= 0)" : ""));
+    }
+    std::vector<std::string> deps;
+    for (int i = 0; i < ndeps; ++i) {
+      if (depends_on[i] == nullptr) {
+        return BadArg(absl::StrCat(name, " of task '", id, "': depends_on[", i, "] is NULL"));
+      }
+      deps.emplace_back(depends_on[i]);
+    }
+    auto task = [s, fn, arg](hcomm::CommStream& stream) -> absl::Status {
+      hcomm_stream_t h = TaskStream(s, stream);
+      LastError().clear();  // what the task's own calls say, if it fails
+      const hcomm_status_t st = fn(h, arg);
+      if (st == HCOMM_SUCCESS) return absl::OkStatus();
+      std::string message = absl::StrCat("its function returned ", hcomm_status_string(st));
+      if (!LastError().empty()) absl::StrAppend(&message, ": ", LastError());
+      return hcomm::MakeError(static_cast<hcomm::ErrorCode>(st), message);
+    };
+    absl::Status added = s->impl->AddTask(id, priority, std::move(deps), std::move(task));
+    return ToC(hcomm::Annotate(added, name));
+  });
+}
+
+hcomm_status_t hcomm_scheduler_set_policy(hcomm_scheduler_t s, hcomm_policy_fn fn, void* user) {
+  return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckScheduler("hcomm_scheduler_set_policy", s));
+    if (fn == nullptr) {
+      s->impl->SetPolicy(nullptr);
+      return HCOMM_SUCCESS;
+    }
+    s->impl->SetPolicy([fn, user](absl::Span<const hcomm::ReadyTask> ready) -> absl::StatusOr<int> {
+      std::vector<hcomm_task_info_t> info;
+      info.reserve(ready.size());
+      for (const hcomm::ReadyTask& t : ready) {
+        info.push_back(hcomm_task_info_t{t.id->c_str(), t.priority, t.registration_index});
+      }
+      return fn(info.data(), static_cast<int>(info.size()), user);
+    });
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_scheduler_run(hcomm_scheduler_t s) {
+  return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckScheduler("hcomm_scheduler_run", s));
+    return ToC(hcomm::Annotate(s->impl->Run(), "hcomm_scheduler_run"));
+  });
+}
+
+hcomm_status_t hcomm_scheduler_destroy(hcomm_scheduler_t s) {
+  if (s == nullptr) return HCOMM_SUCCESS;
+  return Guard(__func__, [&] {
+    if (!s->impl) return BadArg("hcomm_scheduler_destroy: s was destroyed already");
+    absl::Status st;
+    if (s->forks == hcomm::ForkCount()) {
+      st = s->impl->Destroy();
+      s->impl.reset();
+    } else {
+      hcomm_c::Keep(s->impl.release());  // a fork's child: the parent's threads (as streams)
+    }
+    absl::MutexLock l(&s->mu);
+    for (auto& [stream, h] : s->streams) {
+      (void)h->impl.release();  // ended with the scheduler
+      KeepDestroyed(h);
+    }
+    s->streams.clear();
+    KeepDestroyed(s);
+    return ToC(hcomm::Annotate(st, "hcomm_scheduler_destroy"));
   });
 }
 

@@ -8,11 +8,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "c_api/forks.h"
 #include "core/comm/channel.h"
+#include "core/comm/comm_scheduler.h"
 #include "core/comm/comm_stream.h"
 #include "core/base/config.h"
 #include "core/comm/communicator.h"
@@ -55,7 +58,20 @@ struct hcomm_channel_s {
 
 struct hcomm_stream_s {
   std::unique_ptr<hcomm::CommStream> impl;
+  // A scheduler's stream, handed to its tasks: the scheduler ends it
+  // (hcomm_stream_destroy refuses).
+  bool borrowed = false;
   // Who made it (c_api/forks.h), as for communicators.
+  uint32_t forks = hcomm::ForkCount();
+  pid_t pid = getpid();
+};
+
+struct hcomm_scheduler_s {
+  std::unique_ptr<hcomm::CommScheduler> impl;
+  // The handles its tasks were given, one per stream (released, not
+  // deleted, with the scheduler: the streams are its).
+  absl::Mutex mu;
+  std::map<hcomm::CommStream*, hcomm_stream_s*> streams ABSL_GUARDED_BY(mu);
   uint32_t forks = hcomm::ForkCount();
   pid_t pid = getpid();
 };

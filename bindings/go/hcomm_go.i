@@ -221,5 +221,7 @@ static void hcomm_go_free(void* p) { free(p); }
 
 /* Streams and events: not in this binding yet (its idiomatic Stream comes
  * with them). */
-%rename("$ignore", regexmatch$name="^hcomm_(stream|event)_") "";
+%rename("$ignore", regexmatch$name="^hcomm_(stream|event|scheduler)_") "";
 %ignore hcomm_op_t;
+%ignore hcomm_task_info_t;
+%ignore hcomm_policy_fn;

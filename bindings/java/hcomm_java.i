@@ -449,5 +449,7 @@ hcomm_status_t hcomm_java_iallreduce(const void* stable_sendbuf, void* stable_re
 
 /* Streams and events: not in this binding yet (its idiomatic Stream comes
  * with them). */
-%rename("$ignore", regexmatch$name="^hcomm_(stream|event)_") "";
+%rename("$ignore", regexmatch$name="^hcomm_(stream|event|scheduler)_") "";
 %ignore hcomm_op_t;
+%ignore hcomm_task_info_t;
+%ignore hcomm_policy_fn;

@@ -14,6 +14,8 @@
  *   - errors: a collective refused on one rank fails the others' stream
  *     with MISMATCH, sticks until synchronize, and the stream works after;
  *   - bad input: INVALID_ARGUMENT naming the argument, stream still usable;
+ *   - the scheduler: the seed's three tasks, a disagreeing policy (MISMATCH
+ *     on every rank), a failing task, bad input;
  *   - destroy runs out what is queued; a stream outlives its communicator.
  * Every rank prints "ok: <check>" per check and "ok: all" at the end.
  */
@@ -371,6 +373,121 @@ static void check_bad_input(hcomm_stream_t s) {
   ok("bad input");
 }
 
+/* ---- the communication scheduler ---------------------------------------- */
+
+/* The seed's three tasks: gradient sync (priority 10) allreduces the
+ * gradients, the parameter update (5) after it applies them, logging (1)
+ * after both records the step. */
+struct model {
+  float grad[256];
+  float param[256];
+  int steps_logged;
+  float logged;
+};
+
+static hcomm_status_t sync_task(hcomm_stream_t s, void* arg) {
+  struct model* m = (struct model*)arg;
+  hcomm_op_t op = make_op(HCOMM_OP_ALLREDUCE, m->grad, m->grad, 256, HCOMM_FLOAT32);
+  int i;
+  for (i = 0; i < 256; ++i) m->grad[i] = (float)(g_rank + 1);
+  return hcomm_stream_enqueue(s, &op);
+}
+
+static hcomm_status_t update_task(hcomm_stream_t s, void* arg) {
+  struct model* m = (struct model*)arg;
+  int i;
+  (void)s;
+  for (i = 0; i < 256; ++i) m->param[i] -= 0.5f * m->grad[i];
+  return HCOMM_SUCCESS;
+}
+
+static hcomm_status_t log_task(hcomm_stream_t s, void* arg) {
+  struct model* m = (struct model*)arg;
+  (void)s;
+  m->logged = m->param[0];
+  ++m->steps_logged;
+  return HCOMM_SUCCESS;
+}
+
+static hcomm_status_t failing_task(hcomm_stream_t s, void* arg) {
+  int32_t v = 0;
+  hcomm_op_t op = make_op(HCOMM_OP_SEND, &v, NULL, 1, HCOMM_INT32);
+  (void)arg;
+  op.peer_or_root = g_size + 5;  /* refused: the task fails with that error */
+  return hcomm_stream_enqueue(s, &op);
+}
+
+static int lowest_first(const hcomm_task_info_t* ready, int nready, void* user) {
+  int best = 0, i;
+  (void)user;
+  for (i = 1; i < nready; ++i) {
+    if (ready[i].priority < ready[best].priority) best = i;
+  }
+  return best;
+}
+
+static void check_scheduler(void) {
+  static struct model m;
+  static const char* const kSync[] = {"gradient_sync"};
+  static const char* const kBoth[] = {"gradient_sync", "param_update"};
+  static const char* const kGhost[] = {"ghost"};
+  hcomm_scheduler_t sch, other;
+  int i, step;
+  set_check("the seed's three tasks on the scheduler");
+  memset(&m, 0, sizeof m);
+  CALL(hcomm_scheduler_create(g_comm, &sch));
+  CALL(hcomm_scheduler_add_task(sch, "logging", 1, kBoth, 2, log_task, &m));
+  CALL(hcomm_scheduler_add_task(sch, "param_update", 5, kSync, 1, update_task, &m));
+  CALL(hcomm_scheduler_add_task(sch, "gradient_sync", 10, NULL, 0, sync_task, &m));
+  for (step = 1; step <= 3; ++step) {
+    CALL(hcomm_scheduler_run(sch));
+    if (m.logged != -0.5f * step * rank_sum(1)) {
+      fail("step %d logged %g, expected %g", step, m.logged, -0.5f * step * rank_sum(1));
+    }
+  }
+  for (i = 0; i < 256; ++i) {
+    if (m.param[i] != -1.5f * rank_sum(1)) fail("param[%d] = %g", i, m.param[i]);
+  }
+  if (m.steps_logged != 3) fail("logging ran %d times", m.steps_logged);
+  ok("the seed's three tasks on the scheduler");
+
+  set_check("scheduler errors");
+  EXPECT(hcomm_scheduler_add_task(sch, "logging", 1, NULL, 0, log_task, &m),
+         HCOMM_ERR_INVALID_ARGUMENT, "'logging' is registered twice");
+  EXPECT(hcomm_scheduler_add_task(sch, "x", 1, NULL, 0, NULL, NULL), HCOMM_ERR_INVALID_ARGUMENT,
+         "fn is NULL");
+  EXPECT(hcomm_scheduler_add_task(sch, NULL, 1, NULL, 0, log_task, NULL),
+         HCOMM_ERR_INVALID_ARGUMENT, "id is NULL");
+  EXPECT(hcomm_scheduler_add_task(sch, "x", 1, NULL, 2, log_task, NULL),
+         HCOMM_ERR_INVALID_ARGUMENT, "depends_on is NULL with ndeps 2");
+  EXPECT(hcomm_scheduler_run(NULL), HCOMM_ERR_INVALID_ARGUMENT, "s is NULL");
+  /* A policy that disagrees on one rank: MISMATCH everywhere, naming both. */
+  if (g_size > 1) {
+    if (g_rank == g_size - 1) CALL(hcomm_scheduler_set_policy(sch, lowest_first, NULL));
+    CALL(hcomm_scheduler_add_task(sch, "prefetch", 7, NULL, 0, log_task, &m));
+    EXPECT(hcomm_scheduler_run(sch), HCOMM_ERR_MISMATCH,
+           "starts task 'gradient_sync' (priority 10) where rank");
+    CALL(hcomm_scheduler_set_policy(sch, NULL, NULL));
+    CALL(hcomm_scheduler_run(sch));
+  }
+  /* A failing task is named; what depends on it does not run. */
+  CALL(hcomm_scheduler_create(g_comm, &other));
+  CALL(hcomm_scheduler_add_task(other, "bad", 3, NULL, 0, failing_task, NULL));
+  m.steps_logged = 0;
+  CALL(hcomm_scheduler_add_task(other, "after_bad", 3, (const char* const[]){"bad"}, 1, log_task, &m));
+  EXPECT(hcomm_scheduler_run(other), HCOMM_ERR_INVALID_ARGUMENT, "task 'bad' (priority 3) failed");
+  EXPECT(hcomm_scheduler_run(other), HCOMM_ERR_INVALID_ARGUMENT, "not run, as they depend on a failed task: 'after_bad'");
+  if (m.steps_logged != 0) fail("a task that depends on a failed one ran");
+  CALL(hcomm_scheduler_destroy(other));
+  CALL(hcomm_scheduler_create(g_comm, &other));
+  CALL(hcomm_scheduler_add_task(other, "a", 1, kGhost, 1, log_task, &m));
+  EXPECT(hcomm_scheduler_run(other), HCOMM_ERR_INVALID_ARGUMENT, "depends on 'ghost'");
+  CALL(hcomm_scheduler_destroy(other));
+  CALL(hcomm_scheduler_destroy(sch));
+  EXPECT(hcomm_scheduler_destroy(sch), HCOMM_ERR_INVALID_ARGUMENT, "destroyed already");
+  ok("scheduler errors");
+}
+
 int main(void) {
   hcomm_stream_t hi, lo, third;
   hcomm_event_t e;
@@ -394,6 +511,7 @@ int main(void) {
   check_many_small(lo);
   check_errors(hi);
   check_bad_input(lo);
+  check_scheduler();
 
   set_check("destroy runs out what is queued");
   v = g_rank + 1;

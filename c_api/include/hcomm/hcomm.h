@@ -538,7 +538,9 @@ typedef struct {
   int peer_or_root; /* peer of SEND/RECV, root of rooted collectives */
   int tag;          /* SEND/RECV only */
 } hcomm_op_t;
-#define HCOMM_OP_INIT { sizeof(hcomm_op_t) }
+/* { sizeof(hcomm_op_t) } with every other field zero, spelled out so that
+ * -Wextra (-Wmissing-field-initializers) has nothing to say. */
+#define HCOMM_OP_INIT { sizeof(hcomm_op_t), HCOMM_OP_SEND, NULL, NULL, 0, HCOMM_INT8, HCOMM_SUM, 0, 0 }
 
 /* COLLECTIVE over comm: every rank makes its streams of comm in the same
  * order (the k-th stream of each rank meets the k-th of the others). The
@@ -583,6 +585,60 @@ HCOMM_API hcomm_status_t hcomm_event_synchronize(hcomm_event_t e);
 HCOMM_API hcomm_status_t hcomm_event_query(hcomm_event_t e, int* done);
 /* Streams waiting on e keep their marks. NULL is a no-op. */
 HCOMM_API hcomm_status_t hcomm_event_destroy(hcomm_event_t e);
+
+/* ------------------------------------------------------------------------ */
+/* Communication scheduler                                                  */
+/* ------------------------------------------------------------------------ */
+/* Tasks with priorities and dependencies; each task is a function that
+ * queues operations on the stream it is given (one stream per priority,
+ * made by the scheduler). A task has ended when its function has returned
+ * and what it queued has run.
+ *  - A task is ready when every task it depends on has ended. The order in
+ *    which tasks start is fixed before a run: the policy picks among the
+ *    ready tasks (default: higher priority first, then registration
+ *    order), as if each task ended when it started. Tasks of equal
+ *    priority run one at a time in that order; tasks of different
+ *    priorities run at once, each on its priority's thread and stream.
+ *  - An unknown dependency, a duplicate id or a cycle is
+ *    HCOMM_ERR_INVALID_ARGUMENT naming the tasks. A failing task fails the
+ *    run with its status and a message naming it; tasks that depend on it
+ *    do not run, the others do.
+ *  - Before each run the ranks compare their orders (one small allgather):
+ *    ranks that registered other tasks, or whose policies order them
+ *    differently, all get HCOMM_ERR_MISMATCH naming the first two tasks
+ *    that differ, and nothing runs.
+ * THREAD SAFETY: one thread per scheduler; task functions run on the
+ * scheduler's threads (one per priority), policies on the caller's. */
+typedef struct hcomm_scheduler_s* hcomm_scheduler_t;
+typedef struct {
+  const char* id;
+  int priority;
+  int registration_index; /* 0 for the first task added */
+} hcomm_task_info_t;
+/* Policy: given the ready tasks, return the index (into ready[]) of the one
+ * to start next. It must be deterministic (see above). */
+typedef int (*hcomm_policy_fn)(const hcomm_task_info_t* ready, int nready, void* user);
+
+/* COLLECTIVE over comm. The scheduler keeps working after comm is
+ * destroyed; destroy it too. */
+HCOMM_API hcomm_status_t hcomm_scheduler_create(hcomm_comm_t comm, hcomm_scheduler_t* out);
+/* id (copied) must be new and not empty; depends_on lists ndeps ids
+ * (copied), checked by hcomm_scheduler_run. fn(stream, arg) queues the
+ * task's operations on `stream` (valid during the call; do not destroy
+ * it) and returns HCOMM_SUCCESS or the error that fails the task. */
+HCOMM_API hcomm_status_t hcomm_scheduler_add_task(hcomm_scheduler_t s, const char* id,
+                                                  int priority, const char* const* depends_on,
+                                                  int ndeps,
+                                                  hcomm_status_t (*fn)(hcomm_stream_t stream,
+                                                                       void* arg),
+                                                  void* arg);
+/* fn NULL: the default policy. */
+HCOMM_API hcomm_status_t hcomm_scheduler_set_policy(hcomm_scheduler_t s, hcomm_policy_fn fn,
+                                                    void* user);
+/* COLLECTIVE: runs every task once (see above); may be called again. */
+HCOMM_API hcomm_status_t hcomm_scheduler_run(hcomm_scheduler_t s);
+/* Ends the scheduler and its streams. NULL is a no-op. */
+HCOMM_API hcomm_status_t hcomm_scheduler_destroy(hcomm_scheduler_t s);
 
 #ifdef __cplusplus
 } /* extern "C" */
