@@ -319,3 +319,110 @@ static hcomm_status_t hcomm_py_stream_enqueue(hcomm_stream_t s, int kind, const 
   return hcomm_stream_enqueue(s, &o);
 }
 %}
+
+/* ---- the communication scheduler ------------------------------------------ */
+
+/* Tasks and policies are Python callables, called from the scheduler's
+ * threads (tasks) and the caller's (policies) while hcomm_scheduler_run has
+ * the GIL released: the trampolines take the GIL for the call. The package
+ * keeps the callables alive as long as the scheduler, catches what they
+ * raise, and raises it again from run(). */
+%ignore hcomm_task_info_t;
+%ignore hcomm_policy_fn;
+%ignore hcomm_scheduler_add_task;
+%ignore hcomm_scheduler_set_policy;
+%{
+/* A task: task(stream_handle) -> int status (0, or the code of what it raised). */
+static hcomm_status_t hcomm_py_task(hcomm_stream_t s, void* arg) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  long code = HCOMM_ERR_INTERNAL;
+  PyObject* handle = SWIG_NewPointerObj(SWIG_as_voidptr(s), SWIGTYPE_p_hcomm_stream_s, 0);
+  PyObject* r = handle != NULL ? PyObject_CallFunctionObjArgs((PyObject*)arg, handle, NULL) : NULL;
+  if (r != NULL) {
+    code = PyLong_AsLong(r);
+    if (code == -1 && PyErr_Occurred()) code = HCOMM_ERR_INTERNAL;
+  }
+  PyErr_Clear();  /* the package's wrapper kept what was raised */
+  Py_XDECREF(r);
+  Py_XDECREF(handle);
+  PyGILState_Release(gil);
+  return (hcomm_status_t)code;
+}
+
+/* A policy: policy([(id, priority, registration_index), ...]) -> index;
+ * -1 (refused by the scheduler as out of range) when it raised. */
+static int hcomm_py_policy(const hcomm_task_info_t* ready, int nready, void* user) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  long pick = -1;
+  PyObject* list = PyList_New(nready);
+  for (int i = 0; list != NULL && i < nready; ++i) {
+    PyObject* t = Py_BuildValue("(sii)", ready[i].id, ready[i].priority,
+                                ready[i].registration_index);
+    if (t == NULL) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, i, t);
+  }
+  PyObject* r = list != NULL ? PyObject_CallFunctionObjArgs((PyObject*)user, list, NULL) : NULL;
+  if (r != NULL) {
+    pick = PyLong_AsLong(r);
+    if (pick == -1 && PyErr_Occurred()) pick = -1;
+  }
+  PyErr_Clear();
+  Py_XDECREF(r);
+  Py_XDECREF(list);
+  PyGILState_Release(gil);
+  return (int)pick;
+}
+%}
+
+%nothread hcomm_py_scheduler_add_task;
+%nothread hcomm_py_scheduler_set_policy;
+%inline %{
+/* hcomm_scheduler_add_task with `deps` a sequence of str and `task` a
+ * callable (see hcomm_py_task). */
+static PyObject* hcomm_py_scheduler_add_task(hcomm_scheduler_t s, const char* id, int priority,
+                                             PyObject* deps, PyObject* task) {
+  PyObject* seq = PySequence_Fast(deps, "depends_on must be a sequence of str");
+  if (seq == NULL) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  const char** names = (const char**)calloc((size_t)(n > 0 ? n : 1), sizeof(char*));
+  if (names == NULL) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+    if (names[i] == NULL) {
+      free(names);
+      Py_DECREF(seq);
+      return NULL;
+    }
+  }
+  hcomm_status_t st = hcomm_scheduler_add_task(s, id, priority, names, (int)n,
+                                               &hcomm_py_task, task);
+  free(names);
+  Py_DECREF(seq);
+  if (st != HCOMM_SUCCESS) {
+    hcomm_py_set_error((int)st, hcomm_last_error(), NULL);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* hcomm_scheduler_set_policy with a callable (see hcomm_py_policy), or None
+ * for the default policy. */
+static PyObject* hcomm_py_scheduler_set_policy(hcomm_scheduler_t s, PyObject* policy) {
+  hcomm_status_t st = policy == Py_None
+                          ? hcomm_scheduler_set_policy(s, NULL, NULL)
+                          : hcomm_scheduler_set_policy(s, &hcomm_py_policy, policy);
+  if (st != HCOMM_SUCCESS) {
+    hcomm_py_set_error((int)st, hcomm_last_error(), NULL);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+%}
+
+HCOMM_PY_OUT_HANDLE(hcomm_scheduler_t, out)

@@ -49,6 +49,7 @@ from ._communicator import (
 )
 from ._communicator import _destroy_all
 from ._stream import Event, Stream, StreamWork
+from ._scheduler import CommunicationScheduler, Scheduler, Task, current_stream, set_scheduler
 from ._stream import _close_all as _close_all_streams
 from .errors import (
     AbortedError,
@@ -79,6 +80,8 @@ __all__ = [
     "all_to_all", "gather", "scatter", "barrier", "ReduceOp", "Work",
     # streams
     "Stream", "Event", "StreamWork",
+    # scheduler
+    "CommunicationScheduler", "Scheduler", "Task", "set_scheduler", "current_stream",
     # objects and constants
     "Communicator", "SharedMemoryChannel", "ANY_SOURCE", "ANY_TAG", "UNDEFINED",
     "version", "__version__",
@@ -217,8 +220,9 @@ def split(color, key=0, group=None):
 def send(tensor, dst, tag=0, group=None, stream=None):
     """Sends tensor to rank dst (of group). stream=s: queued on s, returns a
     Work at once (matches only a recv on the same stream of dst)."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "send").send(tensor, dst, tag)
+        return _finish(_on_stream(stream, group, "send").send(tensor, dst, tag), stream, False)
     _group(group).send(tensor, dst, tag)
 
 
@@ -226,8 +230,16 @@ def recv(tensor, src=None, tag=0, group=None, stream=None):
     """Receives into tensor from src (None: any source; tag None: any tag);
     returns the sender's rank. A larger message raises MismatchError.
     stream=s: queued on s, returns a Work at once."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "recv").recv(tensor, src, tag)
+        if stream is _CURRENT and src is None:
+            raise _invalid("recv inside a scheduler task needs src: a stream's receive does not "
+                           "report its sender")
+        work = _on_stream(stream, group, "recv").recv(tensor, src, tag)
+        if stream is not _CURRENT:
+            return work
+        work.wait()
+        return src
     return _group(group).recv(tensor, src, tag)
 
 
@@ -254,6 +266,30 @@ def wait_all(requests):
         raise first
 
 
+class _Current:
+    """The stream of the scheduler task this thread runs (see _routed)."""
+
+
+_CURRENT = _Current()
+
+
+def _routed(stream, group):
+    """stream, or inside a scheduler task with neither stream nor group
+    given, the task's stream (as _CURRENT); else None."""
+    if stream is None and group is None and current_stream() is not None:
+        return _CURRENT
+    return stream
+
+
+def _finish(work, stream, async_op):
+    """A call queued on a stream: its Work for stream= or async_op; else (a
+    blocking call inside a task) None once it has run."""
+    if stream is not _CURRENT or async_op:
+        return work
+    work.wait()
+    return None
+
+
 # Collectives: async_op=True returns a Work (all_reduce: a Request, or a
 # Work while other async collectives are pending) with wait() and
 # is_completed(); otherwise they return None once done. stream=s queues the
@@ -262,6 +298,8 @@ def wait_all(requests):
 
 def _on_stream(stream, group, what):
     """The stream a call was given, checked against its group argument."""
+    if stream is _CURRENT:
+        return current_stream()
     if not isinstance(stream, Stream):
         raise _invalid("%s: stream must be an hcomm.Stream, not %s"
                        % (what, type(stream).__name__))
@@ -273,64 +311,73 @@ def _on_stream(stream, group, what):
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False, stream=None):
     """tensor = op over every rank's tensor, in place on every rank."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "all_reduce").all_reduce(tensor, op)
+        return _finish(_on_stream(stream, group, "all_reduce").all_reduce(tensor, op), stream, async_op)
     return _group(group).all_reduce(tensor, op, async_op)
 
 
 def broadcast(tensor, src, group=None, async_op=False, stream=None):
     """Every rank's tensor = rank src's tensor."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "broadcast").broadcast(tensor, src)
+        return _finish(_on_stream(stream, group, "broadcast").broadcast(tensor, src), stream, async_op)
     return _group(group).broadcast(tensor, src, async_op)
 
 
 def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False, stream=None):
     """Rank dst's tensor = op over every rank's tensor."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "reduce").reduce(tensor, dst, op)
+        return _finish(_on_stream(stream, group, "reduce").reduce(tensor, dst, op), stream, async_op)
     return _group(group).reduce(tensor, dst, op, async_op)
 
 
 def all_gather(out, tensor, group=None, async_op=False, stream=None):
     """out (size * len(tensor) elements) = every rank's tensor in rank order."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "all_gather").all_gather(out, tensor)
+        return _finish(_on_stream(stream, group, "all_gather").all_gather(out, tensor), stream, async_op)
     return _group(group).all_gather(out, tensor, async_op)
 
 
 def reduce_scatter(out, inp, op=ReduceOp.SUM, group=None, async_op=False, stream=None):
     """out on rank r = op over every rank's block r of inp (size * len(out))."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "reduce_scatter").reduce_scatter(out, inp, op)
+        return _finish(_on_stream(stream, group, "reduce_scatter").reduce_scatter(out, inp, op), stream, async_op)
     return _group(group).reduce_scatter(out, inp, op, async_op)
 
 
 def all_to_all(out, inp, group=None, async_op=False, stream=None):
     """Block j of inp goes to rank j; block i of out comes from rank i."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "all_to_all").all_to_all(out, inp)
+        return _finish(_on_stream(stream, group, "all_to_all").all_to_all(out, inp), stream, async_op)
     return _group(group).all_to_all(out, inp, async_op)
 
 
 def gather(tensor, out=None, dst=0, group=None, async_op=False, stream=None):
     """Rank dst's out = every rank's tensor in rank order (out only on dst)."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "gather").gather(tensor, out, dst)
+        return _finish(_on_stream(stream, group, "gather").gather(tensor, out, dst), stream, async_op)
     return _group(group).gather(tensor, out, dst, async_op)
 
 
 def scatter(out, inp=None, src=0, group=None, async_op=False, stream=None):
     """Rank r's out = block r of rank src's inp (inp only on src)."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "scatter").scatter(out, inp, src)
+        return _finish(_on_stream(stream, group, "scatter").scatter(out, inp, src), stream, async_op)
     return _group(group).scatter(out, inp, src, async_op)
 
 
 def barrier(group=None, async_op=False, stream=None):
     """Returns once every rank of group has entered it."""
+    stream = _routed(stream, group)
     if stream is not None:
-        return _on_stream(stream, group, "barrier").barrier()
+        return _finish(_on_stream(stream, group, "barrier").barrier(), stream, async_op)
     return _group(group).barrier(async_op)
 
 

@@ -172,7 +172,23 @@ class Stream:
         self._rank = group.rank
         self._lock = threading.Lock()
         self._pending = collections.deque()  # Works not known to have run, oldest first
+        self._borrowed = False
         _live.add(self)
+
+    @classmethod
+    def _borrow(cls, handle, group):
+        """The stream `handle` of a scheduler, for its tasks: closing it
+        releases nothing (the scheduler ends its streams)."""
+        s = cls.__new__(cls)
+        s._use = Handle(handle, "the scheduler's stream has been closed")
+        s.group = group
+        s.priority = None
+        s._size = group.size
+        s._rank = group.rank
+        s._lock = threading.Lock()
+        s._pending = collections.deque()
+        s._borrowed = True
+        return s
 
     # ---- state -------------------------------------------------------------
 
@@ -205,7 +221,7 @@ class Stream:
         """Runs what is queued, then ends the stream; raises an error that
         synchronize() has not raised yet. Calling it again does nothing."""
         try:
-            self._use.close(_n.hcomm_stream_destroy)
+            self._use.close((lambda h: None) if self._borrowed else _n.hcomm_stream_destroy)
         finally:
             with self._lock:
                 self._pending.clear()
@@ -230,13 +246,16 @@ class Stream:
 
     def __del__(self):
         try:
-            self.close()
+            if not self._borrowed:
+                self.close()
         except Exception:
             pass
 
     def __repr__(self):
         if self._use.closed:
             return "<hcomm.Stream closed>"
+        if self._borrowed:
+            return "<hcomm.Stream of a scheduler task, rank %d of %d>" % (self._rank, self._size)
         return "<hcomm.Stream priority %d, rank %d of %d>" % (self.priority, self._rank,
                                                              self._size)
 

@@ -530,6 +530,120 @@ def stream_fuses_many_small():
 
 
 @check
+def scheduler_seed_tasks():
+    """The seed's three tasks on a small numpy model: gradient sync
+    (priority 10), the parameter update after it, logging after both."""
+    rng = np.random.default_rng(R)
+    weights = np.ones(64, np.float32)
+    grads = rng.standard_normal(64).astype(np.float32)
+    log = []
+
+    def sync_gradients():
+        hcomm.all_reduce(grads, op=hcomm.ReduceOp.AVG)  # on the task's stream, blocking
+        assert hcomm.current_stream() is not None
+        return float(grads.sum())
+
+    def update_parameters():
+        weights[:] -= 0.1 * grads
+        return float(weights[0])
+
+    def log_step():
+        log.append((float(grads[0]), float(weights[0])))
+        return len(log)
+
+    scheduler = hcomm.CommunicationScheduler()
+    scheduler.register_task(task_id="gradient_sync", func=sync_gradients, priority=10)
+    scheduler.register_task(task_id="param_update", func=update_parameters, priority=5,
+                            depends_on=["gradient_sync"])
+    scheduler.register_task(task_id="logging", func=log_step, priority=1,
+                            depends_on=["gradient_sync", "param_update"])
+    results = scheduler.run()
+    assert set(results) == {"gradient_sync", "param_update", "logging"}, results
+    assert results["logging"] == 1
+    # Every rank has the same averaged gradients and weights.
+    check = weights.copy()
+    hcomm.all_reduce(check, op=hcomm.ReduceOp.MAX)
+    assert np.allclose(check, weights), (check[:3], weights[:3])
+    assert log == [(float(grads[0]), float(weights[0]))]
+    assert hcomm.current_stream() is None
+    scheduler.close()
+
+
+@check
+def scheduler_custom_policy_and_mismatch():
+    class LowestFirst(hcomm.Scheduler):
+        def schedule(self, tasks):
+            return sorted(tasks, key=lambda t: t.priority)
+
+    started = []
+
+    def task(name):
+        def run():
+            started.append(name)
+            hcomm.barrier()
+            return name
+        return run
+
+    # The same custom policy everywhere: it decides the order.
+    hcomm.set_scheduler(LowestFirst())
+    try:
+        sched = hcomm.CommunicationScheduler()
+        for name, prio in (("a", 9), ("b", 1), ("c", 5)):
+            sched.register_task(task_id=name, func=task(name), priority=prio,
+                                depends_on=[] if name != "c" else ["a"])
+        assert sched.run() == {"a": "a", "b": "b", "c": "c"}
+        sched.close()
+    finally:
+        hcomm.set_scheduler(None)
+    # Rank 1 alone orders them its own way: MismatchError naming both tasks
+    # on every rank, and nothing runs.
+    started.clear()
+    sched = hcomm.CommunicationScheduler(policy=LowestFirst() if R == 1 else None)
+    sched.register_task(task_id="urgent", func=task("urgent"), priority=9)
+    sched.register_task(task_id="bulk", func=task("bulk"), priority=1)
+    try:
+        sched.run()
+        raise AssertionError("run() did not raise")
+    except hcomm.MismatchError as e:
+        assert "task 'urgent' (priority 9) where rank 1 starts task 'bulk' (priority 1)" in str(e), e
+    assert started == []
+    sched.close()
+
+
+@check
+def scheduler_errors_name_tasks():
+    sched = hcomm.CommunicationScheduler()
+    ran = []
+    sched.register_task(task_id="bad", func=lambda: 1 / 0, priority=2)
+    sched.register_task(task_id="after_bad", func=lambda: ran.append("after_bad"), priority=2,
+                        depends_on=["bad"])
+    sched.register_task(task_id="free", func=lambda: ran.append("free") or "free", priority=1)
+    try:
+        sched.run()
+        raise AssertionError("run() did not raise")
+    except ZeroDivisionError as e:
+        note = " ".join(getattr(e, "__notes__", []))
+        assert "task 'bad' (priority 2) failed" in note, note
+        assert "not run, as they depend on a failed task: 'after_bad'" in note, note
+    assert ran == ["free"], ran
+    try:
+        sched.register_task(task_id="free", func=lambda: 0)
+        raise AssertionError("a duplicate id was taken")
+    except hcomm.InvalidArgumentError as e:
+        assert "'free' is registered twice" in str(e), e
+    sched.close()
+    cyc = hcomm.CommunicationScheduler()
+    cyc.register_task(task_id="x", func=lambda: 0, depends_on=["y"])
+    cyc.register_task(task_id="y", func=lambda: 0, depends_on="x")
+    try:
+        cyc.run()
+        raise AssertionError("a cycle ran")
+    except hcomm.InvalidArgumentError as e:
+        assert "cycle: 'x' -> 'y' -> 'x'" in str(e), e
+    cyc.close()
+
+
+@check
 def exceptions():
     try:
         hcomm.send(np.zeros(1), dst=N)

@@ -346,6 +346,52 @@ class StreamTest(unittest.TestCase):
             e.query()
 
 
+class SchedulerTest(unittest.TestCase):
+    def test_one_rank_run_and_results(self):
+        t = np.arange(4, dtype=np.float64)
+        order = []
+
+        def sync():
+            order.append("sync")
+            work = hcomm.all_reduce(t, async_op=True)  # on the task's stream: a Work
+            work.wait()
+            return "synced"
+
+        with hcomm.CommunicationScheduler() as sched:
+            sched.register_task(task_id="log", func=lambda: order.append("log"), priority=0,
+                                depends_on=["sync"])
+            sched.register_task(task_id="sync", func=sync, priority=10)
+            self.assertEqual(sched.run(), {"sync": "synced", "log": None})
+            self.assertEqual(order, ["sync", "log"])
+            self.assertEqual(sched.run()["sync"], "synced")  # again
+
+    def test_bad_arguments(self):
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "hcomm.Scheduler"):
+            hcomm.set_scheduler(5)
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "hcomm.Scheduler"):
+            hcomm.CommunicationScheduler(policy="fifo")
+        with hcomm.CommunicationScheduler() as sched:
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "task_id must be a str"):
+                sched.register_task(task_id=3, func=print)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "func is not callable"):
+                sched.register_task(task_id="x", func=None)
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "depends_on holds 7"):
+                sched.register_task(task_id="x", func=print, depends_on=[7])
+            sched.register_task(task_id="x", func=print, depends_on=["nobody"])
+            with self.assertRaisesRegex(hcomm.InvalidArgumentError, "depends on 'nobody'"):
+                sched.run()
+
+    def test_a_policy_that_raises(self):
+        class Broken(hcomm.Scheduler):
+            def schedule(self, tasks):
+                raise KeyError("no policy today")
+
+        with hcomm.CommunicationScheduler(policy=Broken()) as sched:
+            sched.register_task(task_id="x", func=print)
+            with self.assertRaisesRegex(KeyError, "no policy today"):
+                sched.run()
+
+
 class PointToPointTest(unittest.TestCase):
     def test_send_to_self(self):
         a = np.arange(10, dtype=np.int64)
