@@ -101,6 +101,7 @@
 
 #include "algorithms/kernels/shared_copy.h"
 #include "hcomm/hcomm.h"
+#include "tools/hcomm_bench_streams.h"
 
 namespace {
 
@@ -903,6 +904,7 @@ void PrintUsage(FILE* out) {
                   op.min_ranks, op.min_ranks == 1 ? "" : "s");
     ops += line;
   }
+  ops += hcomm_bench::StreamOpsUsage();
   std::fprintf(out, kUsage, ops.c_str());
 }
 
@@ -1385,6 +1387,7 @@ int main(int argc, char** argv) {
     PrintUsage(stdout);
     return 0;
   }
+  if (hcomm_bench::IsStreamOp(name)) return hcomm_bench::RunStreamOp(name, argc - 1, argv + 1);
   const OpDesc* op = FindOp(name);
   if (op == nullptr) {
     std::fprintf(stderr, "hcomm_bench: unknown OP '%s'\n\n", name.c_str());

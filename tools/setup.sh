@@ -10,6 +10,7 @@ PKGS=(
   libssl-dev libibverbs-dev pkg-config iproute2 procps
   swig python3-dev python3-numpy default-jdk-headless junit4 golang-go
   clang libclang-rt-14-dev
+  nlohmann-json3-dev python3-torch
 )
 
 missing=()

@@ -135,9 +135,14 @@ bool CommStream::IsFusable(const StreamOp& op) const {
 size_t CommStream::QueuedAfter(uint64_t seq) const {
   size_t n = 0, bytes = 0;
   const Fusable* first = nullptr;
+  uint64_t prev = seq;
   for (const std::shared_ptr<Fusable>& f : fusable_) {
     if (f->taken || f->seq <= seq) continue;
-    if (f->seq != seq + n + 1) break;  // not right after: something else runs between
+    // Right after the previous one, or after event marks alone (a mark
+    // reached once the batch has run still says what it said): anything
+    // else between (a host callback, a wait, another operation) ends it.
+    if (f->seq != prev + 1 && !stream_->OnlyMarksBetween(prev, f->seq)) break;
+    prev = f->seq;
     if (first == nullptr) first = f.get();
     if (f->op.dtype != first->op.dtype || f->op.op != first->op.op) break;
     bytes += f->op.count * DataTypeSize(f->op.dtype);

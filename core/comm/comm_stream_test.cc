@@ -238,6 +238,21 @@ TEST_P(CommStreamTest, FusesWhatIsQueuedAndAgreesOnTheBatches) {
     }
     EXPECT_GT(s->fused_batches(), 0u);
     EXPECT_GT(s->fused_ops(), 2 * s->fused_batches());
+
+    // An event's mark after each allreduce (what the bindings record for a
+    // Work) does not stop fusion; the marks are reached.
+    const uint64_t batches = s->fused_batches();
+    std::vector<Event> marks(kOps);
+    s->Enqueue(AllReduceOp(big_in.data(), big_out.data(), big_in.size()));
+    for (int i = 0; i < kOps; ++i) {
+      s->Enqueue(AllReduceOp(in[i].data(), out[i].data(), kCount));
+      marks[i].Record(s->stream());
+    }
+    ASSERT_TRUE(marks[kOps - 1].Synchronize(absl::Seconds(30)).ok());
+    ASSERT_TRUE(s->Synchronize().ok());
+    EXPECT_GT(s->fused_batches(), batches);
+    for (const Event& m : marks) EXPECT_TRUE(m.Query());
+    EXPECT_EQ(out[kOps - 1][kCount - 1], static_cast<float>(6000 + 4 * (kOps - 1 + kCount - 1)));
     EXPECT_TRUE(s->Destroy().ok());
 
     // fusion_bytes 0 on one rank: no fusion anywhere.

@@ -58,7 +58,7 @@ void Event::Record(Stream& s) {
            }
            return absl::OkStatus();
          },
-         nullptr, /*control=*/true);
+         nullptr, /*control=*/true, /*mark=*/true);
 }
 
 absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
@@ -71,8 +71,19 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
   // mark is not reached: that mark is not reached either, and a stream
   // runs its queue out before it is destroyed. (Lock order: an event's mu,
   // then a stream's mu_.)
+  // As Stream::Synchronize, the waiter runs the stream's front item while
+  // no thread does (with the event's lock released: the item may take
+  // others).
+  // (A condition may not take another lock, so the wait itself watches the
+  // mark alone: the stream's thread, woken by the enqueue, runs what comes
+  // up meanwhile.)
+  Stream* stream = state.stream;
+  while (!reached() && stream->CanRunHere()) {
+    state.mu.Unlock();
+    stream->RunFront();
+    state.mu.Lock();
+  }
   if (reached()) return absl::OkStatus();
-  const Stream* stream = state.stream;
   if (AwaitProgress(state.mu, absl::Condition(&reached), stall,
                     [stream] { return stream->Finished(); })) {
     return absl::OkStatus();
@@ -132,11 +143,24 @@ void Stream::WaitEvent(const Event& event) {
        nullptr, /*control=*/true);
 }
 
-uint64_t Stream::Push(std::string what, Work work, Skipped skipped, bool control) {
+uint64_t Stream::Push(std::string what, Work work, Skipped skipped, bool control, bool mark) {
   absl::MutexLock l(&mu_);
   queue_.push_back(
-      Item{++enqueued_, std::move(what), std::move(work), std::move(skipped), control});
+      Item{++enqueued_, std::move(what), std::move(work), std::move(skipped), control, mark});
   return enqueued_;
+}
+
+bool Stream::OnlyMarksBetween(uint64_t after, uint64_t before) const {
+  if (before <= after + 1) return true;
+  absl::MutexLock l(&mu_);
+  // The queue holds consecutive places, from its front's on.
+  if (queue_.empty() || after + 1 < queue_.front().seq) return false;  // one has started
+  const uint64_t first = queue_.front().seq;
+  for (uint64_t place = after + 1; place < before; ++place) {
+    const size_t i = place - first;
+    if (i >= queue_.size() || !queue_[i].mark) return false;
+  }
+  return true;
 }
 
 absl::Status Stream::Failure() const {
@@ -146,51 +170,80 @@ absl::Status Stream::Failure() const {
 
 void Stream::Run() {
   for (;;) {
-    Item item;
-    bool skip;
     {
       absl::MutexLock l(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || closing_;
+        return (!queue_.empty() && !active_) || (closing_ && queue_.empty() && !active_);
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // closing, and all run
-      item = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = item.what;
-      running_since_ = absl::Now();
-      skip = !error_.ok() && !item.control;
     }
-    absl::Status status;
-    if (!skip) {
-      status = item.work();
-    } else if (item.skipped) {
-      item.skipped();
-    }
-    item.work = nullptr;  // what they hold goes now, not with the next item
-    item.skipped = nullptr;
-    absl::MutexLock l(&mu_);
-    if (!status.ok() && error_.ok()) {
-      error_ = Annotate(status, absl::StrCat("stream '", options_.name, "', ", item.what));
-      error_seq_ = item.seq;
-    }
-    ++done_;
-    running_.clear();
+    RunFront();
   }
+}
+
+bool Stream::RunFront() {
+  Item item;
+  bool skip;
+  {
+    absl::MutexLock l(&mu_);
+    if (queue_.empty() || active_) return false;
+    item = std::move(queue_.front());
+    queue_.pop_front();
+    active_ = true;
+    running_ = item.what;
+    running_since_ = absl::Now();
+    skip = !error_.ok() && !item.control;
+  }
+  absl::Status status;
+  if (!skip) {
+    status = item.work();
+  } else if (item.skipped) {
+    item.skipped();
+  }
+  item.work = nullptr;  // what they hold goes now, not with the next item
+  item.skipped = nullptr;
+  absl::MutexLock l(&mu_);
+  if (!status.ok() && error_.ok()) {
+    error_ = Annotate(status, absl::StrCat("stream '", options_.name, "', ", item.what));
+    error_seq_ = item.seq;
+  }
+  ++done_;
+  running_.clear();
+  active_ = false;
+  return true;
+}
+
+bool Stream::CanRunHere() const {
+  absl::MutexLock l(&mu_);
+  return !queue_.empty() && !active_;
 }
 
 absl::Status Stream::Synchronize(absl::Duration stall) {
   absl::MutexLock l(&mu_);
   const uint64_t target = enqueued_;
-  auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
-  if (!AwaitProgress(mu_, absl::Condition(&done), stall,
-                     [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
-    if (Interrupted()) {
-      return Timeout(absl::StrCat("stream synchronize ", TimedOutOrInterrupted(), ": ",
-                                  DescribeLocked()));
+  // The caller runs the front item itself while no thread does (the
+  // stream's own is still waking up): a lone operation then costs no hand
+  // over to the stream's thread and back.
+  auto done_or_idle = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ >= target || (!queue_.empty() && !active_);
+  };
+  while (done_ < target) {
+    if (!queue_.empty() && !active_) {
+      mu_.Unlock();
+      RunFront();
+      mu_.Lock();
+      continue;
     }
-    return Timeout(absl::StrCat("stream synchronize timed out (nothing finished for ",
-                                Seconds(stall), "): ", DescribeLocked()));
+    if (!AwaitProgress(mu_, absl::Condition(&done_or_idle), stall,
+                       [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
+      if (Interrupted()) {
+        return Timeout(absl::StrCat("stream synchronize ", TimedOutOrInterrupted(), ": ",
+                                    DescribeLocked()));
+      }
+      return Timeout(absl::StrCat("stream synchronize timed out (nothing finished for ",
+                                  Seconds(stall), "): ", DescribeLocked()));
+    }
   }
   if (error_.ok() || error_seq_ > target) return absl::OkStatus();  // a later item's failure
   absl::Status out = error_;

@@ -9,7 +9,10 @@
 //   other.WaitEvent(e);                 // other's later work waits for that mark
 //   HCOMM_RETURN_IF_ERROR(s.Synchronize(absl::Seconds(30)));
 //
-// Work of one stream runs in enqueue order, one item after another. Waits
+// Work of one stream runs in enqueue order, one item after another, on the
+// stream's thread, or on a thread that waits for the stream while that one
+// is not running an item yet (so a lone operation and its wait cost no hand
+// over between threads). Waits
 // on a stream end when it has gone `stall` without finishing an item (each
 // item bounds itself, e.g. by its communicator's timeout), so a long queue
 // is waited out and a stuck one is named. The
@@ -67,9 +70,9 @@ class Event {
     uint64_t reached ABSL_GUARDED_BY(mu) = 0;   // the latest mark reached
     // The stream's failure when the latest reached mark ran, if it had one.
     absl::Status failed ABSL_GUARDED_BY(mu);
-    // The stream of the latest mark, for messages; alive while that mark
-    // is not reached (a stream runs its queue out before it goes).
-    const Stream* stream ABSL_GUARDED_BY(mu) = nullptr;
+    // The stream of the latest mark; alive while that mark is not reached
+    // (a stream runs its queue out before it goes).
+    Stream* stream ABSL_GUARDED_BY(mu) = nullptr;
   };
   // Waits until mark `mark` is reached; Timeout after a stall says who waits.
   static absl::Status WaitFor(State& state, uint64_t mark, absl::Duration stall,
@@ -118,6 +121,12 @@ class Stream {
   // How many items have run or been skipped so far.
   uint64_t Finished() const;
 
+  // Whether every item queued between places `after` and `before`
+  // (exclusive) is an event's mark, which work may run ahead of without
+  // changing what the mark says (core/comm/comm_stream.h fuses across
+  // them). False if any of them has started to run.
+  bool OnlyMarksBetween(uint64_t after, uint64_t before) const;
+
   const std::string& name() const { return options_.name; }
   int priority() const { return options_.priority; }
   // "stream 'grads' (priority 1): running allreduce #3 for 0.20 s, 2 more queued"
@@ -131,12 +140,20 @@ class Stream {
     Work work;
     Skipped skipped;
     bool control;  // event marks and waits: run even after a failure
+    bool mark;     // an event's mark (Event::Record)
   };
 
-  uint64_t Push(std::string what, Work work, Skipped skipped, bool control);
+  uint64_t Push(std::string what, Work work, Skipped skipped, bool control, bool mark = false);
   // The failure that makes the stream skip its work now (OK if none).
   absl::Status Failure() const;
   void Run();
+  // Runs the front item on the calling thread, unless the queue is empty or
+  // another thread runs an item: then false. Items run one at a time, in
+  // order, on whichever thread takes them (the stream's own, or one that
+  // waits for the stream in Synchronize or on an event).
+  bool RunFront();
+  // Whether RunFront would run an item now.
+  bool CanRunHere() const;
   std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -149,6 +166,7 @@ class Stream {
   std::string running_ ABSL_GUARDED_BY(mu_);    // empty while idle
   absl::Time running_since_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool active_ ABSL_GUARDED_BY(mu_) = false;  // a thread runs an item
   std::thread worker_;
 };
 

@@ -25,25 +25,38 @@ Stream::Options Named(const char* name, int priority = 0) {
   return o;
 }
 
-TEST(StreamTest, RunsInEnqueueOrderOnItsOwnThread) {
+// Items run in enqueue order, one at a time, on the stream's thread or on
+// a thread that waits for the stream while none runs an item; without a
+// waiter, the stream's thread runs them all.
+TEST(StreamTest, RunsInEnqueueOrderOneAtATime) {
   Stream s(Named("order"));
-  std::vector<int> ran;  // written by the stream's thread only, read after Synchronize
-  std::vector<std::thread::id> threads;
+  std::vector<int> ran;  // written by one runner at a time, read after Synchronize
+  std::atomic<int> running{0}, overlap{0};
   for (int i = 0; i < 100; ++i) {
-    s.Enqueue("item", [&ran, &threads, i] {
+    s.Enqueue("item", [&, i] {
+      if (running.fetch_add(1) != 0) ++overlap;
       ran.push_back(i);
-      threads.push_back(std::this_thread::get_id());
+      running.fetch_sub(1);
       return absl::OkStatus();
     });
   }
   ASSERT_TRUE(s.Synchronize(Soon()).ok());
   ASSERT_EQ(ran.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(ran[i], i);
-  for (const auto& t : threads) {
-    EXPECT_NE(t, std::this_thread::get_id());
-    EXPECT_EQ(t, threads[0]);
-  }
+  EXPECT_EQ(overlap.load(), 0);
   EXPECT_TRUE(s.Idle());
+
+  // Nobody waits: the stream's own thread runs them.
+  absl::Notification done;
+  std::thread::id where;
+  s.Enqueue("background", [&] {
+    where = std::this_thread::get_id();
+    done.Notify();
+    return absl::OkStatus();
+  });
+  done.WaitForNotification();
+  EXPECT_NE(where, std::this_thread::get_id());
+  ASSERT_TRUE(s.Synchronize(Soon()).ok());
 }
 
 TEST(StreamTest, EnqueueReturnsAtOnce) {
@@ -162,6 +175,33 @@ TEST(StreamTest, EventMarksRunAfterAFailure) {
   EXPECT_TRUE(e.Synchronize(Soon()).ok());
 }
 
+TEST(StreamTest, OnlyMarksBetween) {
+  Stream s(Named("marks"));
+  absl::Notification started, go;
+  s.Enqueue("blocker", [&] {  // 1
+    started.Notify();
+    go.WaitForNotification();
+    return absl::OkStatus();
+  });
+  started.WaitForNotification();
+  auto nothing = [] { return absl::OkStatus(); };
+  s.Enqueue("a", nothing);  // 2
+  Event e;
+  e.Record(s);              // 3
+  e.Record(s);              // 4
+  s.Enqueue("b", nothing);  // 5
+  s.WaitEvent(e);           // 6
+  s.Enqueue("c", nothing);  // 7
+  EXPECT_TRUE(s.OnlyMarksBetween(2, 5));
+  EXPECT_TRUE(s.OnlyMarksBetween(2, 3));
+  EXPECT_FALSE(s.OnlyMarksBetween(5, 7));  // a wait is no mark
+  EXPECT_FALSE(s.OnlyMarksBetween(1, 5));  // "a" is no mark
+  EXPECT_FALSE(s.OnlyMarksBetween(0, 2));  // 1 has started
+  EXPECT_FALSE(s.OnlyMarksBetween(5, 9));  // 8 is not queued
+  go.Notify();
+  EXPECT_TRUE(s.Synchronize(Soon()).ok());
+}
+
 TEST(StreamTest, EnqueueReturnsEachItemsPlace) {
   Stream s(Named("places"));
   EXPECT_EQ(s.Enqueue("a", [] { return absl::OkStatus(); }), 1u);
@@ -202,14 +242,18 @@ TEST(StreamTest, RecordingAgainMovesTheMark) {
 TEST(StreamTest, WaitsEndByTheirDeadlinesAndSayWhatIsPending) {
   Stream::Options o = Named("slow", 3);
   Stream slow(o);
-  absl::Notification go;
+  absl::Notification started, go;
   slow.Enqueue("allreduce #7 (256 MiB)", [&] {
+    started.Notify();
     go.WaitForNotification();
     return absl::OkStatus();
   });
   slow.Enqueue("allreduce #8", [] { return absl::OkStatus(); });
   Event e;
   e.Record(slow);
+  // Running on the stream's thread (a waiter that came first would run it
+  // itself, and wait in it).
+  started.WaitForNotification();
 
   absl::Status st = slow.Synchronize(absl::Milliseconds(20));
   EXPECT_EQ(CodeOf(st), ErrorCode::kTimeout);
