@@ -38,7 +38,8 @@ import (
 // ordered by an Event). The copy is written back into the slice (when some
 // operation writes it), and freed, once the last of them is seen to have
 // run: by Synchronize, Query, Close, or Event.Synchronize/Query of an event
-// recorded after them, on each stream that used it. Until then leave the
+// recorded after them, on each stream that used it (a stream seen past a
+// WaitEvent counts for the stream of the event's mark). Until then leave the
 // slice alone: it is not written, and what you write into it is not seen. A
 // slice that partly overlaps one in use (neither inside the other) is
 // StatusInvalidArgument. After a failure, slices get what the library left
@@ -72,10 +73,14 @@ type Stream struct {
 	fmu sync.Mutex
 }
 
-// streamOp is one queued operation and the copies it uses.
+// streamOp is one queued operation and the copies it uses, or a wait for
+// another stream's mark (WaitEvent): once it has run, so have that
+// stream's operations up to afterUpTo.
 type streamOp struct {
-	seq    uint64
-	staged []*staged
+	seq       uint64
+	staged    []*staged
+	after     *Stream
+	afterUpTo uint64
 }
 
 // staged is C memory holding a copy of the Go bytes [start, end), shared by
@@ -209,8 +214,19 @@ func (s *Stream) queuedNow() uint64 {
 	return s.queued
 }
 
-// finish releases the copies of the operations up to upTo, which have run.
+// finish releases the copies of the operations up to upTo, which have run,
+// and, for the waits among them, of the operations before the marks they
+// waited for on other streams.
 func (s *Stream) finish(upTo uint64) {
+	for _, o := range s.finishHere(upTo) {
+		if o.after != nil {
+			o.after.finish(o.afterUpTo)
+		}
+	}
+}
+
+// finishHere is finish on s alone; it returns the operations it finished.
+func (s *Stream) finishHere(upTo uint64) []*streamOp {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	s.qmu.Lock()
@@ -224,6 +240,7 @@ func (s *Stream) finish(upTo uint64) {
 	for _, o := range done {
 		release(o.staged)
 	}
+	return done
 }
 
 // Synchronize waits until everything queued before the call has run (up to
@@ -273,11 +290,25 @@ func (s *Stream) Query() (bool, error) {
 
 // WaitEvent makes s's later operations wait until e's latest mark
 // (recorded before this call) is reached (hcomm_stream_wait_event). It
-// returns at once.
+// returns at once. Once s is seen past the wait, the results of the
+// operations before the mark, on the stream it was recorded on, are
+// written into their slices too.
 func (s *Stream) WaitEvent(e *Event) error {
 	return s.do("WaitEvent", func(h uintptr) error {
 		return e.do("WaitEvent", func(eh uintptr) error {
-			return capi.Hcomm_stream_wait_event(h, eh)
+			// Locks in Record's order: the stream's, then the event's.
+			s.qmu.Lock()
+			defer s.qmu.Unlock()
+			e.rmu.Lock()
+			defer e.rmu.Unlock()
+			if err := capi.Hcomm_stream_wait_event(h, eh); err != nil {
+				return err
+			}
+			if e.stream != nil {
+				s.queued++
+				s.ops = append(s.ops, &streamOp{seq: s.queued, after: e.stream, afterUpTo: e.upTo})
+			}
+			return nil
 		})
 	})
 }
@@ -534,7 +565,8 @@ func refuseOn(h uintptr, kind int) {
 //
 // Reaching an event writes the results of the operations queued before it
 // on the stream it was recorded on into their slices, once Synchronize or
-// Query sees it reached.
+// Query sees it reached; so does a stream that waited for it, once that
+// stream is seen past the wait.
 type Event struct {
 	mu   sync.RWMutex // as Stream.mu
 	h    uintptr      // hcomm_event_t; 0 once closed
@@ -580,15 +612,16 @@ func (e *Event) do(op string, f func(h uintptr) error) error {
 func (e *Event) Record(s *Stream) error {
 	return s.do("Record", func(sh uintptr) error {
 		return e.do("Record", func(eh uintptr) error {
-			s.qmu.Lock() // the mark and the count agree
+			// The mark, the count and the record agree (WaitEvent reads them).
+			s.qmu.Lock()
 			defer s.qmu.Unlock()
+			e.rmu.Lock()
+			defer e.rmu.Unlock()
 			if err := capi.Hcomm_event_record(eh, sh); err != nil {
 				return err
 			}
-			e.rmu.Lock()
 			e.stream, e.upTo = s, s.queued
 			e.records++
-			e.rmu.Unlock()
 			return nil
 		})
 	})

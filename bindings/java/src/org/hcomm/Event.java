@@ -20,14 +20,15 @@ import org.hcomm.internal.HcommNative;
  *
  * <p>An event never recorded counts as reached. Reaching an event completes the futures of the
  * operations queued before it on the stream it was recorded on, and writes back their arrays, as
- * soon as {@link #synchronize()} or {@link #query()} sees it reached.
+ * soon as {@link #synchronize()} or {@link #query()} sees it reached; so does a stream that
+ * waited for it, once that stream is seen past the wait.
  *
  * <p>THREAD SAFETY: every method may be called from any thread; {@link #close()} waits for calls
  * in progress on other threads. Streams waiting on a closed event keep their marks.
  */
 public final class Event implements AutoCloseable {
   private final NativeHandle handle;
-  private volatile Stream recorded; // the stream of the latest record, or null
+  private Stream recorded; // the stream of the latest record, or null; guarded by this
 
   /** A new event (hcomm_event_create), not recorded. */
   public Event() {
@@ -44,7 +45,6 @@ public final class Event implements AutoCloseable {
       throw Buffers.invalid("Event.record: stream is null");
     }
     stream.record(this);
-    recorded = stream;
   }
 
   /**
@@ -59,7 +59,7 @@ public final class Event implements AutoCloseable {
       HcommNative.hcomm_event_synchronize(e);
     } finally {
       handle.exit();
-      Stream s = recorded;
+      Stream s = recordedOn();
       if (s != null) {
         s.progress(true);
       }
@@ -77,7 +77,7 @@ public final class Event implements AutoCloseable {
     } finally {
       handle.exit();
     }
-    Stream s = recorded;
+    Stream s = recordedOn();
     if (done && s != null) {
       s.progress(false);
     }
@@ -97,6 +97,15 @@ public final class Event implements AutoCloseable {
 
   NativeHandle handle() {
     return handle;
+  }
+
+  synchronized Stream recordedOn() {
+    return recorded;
+  }
+
+  /** Set by Stream.record, holding this monitor across the native record. */
+  synchronized void recordedOn(Stream s) {
+    recorded = s;
   }
 
   @Override

@@ -51,9 +51,12 @@ import org.hcomm.internal.HcommNative;
  * in {@link #synchronize()}, {@link #query()}, {@link #close()}, {@link Event#synchronize()} and
  * {@link Event#query()} of an event recorded on this stream, in the next call that queues an
  * operation, and in {@code get()}, {@code join()} and {@code isDone()} of the future itself
- * (which wait for, or look at, that operation's mark). Futures of one stream complete in queue
- * order, on the thread that saw them done: keep their dependent actions short, or use the
- * {@code *Async} variants. A failed operation completes its future exceptionally with its
+ * (which wait for, or look at, that operation's mark); and when another stream that waited for
+ * an event recorded on this one ({@link #waitEvent}) is seen past that wait, for what came
+ * before the event here. Futures of one stream complete in queue order, on the thread that saw
+ * them done: keep their dependent actions short, or use the {@code *Async} variants. Dependent
+ * futures ({@code thenApply}, {@code allOf}, ...) complete with this one but do not look at the
+ * stream themselves: wait on this future, or synchronize. A failed operation completes its future exceptionally with its
  * {@link HcommException} (the status of the failure that made it fail); the stream keeps that
  * error for {@link #synchronize()}. After a failure, arrays hold what the library left in the
  * staged copy, as a C buffer would (operations skipped after a failure write nothing).
@@ -84,23 +87,25 @@ public final class Stream implements AutoCloseable {
   /** Arrays in use by queued operations of any stream, by identity. */
   private static final Map<Object, Staged> STAGED = new IdentityHashMap<>();
 
-  /** One queued operation. */
+  /** One queued operation, or a wait for another stream's mark (waitEvent). */
   private static final class Op {
     final long seq; // 1 for the stream's first operation
-    final OpFuture future;
+    final OpFuture future; // null for a wait
     final List<Staged> staged; // the arrays it uses
     final Object sendMemory; // the memory the library uses, kept reachable until it has run
     final Object recvMemory;
+    final Queue upstream; // a wait's: the stream whose mark it waits for
     long event; // the mark after it; 0 once collected, or when it could not be recorded
     HcommException failure; // the operation's error, once collected
 
     Op(long seq, OpFuture future, List<Staged> staged, Object sendMemory, Object recvMemory,
-        long event) {
+        Queue upstream, long event) {
       this.seq = seq;
       this.future = future;
       this.staged = staged;
       this.sendMemory = sendMemory;
       this.recvMemory = recvMemory;
+      this.upstream = upstream;
       this.event = event;
     }
   }
@@ -116,8 +121,13 @@ public final class Stream implements AutoCloseable {
     private final ArrayDeque<Op> pending = new ArrayDeque<>(); // guarded by this
     private final ArrayDeque<Op> ready = new ArrayDeque<>(); // collected, future not completed
     private final ArrayDeque<Long> spare = new ArrayDeque<>(); // events free for reuse
-    private long queued; // operations queued so far; guarded by this
+    private long queued; // operations (and waits) queued so far; guarded by this
     private long synced; // operations known to have run (synchronize); guarded by this
+    /**
+     * Streams whose marks collected waits of this one waited for: what ran there before those
+     * marks can be collected too (see wake()). Guarded by this.
+     */
+    private final List<Queue> woken = new ArrayList<>();
     /** Held while completing futures, so that they complete in order. */
     private final ReentrantLock completing = new ReentrantLock();
 
@@ -145,7 +155,7 @@ public final class Stream implements AutoCloseable {
       HcommNative.hcomm_java_stream_enqueue(h, kind, send, recv, count, dtype, op, peerOrRoot,
           tag);
       OpFuture f = new OpFuture(this);
-      Op o = new Op(++queued, f, staged, send, recv, event);
+      Op o = new Op(++queued, f, staged, send, recv, null, event);
       f.op = o;
       pending.addLast(o);
       try {
@@ -159,6 +169,32 @@ public final class Stream implements AutoCloseable {
         f.fail(e);
       }
       return f;
+    }
+
+    /**
+     * Queues a wait for event {@code e}'s latest mark, recorded on {@code upstream} (null: never
+     * recorded), with its own mark {@code event} after it; the caller holds both handles and
+     * the event's monitor, so that upstream is the stream of that mark.
+     */
+    synchronized void pushWait(long h, long e, Queue upstream, long event) {
+      try {
+        HcommNative.hcomm_stream_wait_event(h, e);
+      } catch (HcommException x) {
+        spare.addLast(event);
+        throw x;
+      }
+      if (upstream == null) {
+        spare.addLast(event);
+        return;
+      }
+      Op o = new Op(++queued, null, new ArrayList<>(0), null, null, upstream, event);
+      pending.addLast(o);
+      try {
+        HcommNative.hcomm_event_record(event, h);
+      } catch (HcommException x) {
+        o.event = 0; // not with live handles; then it is collected at synchronize()
+        spare.addLast(event);
+      }
     }
 
     synchronized long queued() {
@@ -205,8 +241,32 @@ public final class Stream implements AutoCloseable {
           }
           pending.pollFirst();
           release(o.staged);
-          ready.addLast(o);
+          if (o.upstream != null) {
+            woken.add(o.upstream);
+          }
+          if (o.future != null) {
+            ready.addLast(o);
+          }
         }
+      }
+    }
+
+    /**
+     * Collects, on the streams whose marks this one's collected waits waited for, what ran
+     * before those marks (an array used on both streams is then written back). Called holding
+     * no handle and no monitor.
+     */
+    void wake() {
+      List<Queue> up;
+      synchronized (this) {
+        if (woken.isEmpty()) {
+          return;
+        }
+        up = new ArrayList<>(woken);
+        woken.clear();
+      }
+      for (Queue q : up) {
+        q.progress(false);
       }
     }
 
@@ -244,7 +304,7 @@ public final class Stream implements AutoCloseable {
       return ready.pollFirst();
     }
 
-    /** collect() and drain() from a thread that may not hold the handle. */
+    /** collect(), wake() and drain() from a thread that holds no handle. */
     void progress(boolean wait) {
       if (handle.tryEnter() != 0) { // 0: closed, or being closed, which completes everything
         try {
@@ -253,6 +313,7 @@ public final class Stream implements AutoCloseable {
           handle.exit();
         }
       }
+      wake();
       drain(wait);
     }
 
@@ -281,6 +342,7 @@ public final class Stream implements AutoCloseable {
           handle.exit();
         }
       }
+      wake();
       drain(true);
     }
 
@@ -446,6 +508,7 @@ public final class Stream implements AutoCloseable {
     } finally {
       handle.exit();
     }
+    queue.wake();
     queue.drain(true);
     if (failure != null) {
       throw failure;
@@ -465,13 +528,16 @@ public final class Stream implements AutoCloseable {
     } finally {
       handle.exit();
     }
+    queue.wake();
     queue.drain(false);
     return idle;
   }
 
   /**
    * This stream's later operations wait until {@code event}'s latest mark (recorded before this
-   * call) is reached (hcomm_stream_wait_event). Returns at once.
+   * call) is reached (hcomm_stream_wait_event). Returns at once. Once this stream is seen past
+   * the wait, the operations before the mark on the stream it was recorded on are seen done too
+   * (their futures complete, their arrays are written back).
    */
   public void waitEvent(Event event) {
     if (event == null) {
@@ -481,7 +547,11 @@ public final class Stream implements AutoCloseable {
     try {
       long e = event.handle().enter();
       try {
-        HcommNative.hcomm_stream_wait_event(h, e);
+        long mark = queue.takeEvent();
+        synchronized (event) {
+          Stream up = event.recordedOn();
+          queue.pushWait(h, e, up == null ? null : up.queue, mark);
+        }
       } finally {
         event.handle().exit();
       }
@@ -496,7 +566,10 @@ public final class Stream implements AutoCloseable {
     try {
       long e = event.handle().enter();
       try {
-        HcommNative.hcomm_event_record(e, h);
+        synchronized (event) { // waitEvent sees the stream of the mark it waits for
+          HcommNative.hcomm_event_record(e, h);
+          event.recordedOn(this);
+        }
       } finally {
         event.handle().exit();
       }
@@ -526,6 +599,7 @@ public final class Stream implements AutoCloseable {
     try {
       handle.close();
     } finally {
+      queue.wake();
       queue.drain(true);
     }
   }
@@ -1038,6 +1112,7 @@ public final class Stream implements AutoCloseable {
     } finally {
       handle.exit();
     }
+    queue.wake();
     queue.drain(false);
     return f;
   }

@@ -203,7 +203,7 @@ final class StreamChecks {
     }
     try (Event e = new Event()) {
       check(e.query(), "an event never recorded is reached");
-      a.allReduce(x, ReduceOp.SUM);
+      CompletableFuture<Void> first = a.allReduce(x, ReduceOp.SUM);
       a.allReduce(xd, DType.FLOAT32, ReduceOp.SUM);
       e.record(a);
       b.waitEvent(e);
@@ -213,16 +213,16 @@ final class StreamChecks {
       e.synchronize(); // no stream synchronize: the event completes what is before it
       check(e.query(), "event not reached after its synchronize");
       check(fy.isDone() && fyd.isDone(), "futures before the mark are not complete");
+      check(first.isDone(), "a's allReduce is not seen done, although b waited for it");
+      check(x[0] == size && x[n - 1] == size, "x was written back: " + x[0]);
       float want = (float) size * size;
       for (int i = 0; i < y.length; ++i) {
         check(y[i] == want, "y[" + i + "] = " + y[i] + ", expected " + want);
         check(yd.getFloat(4 * i) == 2 * want, "direct y[" + i + "] = " + yd.getFloat(4 * i));
       }
     }
-    // x is written back once both streams that use it have seen their operations run.
     a.synchronize();
     b.synchronize();
-    check(x[0] == size && x[n - 1] == size, "x was written back: " + x[0]);
     ok("events across streams");
   }
 

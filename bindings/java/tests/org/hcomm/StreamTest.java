@@ -201,8 +201,8 @@ public class StreamTest {
       e.record(b);
       e.synchronize();
       assertEquals(9, y[0]);
-      // x is written back once both streams that use it have seen their operations run.
-      s.synchronize();
+      // b is past its wait for s's mark: s's recv into x is seen done too, and x, used by both
+      // streams, is written back.
       assertEquals(9, x[0]);
       assertEquals(5, b.priority());
     }
