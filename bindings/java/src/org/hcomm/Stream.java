@@ -47,20 +47,20 @@ import org.hcomm.internal.HcommNative;
  *
  * <p>When the futures complete: the library runs the queue on its own thread, and this binding
  * records a mark (a pooled {@code hcomm_event_t}) after each operation; a future completes, and
- * its arrays are written back, when a call of this binding sees that mark reached. That happens
- * in {@link #synchronize()}, {@link #query()}, {@link #close()}, {@link Event#synchronize()} and
+ * its arrays are written back, when a call of this binding sees that mark reached. That happens in
+ * {@link #synchronize()}, {@link #query()}, {@link #close()}, {@link Event#synchronize()} and
  * {@link Event#query()} of an event recorded on this stream, in the next call that queues an
- * operation, and in {@code get()}, {@code join()} and {@code isDone()} of the future itself
- * (which wait for, or look at, that operation's mark); and when another stream that waited for
- * an event recorded on this one ({@link #waitEvent}) is seen past that wait, for what came
- * before the event here. Futures of one stream complete in queue order, on the thread that saw
- * them done: keep their dependent actions short, or use the {@code *Async} variants. Dependent
- * futures ({@code thenApply}, {@code allOf}, ...) complete with this one but do not look at the
- * stream themselves: wait on this future, or synchronize. A failed operation completes its future exceptionally with its
- * {@link HcommException} (the status of the failure that made it fail); the stream keeps that
- * error for {@link #synchronize()}. After a failure, arrays hold what the library left in the
- * staged copy, as a C buffer would (operations skipped after a failure write nothing).
- * Completing or cancelling a future yourself does not touch the operation.
+ * operation, and in {@code get()}, {@code join()} and {@code isDone()} of the future itself (which
+ * wait for, or look at, that operation's mark); and when another stream that waited for an event
+ * recorded on this one ({@link #waitEvent}) is seen past that wait, for what came before the event
+ * here. Futures of one stream complete in queue order, on the thread that saw them done: keep
+ * their dependent actions short, or use the {@code *Async} variants. Dependent futures
+ * ({@code thenApply}, {@code allOf}, ...) complete with this one but do not look at the stream
+ * themselves: wait on this future, or synchronize. A failed operation completes its future
+ * exceptionally with its {@link HcommException} (the status of the failure that made it fail); the
+ * stream keeps that error for {@link #synchronize()}. After a failure, arrays hold what the
+ * library left in the staged copy, as a C buffer would (operations skipped after a failure write
+ * nothing). Completing or cancelling a future yourself does not touch the operation.
  *
  * <p>Errors throw {@link HcommException}. A collective that this binding refuses by its own
  * checks (a null buffer, a recv too small) still takes its turn on the stream, so that the other
