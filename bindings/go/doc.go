@@ -21,11 +21,17 @@
 // Irecv, IAllReduce) stage the data in C memory, because cgo forbids C to
 // keep a Go pointer after a call returns; see Request.
 //
+// A Stream (Comm.NewStream) is an ordered queue of operations that the
+// library runs in the background: StreamAllReduce, StreamSend, ... return
+// at once, and Synchronize (or an Event recorded after them) waits for them
+// and writes their results into the slices, which are staged in C memory
+// in the meantime; see Stream and Event.
+//
 // Every error is an *Error with the Status and the message of
 // hcomm_last_error() for the failed call. Nothing blocks past the
-// communicator's timeout_ms. Comm, Request and Channel are released by
-// Close/Free (finalizers are only a safety net); using one afterwards, or a
-// nil one, returns an *Error with StatusInvalidArgument.
+// communicator's timeout_ms. Comm, Request, Channel, Stream and Event are
+// released by Close/Free (finalizers are only a safety net); using one
+// afterwards, or a nil one, returns an *Error with StatusInvalidArgument.
 //
 // The package is the generated layer internal/capi (SWIG, from
 // bindings/hcomm.i) plus the hand-written files of bindings/go/. Installed

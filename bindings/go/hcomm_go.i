@@ -14,8 +14,9 @@
  *   two cgo calls, so reading it in a second call could see another
  *   thread's message.
  * - Opaque handles (hcomm_comm_t, hcomm_config_t, hcomm_request_t,
- *   hcomm_channel_t) are uintptr; an out-pointer handle (`*out`, `*req`) is a
- *   *uintptr that the wrapper fills from a C temporary.
+ *   hcomm_channel_t, hcomm_stream_t, hcomm_event_t) are uintptr; an
+ *   out-pointer handle (`*out`, `*req`) is a *uintptr that the wrapper fills
+ *   from a C temporary.
  * - Buffers (void*, const void*) are unsafe.Pointer, passed to C as real
  *   pointers so that cgo checks them and keeps them alive for the call. The
  *   C side never retains them past the call (nonblocking calls get C
@@ -24,6 +25,12 @@
  *   bits, Go int 64: SWIG's default *int would be wrong); const char** is
  *   a *string.
  * - (ranks, nranks) is a []int32 and (n, reqs) a []uintptr.
+ * - hcomm_stream_enqueue is reached through hcomm_go_stream_enqueue, which
+ *   takes the fields of an hcomm_op_t as arguments and builds the struct
+ *   with HCOMM_OP_INIT, so Go never sees hcomm_op_t. Its buffers are C
+ *   memory (the hand-written layer stages them, as for nonblocking calls).
+ *   hcomm_stream_enqueue_host is not bound: its callback would run on a
+ *   thread of the library, outside the Go runtime.
  */
 
 %{
@@ -137,6 +144,8 @@ HCOMM_GO_HANDLE(hcomm_config_t)
 HCOMM_GO_HANDLE(hcomm_comm_t)
 HCOMM_GO_HANDLE(hcomm_request_t)
 HCOMM_GO_HANDLE(hcomm_channel_t)
+HCOMM_GO_HANDLE(hcomm_stream_t)
+HCOMM_GO_HANDLE(hcomm_event_t)
 
 /* ---- buffers -> unsafe.Pointer ------------------------------------------- */
 
@@ -219,9 +228,33 @@ static void* hcomm_go_malloc(size_t n) { return n > 0 ? malloc(n) : NULL; }
 static void hcomm_go_free(void* p) { free(p); }
 %}
 
-/* Streams and events: not in this binding yet (its idiomatic Stream comes
- * with them). */
-%rename("$ignore", regexmatch$name="^hcomm_(stream|event|scheduler)_") "";
+/* ---- streams ---------------------------------------------------------------- */
+
 %ignore hcomm_op_t;
+%ignore hcomm_stream_enqueue;
+%ignore hcomm_stream_enqueue_host;
+
+%inline %{
+/* One operation onto a stream, its hcomm_op_t built here from HCOMM_OP_INIT
+ * (the struct_size of the header this library was built with). */
+static hcomm_status_t hcomm_go_stream_enqueue(hcomm_stream_t s, hcomm_op_kind_t kind,
+                                              const void* sendbuf, void* recvbuf, size_t count,
+                                              hcomm_dtype_t dtype, hcomm_reduce_op_t op,
+                                              int peer_or_root, int tag) {
+  hcomm_op_t o = HCOMM_OP_INIT;
+  o.kind = kind;
+  o.sendbuf = sendbuf;
+  o.recvbuf = recvbuf;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
+  o.peer_or_root = peer_or_root;
+  o.tag = tag;
+  return hcomm_stream_enqueue(s, &o);
+}
+%}
+
+/* The scheduler: not in this binding yet. */
+%rename("$ignore", regexmatch$name="^hcomm_scheduler_") "";
 %ignore hcomm_task_info_t;
 %ignore hcomm_policy_fn;

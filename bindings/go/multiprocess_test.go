@@ -93,6 +93,13 @@ func TestRank(t *testing.T) {
 		{"NewGroup", testNewGroup},
 		{"Split", testSplit},
 		{"Timeout", testTimeout},
+		{"StreamEveryKindTwoPriorities", testStreamEveryKind},
+		{"StreamsAtOnce", testStreamPriorities},
+		{"StreamOrder", testStreamOrder},
+		{"StreamEventOrdersAnotherStream", testStreamEvent},
+		{"StreamMatchingContexts", testStreamContexts},
+		{"StreamRefusedOnOneRank", testStreamRefusedOnOneRank},
+		{"StreamCloseRunsOutTheQueue", testStreamClose},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.f(t, c) }) {

@@ -8,8 +8,8 @@
  *   carrying the code and hcomm_last_error() (the "ret" typemap, which runs
  *   after the out-arguments are written). Functions return void, or the
  *   value of their one out-pointer (handles, rank, size, done).
- * - Handles (hcomm_config_t, hcomm_comm_t, hcomm_request_t, hcomm_channel_t)
- *   are Java longs; 0 is NULL.
+ * - Handles (hcomm_config_t, hcomm_comm_t, hcomm_request_t, hcomm_channel_t,
+ *   hcomm_stream_t, hcomm_event_t) are Java longs; 0 is NULL.
  * - Enums and macros are int constants (HcommNative.HCOMM_SUM, ...), except
  *   the status codes, which org.hcomm.Status has.
  * - Out-values of several fields (hcomm_request_info, hcomm_version,
@@ -31,6 +31,12 @@
  *   after they return, so they are wrapped as hcomm_java_isend/irecv/
  *   iallreduce and accept direct buffers only; the Java layer stages arrays
  *   in direct buffers it keeps alive for the request's lifetime.
+ * - Streams: hcomm_stream_enqueue is reached through
+ *   hcomm_java_stream_enqueue, which takes the fields of an hcomm_op_t as
+ *   arguments (direct buffers only, as above) and builds the struct with
+ *   HCOMM_OP_INIT, so Java never sees hcomm_op_t. hcomm_stream_enqueue_host
+ *   is not bound: its callback would run on a thread of the library, and
+ *   the Java layer's CompletableFutures serve that purpose.
  *
  * Nothing here checks that count fits the buffer: like the C API, the
  * low-level class trusts its caller. The Java layer checks every size.
@@ -230,6 +236,24 @@ static hcomm_status_t hcomm_java_iallreduce(const void* stable_sendbuf, void* st
                                             hcomm_request_t* req) {
   return hcomm_iallreduce(stable_sendbuf, stable_recvbuf, count, dtype, op, comm, req);
 }
+
+/* One operation onto a stream, its hcomm_op_t built here from HCOMM_OP_INIT
+ * (the struct_size of the header this library was built with). */
+static hcomm_status_t hcomm_java_stream_enqueue(hcomm_stream_t s, hcomm_op_kind_t kind,
+                                                const void* stable_sendbuf, void* stable_recvbuf,
+                                                size_t count, hcomm_dtype_t dtype,
+                                                hcomm_reduce_op_t op, int peer_or_root, int tag) {
+  hcomm_op_t o = HCOMM_OP_INIT;
+  o.kind = kind;
+  o.sendbuf = stable_sendbuf;
+  o.recvbuf = stable_recvbuf;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
+  o.peer_or_root = peer_or_root;
+  o.tag = tag;
+  return hcomm_stream_enqueue(s, &o);
+}
 %}
 
 /* ---- Status: void in Java; failure throws (after out-arguments are set). */
@@ -278,6 +302,8 @@ HCOMM_JAVA_HANDLE(hcomm_config_t, out)
 HCOMM_JAVA_HANDLE(hcomm_comm_t, out)
 HCOMM_JAVA_HANDLE(hcomm_request_t, req)
 HCOMM_JAVA_HANDLE(hcomm_channel_t, out)
+HCOMM_JAVA_HANDLE(hcomm_stream_t, out)
+HCOMM_JAVA_HANDLE(hcomm_event_t, out)
 
 HCOMM_JAVA_RETURNS(hcomm_config_create, jlong, long)
 HCOMM_JAVA_RETURNS(hcomm_comm_init, jlong, long)
@@ -287,8 +313,10 @@ HCOMM_JAVA_RETURNS(hcomm_channel_open, jlong, long)
 HCOMM_JAVA_RETURNS(hcomm_java_isend, jlong, long)
 HCOMM_JAVA_RETURNS(hcomm_java_irecv, jlong, long)
 HCOMM_JAVA_RETURNS(hcomm_java_iallreduce, jlong, long)
+HCOMM_JAVA_RETURNS(hcomm_stream_create, jlong, long)
+HCOMM_JAVA_RETURNS(hcomm_event_create, jlong, long)
 
-/* ---- Scalar out-pointers returned as the value: rank, size, done. */
+/* ---- Scalar out-pointers returned as the value: rank, size, done, idle. */
 %define HCOMM_JAVA_INT_RESULT(NAME, JNITYPE)
 %typemap(in, numinputs=0) int* NAME (int tmp = 0) "$1 = &tmp;"
 %typemap(argout) int* NAME "$result = (JNITYPE)tmp$argnum;"
@@ -296,9 +324,12 @@ HCOMM_JAVA_RETURNS(hcomm_java_iallreduce, jlong, long)
 HCOMM_JAVA_INT_RESULT(rank, jint)
 HCOMM_JAVA_INT_RESULT(size, jint)
 HCOMM_JAVA_INT_RESULT(done, jboolean)
+HCOMM_JAVA_INT_RESULT(idle, jboolean)
 HCOMM_JAVA_RETURNS(hcomm_comm_rank, jint, int)
 HCOMM_JAVA_RETURNS(hcomm_comm_size, jint, int)
 HCOMM_JAVA_RETURNS(hcomm_test, jboolean, boolean)
+HCOMM_JAVA_RETURNS(hcomm_stream_query, jboolean, boolean)
+HCOMM_JAVA_RETURNS(hcomm_event_query, jboolean, boolean)
 
 /* ---- A static string out-pointer returned as a String (hcomm_comm_transport). */
 %typemap(in, numinputs=0) const char** name (const char* tmp = NULL) "$1 = ($1_ltype)&tmp;"
@@ -445,11 +476,19 @@ hcomm_status_t hcomm_java_iallreduce(const void* stable_sendbuf, void* stable_re
                                      size_t count, hcomm_dtype_t dtype, hcomm_reduce_op_t op,
                                      hcomm_comm_t comm, hcomm_request_t* req);
 
+/* Streams: the struct is built by the wrapper; host callbacks are not bound
+ * (see the file comment). */
+%ignore hcomm_op_t;
+%ignore hcomm_stream_enqueue;
+%ignore hcomm_stream_enqueue_host;
+hcomm_status_t hcomm_java_stream_enqueue(hcomm_stream_t s, hcomm_op_kind_t kind,
+                                         const void* stable_sendbuf, void* stable_recvbuf,
+                                         size_t count, hcomm_dtype_t dtype, hcomm_reduce_op_t op,
+                                         int peer_or_root, int tag);
+
 /* HCOMM_API expands to nothing for SWIG (its preprocessor has no __GNUC__). */
 
-/* Streams and events: not in this binding yet (its idiomatic Stream comes
- * with them). */
-%rename("$ignore", regexmatch$name="^hcomm_(stream|event|scheduler)_") "";
-%ignore hcomm_op_t;
+/* The scheduler: not in this binding yet. */
+%rename("$ignore", regexmatch$name="^hcomm_scheduler_") "";
 %ignore hcomm_task_info_t;
 %ignore hcomm_policy_fn;

@@ -3,7 +3,7 @@
 # only that tree (no Bazel, no network: GOPROXY=off, a fresh GOPATH and
 # GOCACHE): makes a Go module that requires hcomm.local/hcomm with a
 # `replace` pointing at DIR/go/hcomm, builds a program (point-to-point ring,
-# AllReduce, NewGroup, an expected error), checks that it finds
+# AllReduce, NewGroup, a stream, an expected error), checks that it finds
 # DIR/lib/libhcomm_c.so through its RUNPATH, and runs it as 4 ranks with
 # DIR/bin/hcomm_run.
 set -uo pipefail
@@ -88,6 +88,17 @@ func main() {
 		check("group Close", g.Close())
 	}
 
+	// A stream: an AllReduce queued, then synchronized.
+	st, err := c.NewStream(1)
+	check("NewStream", err)
+	w := []int64{int64(rank + 1)}
+	check("StreamAllReduce", hcomm.StreamAllReduce(st, w, hcomm.Sum))
+	check("Stream.Synchronize", st.Synchronize())
+	if w[0] != int64(size*(size+1)/2) {
+		check("stream result", fmt.Errorf("%v", w))
+	}
+	check("Stream.Close", st.Close())
+
 	// An error: a peer out of range is an *hcomm.Error, INVALID_ARGUMENT.
 	err = hcomm.Send(c, []uint8{1}, size+5, 0)
 	var e *hcomm.Error
@@ -97,7 +108,7 @@ func main() {
 
 	check("Barrier", c.Barrier())
 	check("Close", c.Close())
-	fmt.Printf("ok: ring, allreduce, group, error (%s)\n", e.Status)
+	fmt.Printf("ok: ring, allreduce, group, stream, error (%s)\n", e.Status)
 }
 GO
 
@@ -125,7 +136,7 @@ rc=$?
 cat "$out"
 [[ $rc -eq 0 ]] || fail "the Go program on 4 ranks exited $rc"
 for r in 0 1 2 3; do
-  grep -qF "[rank $r] ok: ring, allreduce, group, error (HCOMM_ERR_INVALID_ARGUMENT)" "$out" ||
+  grep -qF "[rank $r] ok: ring, allreduce, group, stream, error (HCOMM_ERR_INVALID_ARGUMENT)" "$out" ||
     fail "rank $r did not print its ok line"
 done
 echo "PASS: the installed Go package builds and runs without Bazel"

@@ -3,8 +3,9 @@
 # only that tree (no Bazel, no build paths): compiles a Java program with
 # javac -cp DIR/java/hcomm.jar and runs it as 4 ranks with DIR/bin/hcomm_run
 # and java -Djava.library.path=DIR/lib (point-to-point, allReduce on an array
-# and a direct ByteBuffer, newGroup, an HcommException). Also checks that
-# DIR/lib/libhcomm_java.so finds DIR/lib/libhcomm_c.so through RUNPATH $ORIGIN.
+# and a direct ByteBuffer, newGroup, a stream, an HcommException). Also
+# checks that DIR/lib/libhcomm_java.so finds DIR/lib/libhcomm_c.so through
+# RUNPATH $ORIGIN.
 set -uo pipefail
 source "$(dirname "$0")/../acceptance/testlib.sh"
 
@@ -78,6 +79,13 @@ public class InstallCheck {
         }
       }
       System.out.println("ok: newGroup");
+      // A stream: an allReduce that completes through its future.
+      try (org.hcomm.Stream s = c.stream(1)) {
+        long[] w = {rank + 1};
+        s.allReduce(w, ReduceOp.SUM).join();
+        check(w[0] == size * (size + 1) / 2, "stream allReduce " + w[0]);
+      }
+      System.out.println("ok: stream");
       // Errors are HcommException with the C status and message.
       try {
         c.send(new int[1], size, 0);

@@ -258,6 +258,15 @@ public final class Communicator implements AutoCloseable {
     return child == 0 ? null : new Communicator(child, this);
   }
 
+  /**
+   * A new {@link Stream} of this communicator with {@code priority} (a higher number is served
+   * first where streams compete; 0 is the default): an ordered queue of operations that run in
+   * the background. Collective: every rank makes its streams of a communicator in the same order.
+   */
+  public Stream stream(int priority) {
+    return new Stream(this, priority);
+  }
+
   /** Returns once every rank has entered the barrier. */
   public void barrier() {
     long h = handle.enter();
@@ -807,6 +816,16 @@ public final class Communicator implements AutoCloseable {
 
   Orphans orphans() {
     return orphans;
+  }
+
+  /** hcomm_stream_create on this communicator (see {@link Stream}). */
+  long createStream(int priority) {
+    long h = handle.enter();
+    try {
+      return HcommNative.hcomm_stream_create(h, priority);
+    } finally {
+      handle.exit();
+    }
   }
 
   private void checkOpen() {

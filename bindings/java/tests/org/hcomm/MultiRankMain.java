@@ -9,9 +9,9 @@ import java.util.List;
 /**
  * One rank of java_multirank_test (run as 4 ranks through hcomm_run):
  * point-to-point, any-source, every collective on several types, groups and
- * split, and a timeout. Prints "ok: NAME" per check and "ok: all" at the
- * end; any failure prints "FAIL: ..." and exits 1 (hcomm_run then stops the
- * job).
+ * split, a timeout, and streams and events (StreamChecks). Prints
+ * "ok: NAME" per check and "ok: all" at the end; any failure prints
+ * "FAIL: ..." and exits 1 (hcomm_run then stops the job).
  */
 public final class MultiRankMain {
   private static int rank;
@@ -37,6 +37,7 @@ public final class MultiRankMain {
       collectives(c);
       groups(c);
       timeout(c);
+      StreamChecks.run(c);
       c.barrier();
     } catch (Throwable t) {
       System.out.println("FAIL: rank " + rank + ": " + t);
