@@ -10,6 +10,7 @@
 #include "algorithms/entries.h"
 #include "algorithms/kernels/reduce_parts.h"
 #include "algorithms/table.h"
+#include "core/base/priority.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -63,6 +64,7 @@ absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char*
     HCOMM_RETURN_IF_ERROR(f.Send(send_src + s_off + o, std::min(chunk, s_len - o), right));
   }
   for (size_t i = 0; i < chunks; ++i) {
+    YieldToHigherPriority();  // between chunks (core/base/priority.h)
     HCOMM_RETURN_IF_ERROR(f.Wait(window[i % kWindow]));
     const size_t o = i * chunk, len = std::min(chunk, r_len - o);
     const char* incoming = in + (i % kWindow) * chunk;
@@ -120,6 +122,7 @@ absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, s
     HCOMM_RETURN_IF_ERROR(f.Send(in + t_off + c * chunk, len(c, t_len), peer));
   }
   for (size_t c = 0; c < std::max(cm, ct); ++c) {
+    YieldToHigherPriority();  // between chunks (core/base/priority.h)
     if (c < cm) {
       HCOMM_RETURN_IF_ERROR(f.Wait(window[c % k]));
       const size_t n = len(c, m_len) / esize;

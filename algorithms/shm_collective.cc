@@ -1,6 +1,7 @@
 #include "algorithms/shm_collective.h"
 
 #include "algorithms/shm_collective_layout.h"
+#include "core/base/priority.h"
 
 namespace hcomm {
 
@@ -314,6 +315,7 @@ char* ShmCollective::Stage(size_t bytes) {
 template <typename Write, typename Read>
 absl::Status ShmCollective::Round(size_t bytes, Write write, Read read, uint64_t seq,
                                   uint64_t fingerprint, ShmWaiter& waiter) {
+  YieldToHigherPriority();  // between pieces (core/base/priority.h)
   const uint64_t gen = ++gen_;
   const int b = static_cast<int>(gen & 1);
   write(Area(rank_, b, bytes));
@@ -434,6 +436,7 @@ absl::Status ShmCollective::ReduceLarge(const void* in, void* out, size_t count,
   Plan cur = plan(0);
   copy_in(cur);
   for (;;) {
+    YieldToHigherPriority();  // between rounds (core/base/priority.h)
     const bool first = chooser != nullptr && cur.off == 0;
     const int64_t wait_start = first ? MonoNs() : 0;
     HCOMM_RETURN_IF_ERROR(WaitAll(0, cur.gen, seq, fingerprint, waiter));

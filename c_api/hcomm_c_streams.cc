@@ -206,7 +206,7 @@ hcomm_status_t hcomm_event_record(hcomm_event_t e, hcomm_stream_t s) {
     HCOMM_C_CHECK(CheckStream("hcomm_event_record", s));
     e->stall_ms.store(absl::ToInt64Milliseconds(s->impl->comm().timeout()),
                       std::memory_order_relaxed);
-    e->impl->Record(s->impl->stream());
+    s->impl->RecordEvent(*e->impl);
     return HCOMM_SUCCESS;
   });
 }
@@ -215,7 +215,7 @@ hcomm_status_t hcomm_stream_wait_event(hcomm_stream_t s, hcomm_event_t e) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckStream("hcomm_stream_wait_event", s));
     HCOMM_C_CHECK(CheckEvent("hcomm_stream_wait_event", e));
-    s->impl->stream().WaitEvent(*e->impl);
+    s->impl->WaitEvent(*e->impl);
     return HCOMM_SUCCESS;
   });
 }

@@ -21,7 +21,6 @@
 #include "core/comm/communicator.h"
 #include "core/comm/request_driver.h"
 #include "core/p2p/request.h"
-#include "core/sched/stream.h"
 #include "hcomm/hcomm.h"
 
 struct hcomm_config_s {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/priority.h"
 #include "core/base/status.h"
 #include "core/comm/fusion.h"
 
@@ -176,6 +177,7 @@ absl::Status CommStream::RunBatch(const std::shared_ptr<Fusable>& head) {
     queued_after = QueuedAfter(batch.back()->seq);
   }
   agreed_next_ = 0;  // unless this batch's lanes say otherwise
+  PriorityScope scope(stream_->priority());
   const StreamOp& first = head->op;
   const size_t es = DataTypeSize(first.dtype);
   size_t total = 0;
@@ -201,6 +203,7 @@ absl::Status CommStream::RunBatch(const std::shared_ptr<Fusable>& head) {
 }
 
 absl::Status CommStream::Run(const StreamOp& op) {
+  PriorityScope scope(stream_->priority());  // lower priorities step aside meanwhile
   Communicator& c = *comm_;
   const size_t es = DataTypeSize(op.dtype);
   switch (op.kind) {

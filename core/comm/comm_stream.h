@@ -91,6 +91,11 @@ class CommStream {
   // it still takes its turn on the stream, and the other ranks' calls of it
   // fail at once (Communicator::RejectCollective).
   void EnqueueRejection(StreamOpKind kind);
+  // Marks `e` after what is queued now (Event::Record); makes later work
+  // wait for `e`'s latest mark (Stream::WaitEvent). Events (hcomm::Event,
+  // core/sched/stream.h) come with this header for the layers above.
+  void RecordEvent(Event& e) { e.Record(*stream_); }
+  void WaitEvent(const Event& e) { stream_->WaitEvent(e); }
   // Stream::Synchronize with the communicator's timeout as the stall.
   absl::Status Synchronize() { return stream_->Synchronize(comm_->timeout()); }
   bool Idle() const { return stream_->Idle(); }

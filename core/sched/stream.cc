@@ -6,10 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/interrupt.h"
+#include "core/base/spin.h"
 #include "core/base/status.h"
 
 namespace hcomm {
 namespace {
+
+// How long a waiter spins before it sleeps (see Event::WaitFor).
+constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(30);
 
 // Waits on `mu` (held) until `cond` holds: true. False once `progress()`
 // (read under `mu`) has not changed for `stall`, or once the calling
@@ -54,6 +58,7 @@ void Event::Record(Stream& s) {
            absl::MutexLock l(&state->mu);
            if (state->reached < mark) {
              state->reached = mark;
+             state->reached_now.store(mark, std::memory_order_release);
              state->failed = std::move(failure);
            }
            return absl::OkStatus();
@@ -83,6 +88,16 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
     stream->RunFront();
     state.mu.Lock();
   }
+  if (reached()) return absl::OkStatus();
+  // A short spin before sleeping: the mark of a small operation comes
+  // within microseconds, and waking a sleeping thread (on a VM, an idle
+  // CPU) can take a hundred.
+  state.mu.Unlock();
+  const int64_t spin_until = MonoNs() + absl::ToInt64Nanoseconds(kSpinBeforeSleep);
+  while (state.reached_now.load(std::memory_order_acquire) < mark && MonoNs() < spin_until) {
+    CpuRelax();
+  }
+  state.mu.Lock();
   if (reached()) return absl::OkStatus();
   if (AwaitProgress(state.mu, absl::Condition(&reached), stall,
                     [stream] { return stream->Finished(); })) {

@@ -28,6 +28,7 @@
 #ifndef HCOMM_CORE_SCHED_STREAM_H_
 #define HCOMM_CORE_SCHED_STREAM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -68,6 +69,7 @@ class Event {
     absl::Mutex mu;
     uint64_t recorded ABSL_GUARDED_BY(mu) = 0;  // marks recorded so far
     uint64_t reached ABSL_GUARDED_BY(mu) = 0;   // the latest mark reached
+    std::atomic<uint64_t> reached_now{0};        // the same, for a spinning waiter
     // The stream's failure when the latest reached mark ran, if it had one.
     absl::Status failed ABSL_GUARDED_BY(mu);
     // The stream of the latest mark; alive while that mark is not reached
