@@ -3,7 +3,7 @@
 #
 #   run_ranks.sh PROGRAM [ARGS...]
 #
-# PROGRAM is a py_binary of this package (pipeline_parallel_rank,
+# PROGRAM is a py_binary of this package (pipeline_parallel_rank, scheduler_rank,
 # parameter_server_rank); ARGS go to every rank. hcomm_run and PROGRAM are
 # found through this target's runfiles. See BUILD.bazel for the targets.
 set -euo pipefail
