@@ -216,10 +216,13 @@ absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
     return true;
   };
   if (all_there()) return absl::OkStatus();
-  const bool share = waiter.ShareCpu();
+  // A stream's own thread yields and then sleeps at once: the program
+  // computes meanwhile (core/base/priority.h).
+  const bool background = OnBackgroundThread();
+  const bool share = waiter.ShareCpu() || background;
   // Spin (or, sharing CPUs, yield) this long before sleeping on the bell;
   // the clock is first read at the first slow look.
-  const int64_t spin_ns = share ? 200'000 : 100'000;
+  const int64_t spin_ns = background ? 0 : share ? 200'000 : 100'000;
   int64_t start = -1, next_check = 0;
   for (uint32_t i = 1;; ++i) {
     if (all_there()) return absl::OkStatus();

@@ -1,5 +1,6 @@
 // The engine's state and the posting of sends and receives (eager, by
 // rendezvous, to oneself), and their matching against what arrived.
+#include "core/base/priority.h"
 #include "core/p2p/engine.h"
 
 #include <sched.h>
@@ -417,8 +418,10 @@ absl::Status Engine::Send(uint32_t ctx, const void* buf, size_t bytes, size_t el
 
 bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
                         uint64_t fingerprint, bool exact) {
-  if (peer < 0 || peer >= size_ || peer == rank_ || route_.empty() || route_[peer] == nullptr ||
-      aborted_flag_.load(std::memory_order_acquire) ||
+  // (A stream's own thread takes the full path, which sleeps without
+  // spinning: core/base/priority.h.)
+  if (OnBackgroundThread() || peer < 0 || peer >= size_ || peer == rank_ || route_.empty() ||
+      route_[peer] == nullptr || aborted_flag_.load(std::memory_order_acquire) ||
       closing_.load(std::memory_order_acquire) || any_poisoned_.load(std::memory_order_acquire) ||
       !peers_[peer]->fast_send.load(std::memory_order_acquire)) {
     return false;

@@ -1,5 +1,6 @@
 // Progress: the background thread, polling the transports, and waiting for
 // a request by its deadline (with a timeout that says what was pending).
+#include "core/base/priority.h"
 #include "core/p2p/engine.h"
 
 #include <sched.h>
@@ -107,7 +108,10 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
   if (!r->done.load(std::memory_order_acquire)) {
     active_waiters_.fetch_add(1, std::memory_order_acq_rel);
     absl::Time now = absl::Now();
-    absl::Time spin_until = now + spin_;
+    // A stream's own thread does not spin: the program computes meanwhile.
+    const bool background = OnBackgroundThread();
+    const absl::Duration spin = background ? absl::ZeroDuration() : spin_;
+    absl::Time spin_until = now + spin;
     for (bool first = true; !r->done.load(std::memory_order_acquire); first = false) {
       if (!first) now = absl::Now();
       if (now >= deadline || InterruptNow(now)) break;
@@ -115,12 +119,12 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
         absl::Duration block = now < spin_until && !transport_spins_
                                    ? absl::ZeroDuration()
                                    : std::min(deadline - now, absl::Milliseconds(50));
-        int events = block == absl::ZeroDuration() ? poll_spinning() : PollAll(block);
+        int events = block == absl::ZeroDuration() ? poll_spinning() : PollAll(block, background);
         progress_mu_.Unlock();
         // Keep spinning while data flows (a large transfer is a stream of
         // events); sleep in the kernel only after spin_ of silence.
         if (events > 0) {
-          if (!transport_spins_) spin_until = absl::Now() + spin_;
+          if (!transport_spins_) spin_until = absl::Now() + spin;
         } else if (block == absl::ZeroDuration()) {
           // Nothing yet. With ranks outnumbering the CPUs, the peer we wait
           // for may need ours; otherwise a yield is only a wasted syscall.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/interrupt.h"
+#include "core/base/priority.h"
 #include "core/base/spin.h"
 #include "core/base/status.h"
 
@@ -184,6 +185,7 @@ absl::Status Stream::Failure() const {
 }
 
 void Stream::Run() {
+  MarkBackgroundThread();  // its waits leave the CPUs to the program's computation
   for (;;) {
     {
       absl::MutexLock l(&mu_);

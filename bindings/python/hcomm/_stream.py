@@ -82,21 +82,32 @@ class StreamWork(Work):
     """An operation queued on a stream. wait() blocks until it has run and
     raises the stream's error if it, or an operation before it, failed (the
     stream keeps that error for its synchronize()); is_completed() never
-    blocks."""
+    blocks. Its mark in the stream is recorded when first asked for (then
+    it also covers what was queued after it meanwhile), so a Work that is
+    never waited for costs the stream nothing."""
 
     def __init__(self, stream, keep):  # pylint: disable=super-init-not-called
+        self._stream = stream
         self._keep = keep
-        self._mark = Event()
-        self._mark.record(stream)
+        self._mark = None
         self.source = None
         self.tag = None
         self.count = None
 
+    def _marked(self):
+        if self._mark is None:
+            self._mark = Event()
+            if not self._stream._use.closed:
+                self._mark.record(self._stream)  # else: everything has run
+            self._stream = None
+        return self._mark
+
     def wait(self):
+        mark = self._marked()
         try:
-            self._mark.synchronize()
+            mark.synchronize()
         finally:
-            if self._mark.query():
+            if mark.query():
                 self._keep = None
         return True
 
@@ -104,12 +115,14 @@ class StreamWork(Work):
         self.wait()
 
     def is_completed(self):
-        done = self._mark.query()
+        done = self._marked().query()
         if done:
             self._keep = None
         return done
 
     def __repr__(self):
+        if self._mark is None:
+            return "<hcomm.StreamWork>"
         return "<hcomm.StreamWork %s>" % ("done" if self._mark.query() else "pending")
 
 
@@ -171,7 +184,8 @@ class Stream:
         self._size = group.size
         self._rank = group.rank
         self._lock = threading.Lock()
-        self._pending = collections.deque()  # Works not known to have run, oldest first
+        self._pending = collections.deque()  # buffers of operations not known to have run
+        self._queued = 0
         self._borrowed = False
         _live.add(self)
 
@@ -187,6 +201,7 @@ class Stream:
         s._rank = group.rank
         s._lock = threading.Lock()
         s._pending = collections.deque()
+        s._queued = 0
         s._borrowed = True
         return s
 
@@ -263,14 +278,17 @@ class Stream:
 
     def _enqueue(self, kind, send, recv, count, dtype, op=0, peer_or_root=0, tag=0,
                  buffers=()):
+        keep = tuple(b.keep() for b in buffers)
         with self._use as h:
             _n.hcomm_py_stream_enqueue(h, kind, send, recv, count, dtype, op, peer_or_root, tag)
-            work = StreamWork(self, tuple(b.keep() for b in buffers))
-        with self._lock:
-            while self._pending and self._pending[0].is_completed():
-                self._pending.popleft()
-            self._pending.append(work)
-        return work
+            # What the stream holds until the operation has run; let go once
+            # the stream is seen idle (looked at every 64 operations).
+            with self._lock:
+                self._queued += 1
+                if self._queued % 64 == 0 and _n.hcomm_stream_query(h):
+                    self._pending.clear()
+                self._pending.append(keep)
+        return StreamWork(self, keep)
 
     @_refusing(_ALLREDUCE)
     def all_reduce(self, tensor, op=ReduceOp.SUM):
