@@ -83,21 +83,23 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
   // (A condition may not take another lock, so the wait itself watches the
   // mark alone: the stream's thread, woken by the enqueue, runs what comes
   // up meanwhile.)
+  //
+  // While it does, the waiter "drives" the stream: the stream's own thread
+  // stands back (a thread just woken would otherwise take the next item
+  // from under a waiter that is there anyway, and run it where its waits
+  // sleep). Then a short spin before sleeping: the mark of a small
+  // operation comes within microseconds, and waking a sleeping thread (on
+  // a VM, an idle CPU) can take tens. A sleeping waiter drives nothing.
   Stream* stream = state.stream;
-  while (!reached() && stream->CanRunHere()) {
-    state.mu.Unlock();
-    stream->RunFront();
-    state.mu.Lock();
-  }
-  if (reached()) return absl::OkStatus();
-  // A short spin before sleeping: the mark of a small operation comes
-  // within microseconds, and waking a sleeping thread (on a VM, an idle
-  // CPU) can take a hundred.
   state.mu.Unlock();
+  stream->Drive(+1);
   const int64_t spin_until = MonoNs() + absl::ToInt64Nanoseconds(kSpinBeforeSleep);
-  while (state.reached_now.load(std::memory_order_acquire) < mark && MonoNs() < spin_until) {
-    CpuRelax();
+  for (int i = 0; state.reached_now.load(std::memory_order_acquire) < mark; ++i) {
+    if (stream->RunFront()) continue;
+    if (MonoNs() >= spin_until) break;
+    for (int k = 0; k < 16; ++k) CpuRelax();
   }
+  stream->Drive(-1);
   state.mu.Lock();
   if (reached()) return absl::OkStatus();
   if (AwaitProgress(state.mu, absl::Condition(&reached), stall,
@@ -190,7 +192,8 @@ void Stream::Run() {
     {
       absl::MutexLock l(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return (!queue_.empty() && !active_) || (closing_ && queue_.empty() && !active_);
+        return (!queue_.empty() && !active_ && drivers_ == 0) ||
+               (closing_ && queue_.empty() && !active_);
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // closing, and all run
@@ -231,6 +234,11 @@ bool Stream::RunFront() {
   return true;
 }
 
+void Stream::Drive(int delta) {
+  absl::MutexLock l(&mu_);
+  drivers_ += delta;
+}
+
 bool Stream::CanRunHere() const {
   absl::MutexLock l(&mu_);
   return !queue_.empty() && !active_;
@@ -247,9 +255,11 @@ absl::Status Stream::Synchronize(absl::Duration stall) {
   };
   while (done_ < target) {
     if (!queue_.empty() && !active_) {
+      ++drivers_;  // the stream's thread stands back meanwhile (see Event::WaitFor)
       mu_.Unlock();
       RunFront();
       mu_.Lock();
+      --drivers_;
       continue;
     }
     if (!AwaitProgress(mu_, absl::Condition(&done_or_idle), stall,

@@ -156,6 +156,9 @@ class Stream {
   bool RunFront();
   // Whether RunFront would run an item now.
   bool CanRunHere() const;
+  // A waiter starts (+1) or stops (-1) running the stream's items itself;
+  // while any does, the stream's own thread takes none.
+  void Drive(int delta);
   std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -169,6 +172,7 @@ class Stream {
   absl::Time running_since_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool active_ ABSL_GUARDED_BY(mu_) = false;  // a thread runs an item
+  int drivers_ ABSL_GUARDED_BY(mu_) = 0;      // waiters running items (Drive)
   std::thread worker_;
 };
 
