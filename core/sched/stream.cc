@@ -90,9 +90,13 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
   // sleep). Then a short spin before sleeping: the mark of a small
   // operation comes within microseconds, and waking a sleeping thread (on
   // a VM, an idle CPU) can take tens. A sleeping waiter drives nothing.
+  if (reached()) return absl::OkStatus();
+  // Registered while the mark is not reached, so the stream is alive; it
+  // stays so until the driver leaves (the stream waits for its drivers
+  // before it goes).
   Stream* stream = state.stream;
-  state.mu.Unlock();
   stream->Drive(+1);
+  state.mu.Unlock();
   const int64_t spin_until = MonoNs() + absl::ToInt64Nanoseconds(kSpinBeforeSleep);
   for (int i = 0; state.reached_now.load(std::memory_order_acquire) < mark; ++i) {
     if (stream->RunFront()) continue;
@@ -193,7 +197,7 @@ void Stream::Run() {
       absl::MutexLock l(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return (!queue_.empty() && !active_ && drivers_ == 0) ||
-               (closing_ && queue_.empty() && !active_);
+               (closing_ && queue_.empty() && !active_ && drivers_ == 0);
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // closing, and all run
