@@ -36,7 +36,8 @@ SANITIZER_CI_TARGETS=(
   //algorithms/kernels:reduce_test //tests/bad_input:bad_input_test //tests/channel:channel_c_test
   //algorithms:shm_collective_test
   //tools/sanitizers:tsan_annotations_test //c_api:request_slots_test //core/base:net_test
-  //core/sched:stream_test
+  //core/sched:stream_test //core/sched:scheduler_test //core/base:priority_test
+  //core/comm:comm_stream_test //core/comm:comm_scheduler_test
 )
 
 total_passed=0

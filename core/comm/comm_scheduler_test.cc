@@ -91,9 +91,12 @@ TEST(CommSchedulerTest, PoliciesThatDisagreeAreAMismatchNamingBothTasks) {
     ASSERT_TRUE(sched.ok());
     CommScheduler& s = **sched;
     std::atomic<int> ran{0};
-    std::vector<float> buf(8, 1.0f);
+    // A buffer per task: tasks of different priorities run at once.
+    std::vector<std::vector<float>> bufs(2, std::vector<float>(8, 1.0f));
+    int i = 0;
     for (const auto& [id, prio] : std::vector<std::pair<std::string, int>>{{"urgent", 9}, {"bulk", 1}}) {
-      ASSERT_TRUE(s.AddTask(id, prio, {}, [&](CommStream& st) {
+      std::vector<float>& buf = bufs[i++];
+      ASSERT_TRUE(s.AddTask(id, prio, {}, [&ran, &buf](CommStream& st) {
                      ++ran;
                      st.Enqueue(AllReduceOp(buf.data(), buf.size()));
                      return absl::OkStatus();
