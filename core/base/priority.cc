@@ -21,6 +21,7 @@ std::map<int, int>& Active() {
 
 // INT_MIN: outside any scope (priority 0).
 thread_local int current = INT_MIN;
+thread_local bool background = false;  // MarkBackgroundThread
 
 void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(Mu()) {
   highest.store(Active().empty() ? INT_MIN : Active().rbegin()->first,
@@ -42,6 +43,9 @@ void Yield(int mine) {
 }
 
 }  // namespace priority_internal
+
+void MarkBackgroundThread() { priority_internal::background = true; }
+bool OnBackgroundThread() { return priority_internal::background; }
 
 PriorityScope::PriorityScope(int priority)
     : priority_(priority), outer_(priority_internal::current) {

@@ -38,17 +38,15 @@ int CurrentPriority();
 void Yield(int mine);
 }  // namespace priority_internal
 
-namespace priority_internal {
-inline thread_local bool background = false;
-}  // namespace priority_internal
-
 // Marks the calling thread, for good, as one that runs communication in
 // the background of the program's computation (a stream's own thread): its
 // waits sleep at once instead of spinning, leaving the CPUs to the
 // computation. Waits on a thread that the program waits on anyway spin as
 // before.
-inline void MarkBackgroundThread() { priority_internal::background = true; }
-inline bool OnBackgroundThread() { return priority_internal::background; }
+// (Functions, not an inline thread-local variable: that would show in
+// libhcomm_c.so's dynamic symbols.)
+void MarkBackgroundThread();
+bool OnBackgroundThread();
 
 // Marks the calling thread as running work of `priority` while it lives.
 class PriorityScope {
