@@ -87,7 +87,8 @@ sources_of() {
                          transports/shm/shm_transport.cc transports/shm/shm_send.cc \
                          transports/shm/shm_receive.cc transports/shm/shm_progress.cc \
                          transports/shm/shm_protocol.cc \
-                         algorithms/kernels/shared_copy.cc core/base/shm_file.cc fuzz/fabric_frames_fuzzer.cc" ;;
+                         algorithms/kernels/shared_copy.cc core/base/shm_file.cc core/base/priority.cc \
+                         fuzz/fabric_frames_fuzzer.cc" ;;
   esac
 }
 max_len_of() {
