@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Starts a C example on ${HCOMM_NP:-4} local ranks through hcomm_run:
+# Starts an example on ${HCOMM_NP:-4} local ranks through hcomm_run:
 #
 #   run_ranks.sh PROGRAM [ARGS...]
 #
-#   bazel run //examples/c:ring                       # 4 ranks, 16 MiB buffers
-#   HCOMM_NP=3 bazel run //examples/c:ring -- --bytes 1M
-#   bazel run //examples/c:two_streams                # priorities on two streams
+#   bazel run //examples/c:ring -- --bytes 1M        # PROGRAM examples/c/ring_rank
+#   bazel run //examples/python:scheduler             # PROGRAM examples/python/scheduler_rank
 #
-# PROGRAM is a cc_binary of this package (ring_rank, two_streams_rank);
-# ARGS go to every rank. Both hcomm_run and PROGRAM are found through this
-# target's runfiles.
+# PROGRAM is the workspace path of one rank's binary (a cc_binary or
+# py_binary of examples/c or examples/python); ARGS go to every rank.
+# hcomm_run and PROGRAM are found through the target's runfiles. The
+# targets are in examples/*/BUILD.bazel.
 set -euo pipefail
 
 # Prints the runfiles folder that holds this workspace's files.
@@ -30,10 +30,10 @@ root="$(runfiles_root)"
 root="$(cd "$root" && pwd)"
 export RUNFILES_DIR="$root"
 launcher="$root/hcomm/tools/hcomm_run"
-rank_prog="$root/hcomm/examples/c/$1"
+rank_prog="$root/hcomm/$1"
 shift
 for f in "$launcher" "$rank_prog"; do
   [[ -x "$f" ]] || { echo "run_ranks.sh: $f is missing from the runfiles" >&2; exit 1; }
 done
 
-exec "$launcher" -n "${HCOMM_NP:-4}" --timeout 120 -- "$rank_prog" "$@"
+exec "$launcher" -n "${HCOMM_NP:-4}" --timeout "${HCOMM_EXAMPLE_TIMEOUT:-120}" -- "$rank_prog" "$@"
