@@ -721,39 +721,93 @@ class Communicator:
     def all_gather(self, out, tensor, async_op=False):
         """out (size * len(tensor) elements) = every rank's tensor, in rank
         order. tensor may be this rank's block of out (in place)."""
-        o = _tensors.as_buffer(out, True, "all_gather (out)")
-        t = _tensors.as_buffer(tensor, False, "all_gather (tensor)")
-        self._check_blocks("all_gather", o, t, "out", "tensor")
-        send = self._in_place(o, t, self._rank * t.nbytes, "all_gather")
+        send, recv, count, dtype, bufs = self._all_gather_args(out, tensor)
 
         def call():
             with self._use as h:
-                _n.hcomm_allgather(send.obj, o.obj, t.count, t.dtype, h)
-        return self._in_turn(call, async_op, (o, t))
+                _n.hcomm_allgather(send, recv, count, dtype, h)
+        return self._in_turn(call, async_op, bufs)
 
     @_collective
     def reduce_scatter(self, out, inp, op=ReduceOp.SUM, async_op=False):
         """out (len(inp) / size elements) on rank r = op over every rank's block
         r of inp. out may be inp's first block (in place)."""
-        o = _tensors.as_buffer(out, True, "reduce_scatter (out)")
-        i = _tensors.as_buffer(inp, False, "reduce_scatter (inp)")
-        self._check_blocks("reduce_scatter", i, o, "inp", "out")
+        send, recv, count, dtype, bufs = self._reduce_scatter_args(out, inp)
         op = _op(op)
-        recv = o
-        if self._overlap(i, o):
-            if i.address() != o.address():
-                raise _invalid("reduce_scatter: out overlaps inp but is not its first block")
-            i = recv = _tensors.as_buffer(inp, True, "reduce_scatter (inp)")  # In place.
 
         def call():
             with self._use as h:
-                _n.hcomm_reduce_scatter(i.obj, recv.obj, o.count, o.dtype, op, h)
-        return self._in_turn(call, async_op, (o, i))
+                _n.hcomm_reduce_scatter(send, recv, count, dtype, op, h)
+        return self._in_turn(call, async_op, bufs)
 
     @_collective
     def all_to_all(self, out, inp, async_op=False):
         """Block j of inp goes to rank j; block i of out comes from rank i.
         Both have size * count elements."""
+        send, recv, count, dtype, bufs = self._all_to_all_args(out, inp)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_alltoall(send, recv, count, dtype, h)
+        return self._in_turn(call, async_op, bufs)
+
+    @_collective
+    def gather(self, tensor, out=None, dst=0, async_op=False):
+        """Rank dst's out (size * len(tensor) elements) = every rank's tensor in
+        rank order; out is only needed (and used) on dst."""
+        dst = _int(dst, "dst")
+        send, recv, count, dtype, bufs = self._gather_args(tensor, out, dst)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_gather(send, recv, count, dtype, dst, h)
+        return self._in_turn(call, async_op, bufs)
+
+    @_collective
+    def scatter(self, out, inp=None, src=0, async_op=False):
+        """Block r of rank src's inp (size * len(out) elements) goes to rank r's
+        out; inp is only needed (and used) on src."""
+        src = _int(src, "src")
+        send, recv, count, dtype, bufs = self._scatter_args(out, inp, src)
+
+        def call():
+            with self._use as h:
+                _n.hcomm_scatter(send, recv, count, dtype, src, h)
+        return self._in_turn(call, async_op, bufs)
+
+    def barrier(self, async_op=False):
+        """Returns once every rank of the group has entered the barrier."""
+        def call():
+            with self._use as h:
+                _n.hcomm_barrier(h)
+        return self._in_turn(call, async_op)
+
+    # ---- checks ------------------------------------------------------------
+
+    # The arguments of the collectives with two buffers, checked:
+    # (send, recv, count, dtype, buffers) as the C call takes them (send and
+    # recv are buffer objects or None), and the Buffers to keep alive while
+    # it runs. Shared by the blocking calls and hcomm.Stream's.
+
+    def _all_gather_args(self, out, tensor):
+        o = _tensors.as_buffer(out, True, "all_gather (out)")
+        t = _tensors.as_buffer(tensor, False, "all_gather (tensor)")
+        self._check_blocks("all_gather", o, t, "out", "tensor")
+        send = self._in_place(o, t, self._rank * t.nbytes, "all_gather")
+        return send.obj, o.obj, t.count, t.dtype, (o, t)
+
+    def _reduce_scatter_args(self, out, inp):
+        o = _tensors.as_buffer(out, True, "reduce_scatter (out)")
+        i = _tensors.as_buffer(inp, False, "reduce_scatter (inp)")
+        self._check_blocks("reduce_scatter", i, o, "inp", "out")
+        recv = o
+        if self._overlap(i, o):
+            if i.address() != o.address():
+                raise _invalid("reduce_scatter: out overlaps inp but is not its first block")
+            i = recv = _tensors.as_buffer(inp, True, "reduce_scatter (inp)")  # In place.
+        return i.obj, recv.obj, o.count, o.dtype, (o, i)
+
+    def _all_to_all_args(self, out, inp):
         o = _tensors.as_buffer(out, True, "all_to_all (out)")
         i = _tensors.as_buffer(inp, False, "all_to_all (inp)")
         self._check_same("all_to_all", o, i, "out", "inp")
@@ -765,66 +819,30 @@ class Communicator:
                            % (i.count, self._size))
         if self._overlap(o, i):
             raise _invalid("all_to_all: out and inp must not overlap")
+        return i.obj, o.obj, i.count // self._size, i.dtype, (o, i)
 
-        def call():
-            with self._use as h:
-                _n.hcomm_alltoall(i.obj, o.obj, i.count // self._size, i.dtype, h)
-        return self._in_turn(call, async_op, (o, i))
-
-    @_collective
-    def gather(self, tensor, out=None, dst=0, async_op=False):
-        """Rank dst's out (size * len(tensor) elements) = every rank's tensor in
-        rank order; out is only needed (and used) on dst."""
-        dst = _int(dst, "dst")
+    def _gather_args(self, tensor, out, dst):
         t = _tensors.as_buffer(tensor, False, "gather (tensor)")
-        recv = None
-        send = t
-        bufs = [t]
-        if dst == self._rank:
-            if out is None:
-                raise _invalid("gather: the destination rank %d needs `out`" % dst)
-            o = _tensors.as_buffer(out, True, "gather (out)")
-            self._check_blocks("gather", o, t, "out", "tensor")
-            send = self._in_place(o, t, self._rank * t.nbytes, "gather")
-            recv = o.obj
-            bufs.append(o)
+        if dst != self._rank:
+            return t.obj, None, t.count, t.dtype, (t,)
+        if out is None:
+            raise _invalid("gather: the destination rank %d needs `out`" % dst)
+        o = _tensors.as_buffer(out, True, "gather (out)")
+        self._check_blocks("gather", o, t, "out", "tensor")
+        send = self._in_place(o, t, self._rank * t.nbytes, "gather")
+        return send.obj, o.obj, t.count, t.dtype, (t, o)
 
-        def call():
-            with self._use as h:
-                _n.hcomm_gather(send.obj, recv, t.count, t.dtype, dst, h)
-        return self._in_turn(call, async_op, bufs)
-
-    @_collective
-    def scatter(self, out, inp=None, src=0, async_op=False):
-        """Block r of rank src's inp (size * len(out) elements) goes to rank r's
-        out; inp is only needed (and used) on src."""
-        src = _int(src, "src")
+    def _scatter_args(self, out, inp, src):
         o = _tensors.as_buffer(out, True, "scatter (out)")
-        send = None
-        bufs = [o]
-        if src == self._rank:
-            if inp is None:
-                raise _invalid("scatter: the source rank %d needs `inp`" % src)
-            i = _tensors.as_buffer(inp, False, "scatter (inp)")
-            self._check_blocks("scatter", i, o, "inp", "out")
-            if self._overlap(i, o):
-                raise _invalid("scatter: out and inp must not overlap")
-            send = i.obj
-            bufs.append(i)
-
-        def call():
-            with self._use as h:
-                _n.hcomm_scatter(send, o.obj, o.count, o.dtype, src, h)
-        return self._in_turn(call, async_op, bufs)
-
-    def barrier(self, async_op=False):
-        """Returns once every rank of the group has entered the barrier."""
-        def call():
-            with self._use as h:
-                _n.hcomm_barrier(h)
-        return self._in_turn(call, async_op)
-
-    # ---- checks ------------------------------------------------------------
+        if src != self._rank:
+            return None, o.obj, o.count, o.dtype, (o,)
+        if inp is None:
+            raise _invalid("scatter: the source rank %d needs `inp`" % src)
+        i = _tensors.as_buffer(inp, False, "scatter (inp)")
+        self._check_blocks("scatter", i, o, "inp", "out")
+        if self._overlap(i, o):
+            raise _invalid("scatter: out and inp must not overlap")
+        return i.obj, o.obj, o.count, o.dtype, (o, i)
 
     def _check_same(self, what, a, b, an, bn):
         if a.dtype != b.dtype:

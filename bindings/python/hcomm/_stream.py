@@ -311,81 +311,40 @@ class Stream:
         return self._enqueue(_REDUCE, b.obj, b.obj if dst == self._rank else None, b.count,
                              b.dtype, _op(op), dst, buffers=(b,))
 
+    # The collectives with two buffers take the group's checks (and its
+    # in-place forms) as they are.
+
     @_refusing(_ALLGATHER)
     def all_gather(self, out, tensor):
         """out (size * len(tensor) elements) = every rank's tensor in rank order."""
-        g = self.group
-        o = _tensors.as_buffer(out, True, "all_gather (out)")
-        t = _tensors.as_buffer(tensor, False, "all_gather (tensor)")
-        g._check_blocks("all_gather", o, t, "out", "tensor")
-        send = g._in_place(o, t, self._rank * t.nbytes, "all_gather")
-        return self._enqueue(_ALLGATHER, send.obj, o.obj, t.count, t.dtype, buffers=(o, t))
+        send, recv, count, dtype, bufs = self.group._all_gather_args(out, tensor)
+        return self._enqueue(_ALLGATHER, send, recv, count, dtype, buffers=bufs)
 
     @_refusing(_REDUCE_SCATTER)
     def reduce_scatter(self, out, inp, op=ReduceOp.SUM):
         """out on rank r = op over every rank's block r of inp."""
-        g = self.group
-        o = _tensors.as_buffer(out, True, "reduce_scatter (out)")
-        i = _tensors.as_buffer(inp, False, "reduce_scatter (inp)")
-        g._check_blocks("reduce_scatter", i, o, "inp", "out")
-        if g._overlap(i, o):
-            raise _invalid("reduce_scatter on a stream: out and inp must not overlap")
-        return self._enqueue(_REDUCE_SCATTER, i.obj, o.obj, o.count, o.dtype, _op(op),
-                             buffers=(o, i))
+        send, recv, count, dtype, bufs = self.group._reduce_scatter_args(out, inp)
+        return self._enqueue(_REDUCE_SCATTER, send, recv, count, dtype, _op(op), buffers=bufs)
 
     @_refusing(_ALLTOALL)
     def all_to_all(self, out, inp):
         """Block j of inp goes to rank j; block i of out comes from rank i."""
-        g = self.group
-        o = _tensors.as_buffer(out, True, "all_to_all (out)")
-        i = _tensors.as_buffer(inp, False, "all_to_all (inp)")
-        g._check_same("all_to_all", o, i, "out", "inp")
-        if o.count != i.count or i.count % self._size:
-            raise _invalid("all_to_all: out and inp need the same number of elements, a "
-                           "multiple of %d (they have %d and %d)" % (self._size, o.count,
-                                                                      i.count))
-        if g._overlap(o, i):
-            raise _invalid("all_to_all: out and inp must not overlap")
-        return self._enqueue(_ALLTOALL, i.obj, o.obj, i.count // self._size, i.dtype,
-                             buffers=(o, i))
+        send, recv, count, dtype, bufs = self.group._all_to_all_args(out, inp)
+        return self._enqueue(_ALLTOALL, send, recv, count, dtype, buffers=bufs)
 
     @_refusing(_GATHER)
     def gather(self, tensor, out=None, dst=0):
         """Rank dst's out = every rank's tensor in rank order."""
-        g = self.group
         dst = _int(dst, "dst")
-        t = _tensors.as_buffer(tensor, False, "gather (tensor)")
-        bufs, recv = [t], None
-        if dst == self._rank:
-            if out is None:
-                raise _invalid("gather: the destination rank %d needs `out`" % dst)
-            o = _tensors.as_buffer(out, True, "gather (out)")
-            g._check_blocks("gather", o, t, "out", "tensor")
-            if g._overlap(o, t):
-                raise _invalid("gather on a stream: out and tensor must not overlap")
-            recv = o.obj
-            bufs.append(o)
-        return self._enqueue(_GATHER, t.obj, recv, t.count, t.dtype, peer_or_root=dst,
-                             buffers=bufs)
+        send, recv, count, dtype, bufs = self.group._gather_args(tensor, out, dst)
+        return self._enqueue(_GATHER, send, recv, count, dtype, peer_or_root=dst, buffers=bufs)
 
     @_refusing(_SCATTER)
     def scatter(self, out, inp=None, src=0):
         """Rank r's out = block r of rank src's inp."""
-        g = self.group
         src = _int(src, "src")
-        o = _tensors.as_buffer(out, True, "scatter (out)")
-        bufs, send = [o], None
-        if src == self._rank:
-            if inp is None:
-                raise _invalid("scatter: the source rank %d needs `inp`" % src)
-            i = _tensors.as_buffer(inp, False, "scatter (inp)")
-            g._check_blocks("scatter", i, o, "inp", "out")
-            if g._overlap(i, o):
-                raise _invalid("scatter: out and inp must not overlap")
-            send = i.obj
-            bufs.append(i)
-        return self._enqueue(_SCATTER, send, o.obj, o.count, o.dtype, peer_or_root=src,
-                             buffers=bufs)
+        send, recv, count, dtype, bufs = self.group._scatter_args(out, inp, src)
+        return self._enqueue(_SCATTER, send, recv, count, dtype, peer_or_root=src, buffers=bufs)
 
     def barrier(self):
         """Runs once every rank's stream got to it."""
