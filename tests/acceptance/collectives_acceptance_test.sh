@@ -11,25 +11,9 @@ launcher="$(runfile tools/hcomm_run)" || fail "hcomm_run not in the runfiles"
 prog="$(runfile tests/acceptance/collectives_acceptance)" ||
   fail "collectives_acceptance not in the runfiles"
 uds="$(runfile examples/plugin/libhcomm_uds.so)" || fail "the uds plugin is not in the runfiles"
-out="$(mktemp "${TEST_TMPDIR:-/tmp}/collectives_acceptance.XXXXXX")"
-trap 'rm -f "$out"' EXIT
 
 # run N LABEL [VAR=VALUE...]: the program as N ranks with those variables.
-run() {
-  local n="$1" label="$2" start rc r
-  shift 2
-  start="$(now)"
-  # hcomm_run has its own --timeout; `timeout` is a backstop for the launcher.
-  env "$@" timeout -k 5 180 "$launcher" -n "$n" --timeout 120 -- "$prog" >"$out" 2>&1
-  rc=$?
-  cat "$out"
-  echo "--- $label: hcomm_run -n $n exited $rc after $(elapsed "$start") s"
-  [[ $rc -eq 0 ]] || fail "$label: hcomm_run -n $n -- collectives_acceptance exited $rc"
-  for ((r = 0; r < n; r++)); do
-    grep -qxF "[rank $r] ok: all" "$out" || fail "$label, $n ranks: rank $r did not print 'ok: all'"
-  done
-  if grep -q 'FAIL' "$out"; then fail "$label, $n ranks: a rank reported a failure"; fi
-}
+run() { run_all_ok "$launcher" "$prog" "$@"; }
 
 for n in 4 3 1; do run "$n" default; done
 run 4 tcp HCOMM_TRANSPORTS=tcp

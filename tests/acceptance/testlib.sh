@@ -8,6 +8,10 @@
 # free_port        print a TCP port that nothing on this host uses
 # port_listening P true when something listens on TCP port P
 # now              seconds since the epoch, with fractions
+# run_all_ok LAUNCHER PROG N LABEL [VAR=VALUE...]
+#                  PROG as N ranks through hcomm_run with those variables;
+#                  fails unless the job exits 0, every rank printed
+#                  "ok: all" and none "FAIL"
 
 runfile() {
   local d
@@ -80,4 +84,24 @@ free_port() {
     fi
   done
   return 1
+}
+
+run_all_ok() {
+  local launcher="$1" prog="$2" n="$3" label="$4" out start rc r name
+  shift 4
+  name="$(basename "$prog")"
+  out="$(mktemp "${TEST_TMPDIR:-/tmp}/$name.XXXXXX")"
+  start="$(now)"
+  # hcomm_run has its own --timeout; `timeout` is a backstop for the launcher.
+  env "$@" timeout -k 5 180 "$launcher" -n "$n" --timeout 120 -- "$prog" >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  echo "--- $label: hcomm_run -n $n exited $rc after $(elapsed "$start") s"
+  [[ $rc -eq 0 ]] || { rm -f "$out"; fail "$label: hcomm_run -n $n -- $name exited $rc"; }
+  for ((r = 0; r < n; r++)); do
+    grep -qxF "[rank $r] ok: all" "$out" ||
+      { rm -f "$out"; fail "$label, $n ranks: rank $r did not print 'ok: all'"; }
+  done
+  if grep -q 'FAIL' "$out"; then rm -f "$out"; fail "$label, $n ranks: a rank reported a failure"; fi
+  rm -f "$out"
 }

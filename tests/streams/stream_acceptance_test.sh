@@ -7,24 +7,9 @@ source "$(dirname "$0")/../acceptance/testlib.sh"
 
 launcher="$(runfile tools/hcomm_run)" || fail "hcomm_run not in the runfiles"
 prog="$(runfile tests/streams/stream_acceptance)" || fail "stream_acceptance not in the runfiles"
-out="$(mktemp "${TEST_TMPDIR:-/tmp}/stream_acceptance.XXXXXX")"
-trap 'rm -f "$out"' EXIT
 
 # run N LABEL [VAR=VALUE...]: the program as N ranks with those variables.
-run() {
-  local n="$1" label="$2" start rc r
-  shift 2
-  start="$(now)"
-  env "$@" timeout -k 5 180 "$launcher" -n "$n" --timeout 120 -- "$prog" >"$out" 2>&1
-  rc=$?
-  cat "$out"
-  echo "--- $label: hcomm_run -n $n exited $rc after $(elapsed "$start") s"
-  [[ $rc -eq 0 ]] || fail "$label: hcomm_run -n $n -- stream_acceptance exited $rc"
-  for ((r = 0; r < n; r++)); do
-    grep -qxF "[rank $r] ok: all" "$out" || fail "$label, $n ranks: rank $r did not print 'ok: all'"
-  done
-  if grep -q 'FAIL' "$out"; then fail "$label, $n ranks: a rank reported a failure"; fi
-}
+run() { run_all_ok "$launcher" "$prog" "$@"; }
 
 run 4 default
 run 2 default
