@@ -166,22 +166,26 @@ inline size_t BlockOffset(size_t count, int parts, int b) {
 // The algorithms. `send == recv` means in place. Counts are elements of `t`.
 // kAvg divides by size() at the end.
 
-// Ring: bandwidth-optimal for large messages (chunked, pipelined).
+// Ring: bandwidth-optimal for large messages (chunked, pipelined). Each
+// moves its data in messages of at most `chunk_bytes` (the communicator's
+// chunk_bytes, equal on every rank), between which lower priorities step
+// aside for higher ones (core/base/priority.h).
 absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
-                           ReduceOp op);
+                           ReduceOp op, size_t chunk_bytes);
 // float16/bfloat16 among more than two ranks: the reduce-scatter runs on
 // float32 (`wide_in`: the input widened; `wide_work`: scratch of `count`
 // float32), each rank rounds the block it completes into `recv` (of type
 // t), and the allgather moves the rounded 16-bit blocks: half the bytes of
 // a float32 allgather.
 absl::Status AllReduceRingNarrowGather(Peers& p, const float* wide_in, float* wide_work,
-                                       void* recv, size_t count, DataType t, ReduceOp op);
+                                       void* recv, size_t count, DataType t, ReduceOp op,
+                                       size_t chunk_bytes);
 absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t recvcount,
-                               DataType t, ReduceOp op);
+                               DataType t, ReduceOp op, size_t chunk_bytes);
 absl::Status AllGatherRing(Peers& p, const void* send, void* recv, size_t bytes_per_rank);
-absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root);
+absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root, size_t chunk_bytes);
 absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
-                        ReduceOp op, int root);
+                        ReduceOp op, int root, size_t chunk_bytes);
 
 // Tree: latency-optimal (recursive doubling, binomial trees, dissemination).
 absl::Status AllReduceRecursiveDoubling(Peers& p, const void* send, void* recv, size_t count,

@@ -26,6 +26,7 @@ LinkModel LinkModelFor(const std::string& transport, bool cpus_shared) {
   if (transport != "shm") m.reduce_cached_gbps = 20.0;
   m.cpus_shared = cpus_shared;
   if (cpus_shared) m.eager_bytes = 64 * 1024;
+  m.chunk_bytes = static_cast<double>(ChunkBytes(m));
   return m;
 }
 
@@ -47,6 +48,13 @@ size_t FusionBytes(const LinkModel& link) {
   const double bytes_per_us = link.gbps * 1e3;
   // alpha / (alpha + S / rate) = share  <=>  S = alpha * rate * (1 / share - 1)
   return static_cast<size_t>(link.alpha_us * bytes_per_us * (1.0 / kFusionLatencyShare - 1.0));
+}
+
+size_t ChunkBytes(const LinkModel& link) {
+  const double most = kChunkUs * link.gbps * 1e3;  // bytes per kChunkUs
+  size_t s = 4096;
+  while (static_cast<double>(2 * s) <= most) s *= 2;
+  return s;
 }
 
 double ReduceUs(double total, double piece, const LinkModel& link) {
@@ -72,7 +80,7 @@ CostTerms::CostTerms(double bytes, int nranks, const LinkModel& l)
       fan(l.cpus_shared ? (n - 1) * a : a + (n - 1) * 0.25 * a),
       fanned(l.cpus_shared ? n - 1 : 1),
       slices(l.cpus_shared ? (n - 1) * a : 0),
-      chunk(std::min(S / n, kRingChunkBytes)) {}
+      chunk(std::min(S / n, l.chunk_bytes)) {}
 
 double CostTerms::MessageUs(double bytes) const {
   return a + (bytes > link.eager_bytes ? link.rendezvous_us : 0.0);

@@ -31,6 +31,10 @@ struct LinkModel {
   // loopback TCP a frame of more than one segment).
   double rendezvous_us = 0;
   double eager_bytes = 64 * 1024;
+  // The pieces large operations move in (the ring's chunks, each one
+  // message and one reduction): the config key chunk_bytes, else
+  // ChunkBytes(*this).
+  double chunk_bytes = 0;
   // Ranks of a host outnumber its CPUs: messages posted to several peers at
   // once no longer overlap (every one costs its sender CPU time that no
   // other rank can use meanwhile).
@@ -55,8 +59,15 @@ size_t FusionBytes(const LinkModel& link);
 // bytes (one kernel call each), in microseconds.
 double ReduceUs(double total, double piece, const LinkModel& link);
 
-// The ring's chunk (ring.cc): each is one message and one reduction.
-inline constexpr double kRingChunkBytes = 512 * 1024;
+// The default piece of large operations (LinkModel::chunk_bytes): the
+// largest power of two whose bytes take at most kChunkUs on the link. A
+// more urgent operation waits for up to one chunk (core/base/priority.h),
+// so this is what priority costs it; and at that size a chunk's fixed cost
+// (alpha and its rendezvous) is under a third of its time on either link,
+// less still as the chunks of a step are in flight together.
+// Loopback TCP: 512 KiB; shared memory: 1 MiB, the shared segment's slot.
+inline constexpr double kChunkUs = 200;
+size_t ChunkBytes(const LinkModel& link);
 
 // The terms every algorithm's cost is written in, for `bytes` over
 // `nranks` ranks on `link`.

@@ -17,7 +17,6 @@ namespace hcomm {
 namespace {
 
 // The cost model prices the same chunks (cost_model.h).
-constexpr size_t kChunkBytes = static_cast<size_t>(kRingChunkBytes);
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -39,13 +38,13 @@ constexpr size_t kPairWindow = 2;
 // they are and are combined in float32 here (ReduceParts).
 absl::Status ReduceStep(Peers& p, const char* send_src, const char* local, char* work,
                         size_t count, size_t esize, DataType t, ReduceOp op, int send_block,
-                        int recv_block, int parts, bool last) {
+                        int recv_block, int parts, bool last, size_t chunk_bytes) {
   const int n = p.size(), right = Mod(p.rank() + 1, n), left = Mod(p.rank() - 1, n);
   const size_t s_off = BlockOffset(count, parts, send_block) * esize;
   const size_t s_len = BlockCount(count, parts, send_block) * esize;
   const size_t r_off = BlockOffset(count, parts, recv_block) * esize;
   const size_t r_len = BlockCount(count, parts, recv_block) * esize;
-  const size_t chunk = std::max(esize, kChunkBytes / esize * esize);
+  const size_t chunk = std::max(esize, chunk_bytes / esize * esize);
   const size_t chunks = (r_len + chunk - 1) / chunk;
   char* in = p.Scratch(1, std::max<size_t>(std::min<size_t>(chunks, kWindow) * chunk, 1));
   InFlight f(p);
@@ -98,12 +97,12 @@ absl::Status CopyStep(Peers& p, char* work, size_t count, size_t esize, int send
 // chunk c its reduced chunk c and data chunk c+K; each rank posts its
 // receives in the order the other sends.
 absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, size_t esize,
-                           DataType t, ReduceOp op) {
+                           DataType t, ReduceOp op, size_t chunk_bytes) {
   const int r = p.rank(), peer = 1 - r;
   const size_t m_off = BlockOffset(count, 2, r) * esize, m_len = BlockCount(count, 2, r) * esize;
   const size_t t_off = BlockOffset(count, 2, peer) * esize;
   const size_t t_len = BlockCount(count, 2, peer) * esize;
-  const size_t chunk = std::max(esize, kChunkBytes / esize * esize);
+  const size_t chunk = std::max(esize, chunk_bytes / esize * esize);
   const size_t cm = (m_len + chunk - 1) / chunk, ct = (t_len + chunk - 1) / chunk;
   const size_t k = kPairWindow;
   char* win = p.Scratch(1, std::max<size_t>(std::min(cm, k) * chunk, 1));
@@ -149,11 +148,12 @@ absl::Status AllReducePair(Peers& p, const char* in, char* work, size_t count, s
 // block twice), so each block of `work` is written once here, or by the
 // allgather (block r).
 absl::Status RingReduceScatter(Peers& p, const char* in, char* work, size_t count, size_t esize,
-                               DataType t, ReduceOp op) {
+                               DataType t, ReduceOp op, size_t chunk_bytes) {
   const int n = p.size(), r = p.rank();
   for (int s = 0; s < n - 1; ++s) {
     HCOMM_RETURN_IF_ERROR(ReduceStep(p, s == 0 ? in : work, in, work, count, esize, t, op,
-                                     Mod(r - s, n), Mod(r - s - 1, n), n, s == n - 2));
+                                     Mod(r - s, n), Mod(r - s - 1, n), n, s == n - 2,
+                                     chunk_bytes));
   }
   return absl::OkStatus();
 }
@@ -171,26 +171,28 @@ absl::Status RingAllGather(Peers& p, char* work, size_t count, size_t esize) {
 }  // namespace
 
 absl::Status AllReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
-                           ReduceOp op) {
+                           ReduceOp op, size_t chunk_bytes) {
   const int n = p.size();
   const size_t esize = DataTypeSize(t);
   char* work = static_cast<char*>(recv);
   const char* in = static_cast<const char*>(send);
   if (n == 1 && send != recv && count > 0) memcpy(work, send, count * esize);
-  if (n == 2) return AllReducePair(p, in, work, count, esize, t, op);
+  if (n == 2) return AllReducePair(p, in, work, count, esize, t, op, chunk_bytes);
   if (n > 1) {
-    HCOMM_RETURN_IF_ERROR(RingReduceScatter(p, in, work, count, esize, t, op));
+    HCOMM_RETURN_IF_ERROR(RingReduceScatter(p, in, work, count, esize, t, op, chunk_bytes));
     HCOMM_RETURN_IF_ERROR(RingAllGather(p, work, count, esize));
   }
   return absl::OkStatus();
 }
 
 absl::Status AllReduceRingNarrowGather(Peers& p, const float* wide_in, float* wide_work,
-                                       void* recv, size_t count, DataType t, ReduceOp op) {
+                                       void* recv, size_t count, DataType t, ReduceOp op,
+                                       size_t chunk_bytes) {
   const int n = p.size(), r = p.rank();
   const char* in = reinterpret_cast<const char*>(wide_in);
   char* work = reinterpret_cast<char*>(wide_work);
-  HCOMM_RETURN_IF_ERROR(RingReduceScatter(p, in, work, count, 4, DataType::kFloat32, op));
+  HCOMM_RETURN_IF_ERROR(
+      RingReduceScatter(p, in, work, count, 4, DataType::kFloat32, op, chunk_bytes));
   const int done = Mod(r + 1, n);
   const size_t off = BlockOffset(count, n, done);
   char* out = static_cast<char*>(recv);
@@ -199,7 +201,7 @@ absl::Status AllReduceRingNarrowGather(Peers& p, const float* wide_in, float* wi
 }
 
 absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t recvcount,
-                               DataType t, ReduceOp op) {
+                               DataType t, ReduceOp op, size_t chunk_bytes) {
   const int n = p.size(), r = p.rank();
   const size_t esize = DataTypeSize(t);
   const size_t total = recvcount * n;
@@ -210,7 +212,8 @@ absl::Status ReduceScatterRing(Peers& p, const void* send, void* recv, size_t re
     // Step s: send block r-s-1, receive and reduce block r-s-2; the last
     // step leaves block r complete here.
     HCOMM_RETURN_IF_ERROR(ReduceStep(p, work, work, work, total, esize, t, op,
-                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n, s == n - 2));
+                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n, s == n - 2,
+                                     chunk_bytes));
   }
   if (recvcount > 0) memmove(recv, work + r * recvcount * esize, recvcount * esize);
   return absl::OkStatus();
@@ -229,7 +232,7 @@ absl::Status AllGatherRing(Peers& p, const void* send, void* recv, size_t bytes_
   return absl::OkStatus();
 }
 
-absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root) {
+absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root, size_t chunk_bytes) {
   // A pipelined chain root -> root+1 -> ... : each chunk is forwarded as
   // soon as it arrives.
   const int n = p.size(), vr = Mod(p.rank() - root, n);
@@ -248,15 +251,15 @@ absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root) {
   InFlight f(p);
   std::vector<Request*> recvs;
   if (vr > 0) {
-    for (size_t o = 0; o < bytes; o += kChunkBytes) {
+    for (size_t o = 0; o < bytes; o += chunk_bytes) {
       HCOMM_ASSIGN_OR_RETURN(Request * r,
-                             f.RecvRequest(b + o, std::min(kChunkBytes, bytes - o), prev));
+                             f.RecvRequest(b + o, std::min(chunk_bytes, bytes - o), prev));
       recvs.push_back(r);
     }
   }
   size_t i = 0;
-  for (size_t o = 0; o < bytes; o += kChunkBytes, ++i) {
-    size_t len = std::min(kChunkBytes, bytes - o);
+  for (size_t o = 0; o < bytes; o += chunk_bytes, ++i) {
+    size_t len = std::min(chunk_bytes, bytes - o);
     if (vr > 0) HCOMM_RETURN_IF_ERROR(f.Wait(recvs[i]));
     if (vr < n - 1) HCOMM_RETURN_IF_ERROR(f.Send(b + o, len, next));
   }
@@ -264,7 +267,7 @@ absl::Status BroadcastRing(Peers& p, void* buf, size_t bytes, int root) {
 }
 
 absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, DataType t,
-                        ReduceOp op, int root) {
+                        ReduceOp op, int root, size_t chunk_bytes) {
   // Reduce-scatter around the ring (an average divided there, by the rank
   // that completes each block), then every rank hands its block to the root.
   const int n = p.size(), r = p.rank();
@@ -273,7 +276,8 @@ absl::Status ReduceRing(Peers& p, const void* send, void* recv, size_t count, Da
   if (count > 0) memcpy(work, send, count * esize);
   for (int s = 0; s < n - 1; ++s) {
     HCOMM_RETURN_IF_ERROR(ReduceStep(p, work, work, work, count, esize, t, op,
-                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n, s == n - 2));
+                                     Mod(r - s - 1, n), Mod(r - s - 2, n), n, s == n - 2,
+                                     chunk_bytes));
   }
   InFlight f(p);
   if (r == root) {
@@ -302,13 +306,15 @@ namespace entries {
 
 namespace {
 size_t Bytes(const CollectiveCall& c) { return c.count * DataTypeSize(c.dtype); }
+// The communicator's chunk_bytes (the link the selector priced carries it).
+size_t ChunkOf(const RunEnv& env) { return static_cast<size_t>(env.link->chunk_bytes); }
 }  // namespace
 
 double RingAllReduceCost(double bytes, int nranks, const LinkModel& link) {
   const CostTerms t(bytes, nranks, link);
   // Every chunk of a step is a message; the chunks of a step are in flight
   // together, so their rendezvous round trips overlap.
-  const double chunks = std::max(1.0, std::ceil(t.S / t.n / kRingChunkBytes));
+  const double chunks = std::max(1.0, std::ceil(t.S / t.n / link.chunk_bytes));
   return 2 * (t.n - 1) * (chunks * t.a + t.RendezvousUs(t.chunk) + t.slices) +
          2 * (t.n - 1) / t.n * t.S * t.b + t.Reduce((t.n - 1) / t.n * t.S, t.chunk);
 }
@@ -320,26 +326,28 @@ absl::Status RingAllReduceRun(Peers& p, const CollectiveCall& c, const RunEnv& e
     HCOMM_ASSIGN_OR_RETURN(WideBuffers w, Widen(p, c.send, c.count, c.count, c.dtype));
     if (RingByCpu(c.count * sizeof(float), env.ring_order)) {
       ReorderedPeers by_cpu(p, *env.ring_order);
-      return AllReduceRingNarrowGather(by_cpu, w.in, w.out, c.recv, c.count, c.dtype, c.reduce);
+      return AllReduceRingNarrowGather(by_cpu, w.in, w.out, c.recv, c.count, c.dtype, c.reduce,
+                                       ChunkOf(env));
     }
-    return AllReduceRingNarrowGather(p, w.in, w.out, c.recv, c.count, c.dtype, c.reduce);
+    return AllReduceRingNarrowGather(p, w.in, w.out, c.recv, c.count, c.dtype, c.reduce,
+                                     ChunkOf(env));
   }
   if (RingByCpu(Bytes(c), env.ring_order)) {
     ReorderedPeers by_cpu(p, *env.ring_order);
-    return AllReduceRing(by_cpu, c.send, c.recv, c.count, c.dtype, c.reduce);
+    return AllReduceRing(by_cpu, c.send, c.recv, c.count, c.dtype, c.reduce, ChunkOf(env));
   }
-  return AllReduceRing(p, c.send, c.recv, c.count, c.dtype, c.reduce);
+  return AllReduceRing(p, c.send, c.recv, c.count, c.dtype, c.reduce, ChunkOf(env));
 }
 
 double RingBroadcastCost(double bytes, int nranks, const LinkModel& link) {
   const CostTerms t(bytes, nranks, link);
-  const double piece = std::min(t.S, kRingChunkBytes);
+  const double piece = std::min(t.S, link.chunk_bytes);
   const double pieces = std::max(1.0, std::ceil(t.S / piece));
   return (t.n - 2 + pieces) * (t.MessageUs(piece) + piece * t.b + t.slices);
 }
 
-absl::Status RingBroadcastRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
-  return BroadcastRing(p, c.recv, Bytes(c), c.root);
+absl::Status RingBroadcastRun(Peers& p, const CollectiveCall& c, const RunEnv& env) {
+  return BroadcastRing(p, c.recv, Bytes(c), c.root, ChunkOf(env));
 }
 
 double RingReduceCost(double bytes, int nranks, const LinkModel& link) {
@@ -348,9 +356,9 @@ double RingReduceCost(double bytes, int nranks, const LinkModel& link) {
          t.Reduce((t.n - 1) / t.n * t.S, t.chunk);
 }
 
-absl::Status RingReduceRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+absl::Status RingReduceRun(Peers& p, const CollectiveCall& c, const RunEnv& env) {
   auto run = [&](const void* in, void* out, DataType t) {
-    return ReduceRing(p, in, out, c.count, t, c.reduce, c.root);
+    return ReduceRing(p, in, out, c.count, t, c.reduce, c.root, ChunkOf(env));
   };
   if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kRing, p.size())) {
     return OnFloat32(p, c.send, c.recv, c.count, c.count, c.dtype, p.rank() == c.root, run);
@@ -373,9 +381,9 @@ double RingReduceScatterCost(double bytes, int nranks, const LinkModel& link) {
          t.Reduce((t.n - 1) / t.n * t.S, t.chunk);
 }
 
-absl::Status RingReduceScatterRun(Peers& p, const CollectiveCall& c, const RunEnv&) {
+absl::Status RingReduceScatterRun(Peers& p, const CollectiveCall& c, const RunEnv& env) {
   auto run = [&](const void* in, void* out, DataType t) {
-    return ReduceScatterRing(p, in, out, c.count, t, c.reduce);
+    return ReduceScatterRing(p, in, out, c.count, t, c.reduce, ChunkOf(env));
   };
   if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kRing, p.size())) {
     return OnFloat32(p, c.send, c.recv, c.count * p.size(), c.count, c.dtype, true, run);

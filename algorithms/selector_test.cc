@@ -1,6 +1,8 @@
 // The cost model's choices at the corners it was calibrated on.
 #include "algorithms/selector.h"
 
+#include "algorithms/cost_model.h"
+
 #include "gtest/gtest.h"
 
 namespace hcomm {
@@ -138,6 +140,23 @@ TEST(SelectorTest, ExplainNamesEveryCandidateWithItsCost) {
   EXPECT_NE(e.find("tree "), std::string::npos) << e;
   EXPECT_NE(e.find("direct "), std::string::npos) << e;
   EXPECT_NE(e.find(" ms"), std::string::npos) << e;
+}
+
+// chunk_bytes' default is the largest power of two whose bytes take at
+// most kChunkUs on the link, per link.
+TEST(CostModelTest, ChunkBytesFromTheModel) {
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    const LinkModel link = LinkModelFor(transport);
+    const double chunk = link.chunk_bytes;
+    EXPECT_EQ(chunk, static_cast<double>(ChunkBytes(link)));
+    auto bytes_us = [&](double s) { return s * 1e-3 / link.gbps; };
+    EXPECT_LE(bytes_us(chunk), kChunkUs);
+    EXPECT_GT(bytes_us(2 * chunk), kChunkUs);
+    EXPECT_LT(link.alpha_us + link.rendezvous_us, bytes_us(chunk) / 3);
+  }
+  EXPECT_EQ(LinkModelFor("tcp").chunk_bytes, 512 * 1024);
+  EXPECT_EQ(LinkModelFor("shm").chunk_bytes, 1024 * 1024);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ constexpr char kAlgo[] = "algo";
 constexpr char kHostId[] = "host_id";
 constexpr char kPlugins[] = "plugins";
 constexpr char kFusionBytes[] = "fusion_bytes";
+constexpr char kChunkBytes[] = "chunk_bytes";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
@@ -177,6 +178,15 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
                               "'auto' or a number of bytes from 0 (no fusion) to 2^40"));
       opts->fusion_bytes = v;
     }
+  } else if (key == kChunkBytes) {
+    if (value == "auto") {
+      opts->chunk_bytes = -1;
+    } else {
+      HCOMM_ASSIGN_OR_RETURN(
+          int64_t v, ParseInt(label, value, 4096, int64_t{1} << 30,
+                              "'auto' or a number of bytes from 4096 to 2^30"));
+      opts->chunk_bytes = v;
+    }
   } else if (key == kPlugins) {
     HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
     opts->plugins = std::move(v);
@@ -223,7 +233,7 @@ EnvLookup ProcessEnv() {
 const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
-      kPlugins, kFusionBytes};
+      kPlugins, kFusionBytes, kChunkBytes};
   return *kKeys;
 }
 

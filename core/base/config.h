@@ -62,6 +62,10 @@ struct Options {
   // bytes (core/comm/comm_stream.h); 0: never fused; -1 ("auto"): the cost
   // model's size for the communicator's transport (FusionBytes).
   int64_t fusion_bytes = -1;
+  // Large operations move in pieces of this many bytes (the ring's chunks;
+  // algorithms/cost_model.h); -1 ("auto"): the cost model's size for the
+  // communicator's transport (ChunkBytes). Must be equal on every rank.
+  int64_t chunk_bytes = -1;
   // Where each value came from, for messages: "config", "default", or
   // "env VAR" (e.g. sources["rank"] == "env RANK"; for a store_addr built
   // from MASTER_ADDR and MASTER_PORT, "env MASTER_ADDR:MASTER_PORT").

@@ -40,7 +40,7 @@ void ExpectInvalid(const absl::Status& s, const std::vector<std::string>& parts)
 TEST(ConfigTest, KeysInApiOrder) {
   EXPECT_THAT(Config::Keys(), ElementsAre("rank", "world_size", "store_addr", "job_token",
                                           "timeout_ms", "transports", "algo", "host_id",
-                                          "plugins", "fusion_bytes"));
+                                          "plugins", "fusion_bytes", "chunk_bytes"));
 }
 
 TEST(ConfigTest, FusionBytes) {
@@ -52,6 +52,17 @@ TEST(ConfigTest, FusionBytes) {
   EXPECT_EQ(o.fusion_bytes, -1);
   ExpectInvalid(ParseOption("fusion_bytes", "-5", &o), {"fusion_bytes='-5'", "'auto' or"});
   ExpectInvalid(ParseOption("fusion_bytes", "1MB", &o), {"fusion_bytes='1MB'"});
+}
+
+TEST(ConfigTest, ChunkBytes) {
+  Options o;
+  EXPECT_EQ(o.chunk_bytes, -1);  // auto
+  ASSERT_TRUE(ParseOption("chunk_bytes", "65536", &o).ok());
+  EXPECT_EQ(o.chunk_bytes, 65536);
+  ASSERT_TRUE(ParseOption("chunk_bytes", "auto", &o).ok());
+  EXPECT_EQ(o.chunk_bytes, -1);
+  ExpectInvalid(ParseOption("chunk_bytes", "0", &o), {"chunk_bytes='0'", "from 4096"});
+  ExpectInvalid(ParseOption("chunk_bytes", "2147483648", &o), {"chunk_bytes='2147483648'"});
 }
 
 TEST(ConfigTest, EveryKeySetAndRead) {
@@ -66,6 +77,7 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   ASSERT_TRUE(cfg.Set("host_id", "node7").ok());
   ASSERT_TRUE(cfg.Set("plugins", "/opt/hcomm/lib/hcomm/plugins/libhcomm_uds.so:rel/b.so").ok());
   ASSERT_TRUE(cfg.Set("fusion_bytes", "4096").ok());
+  ASSERT_TRUE(cfg.Set("chunk_bytes", "1048576").ok());
   absl::StatusOr<Options> o = cfg.Resolve(FakeEnv({}));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
@@ -78,6 +90,7 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   EXPECT_EQ(o->host_id, "node7");
   EXPECT_THAT(o->plugins, ElementsAre("/opt/hcomm/lib/hcomm/plugins/libhcomm_uds.so", "rel/b.so"));
   EXPECT_EQ(o->fusion_bytes, 4096);
+  EXPECT_EQ(o->chunk_bytes, 1048576);
   for (const std::string& k : Config::Keys()) EXPECT_EQ(o->sources[k], "config") << k;
 }
 

@@ -14,6 +14,17 @@
 
 namespace hcomm {
 
+namespace {
+
+// The link model with the configured chunk_bytes, if any (else the model's
+// own, ChunkBytes).
+LinkModel WithChunk(LinkModel link, int64_t chunk_bytes) {
+  if (chunk_bytes > 0) link.chunk_bytes = static_cast<double>(chunk_bytes);
+  return link;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& opts) {
   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Init(opts));
   std::vector<int> all(opts.world_size);
@@ -40,7 +51,8 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       timeout_ms_(opts.timeout_ms),
       forced_algo_(ParseAlgo(opts.algo)),
       fusion_bytes_(opts.fusion_bytes),
-      link_(LinkModelFor(engine_->TransportName(), engine_->oversubscribed())),
+      link_(WithChunk(LinkModelFor(engine_->TransportName(), engine_->oversubscribed()),
+                      opts.chunk_bytes)),
       debug_info_(DebugInfo()),
       check_calls_(engine_->check_collectives()),
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
