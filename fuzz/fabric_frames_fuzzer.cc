@@ -245,12 +245,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           declared = m.size % (2 * hcomm::Engine::kEagerBytes);
           body.resize(declared, 'x');
         }
-        char hdr[16 + sizeof m];
-        const uint32_t magic = kWireMagic, reserved = 0;
+        // The TCP transport's header of a whole frame (piece 0, the piece's
+        // length equal to the frame's: transports/tcp/tcp_transport.cc).
+        char hdr[24 + sizeof m];
+        const uint32_t magic = kWireMagic, whole = 0;
         memcpy(hdr, &magic, 4);
-        memcpy(hdr + 4, &reserved, 4);
+        memcpy(hdr + 4, &whole, 4);
         memcpy(hdr + 8, &declared, 8);
-        memcpy(hdr + 16, &m, sizeof m);
+        memcpy(hdr + 16, &declared, 8);
+        memcpy(hdr + 24, &m, sizeof m);
         WriteAll(peer.fd.get(), absl::string_view(hdr, sizeof hdr));
         WriteAll(peer.fd.get(), body);
         break;

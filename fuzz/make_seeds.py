@@ -91,10 +91,24 @@ write(S, "empty_frame", frame(b"") + get_req(1, b"a"))
 MAGIC = 0x464D4348
 
 
-def wire(payload, meta0=0, length=None, magic=MAGIC):
+def wire(payload, meta0=0, length=None, magic=MAGIC, piece=0, piece_len=None):
+    """A wire header (tcp_transport.cc's WireHeader: magic, piece, payload
+    length, piece length, meta) and `payload`. piece 0: a whole frame, of
+    `length` bytes (default: the payload's); otherwise one piece of frame
+    `piece`, whose whole payload is `length` bytes. piece_len defaults to
+    `length` for a whole frame and to the payload's size for a piece."""
     meta = bytes([meta0]) + bytes(range(1, 40))
     n = len(payload) if length is None else length
-    return struct.pack("<IIQ", magic, 0, n) + meta + payload
+    if piece_len is None:
+        piece_len = n if piece == 0 else len(payload)
+    return struct.pack("<IIQQ", magic, piece, n, piece_len) + meta + payload
+
+
+PIECE = 256 * 1024  # TcpTransport::kPieceBytes: larger frames move in pieces
+
+
+def piece(pid, data, frame_len, meta0=0, piece_len=None):
+    return wire(data, meta0=meta0, length=frame_len, piece=pid, piece_len=piece_len)
 
 
 T = "tcp_frames"
@@ -109,6 +123,48 @@ write(T, "bad_magic", small + wire(b"ok") + wire(b"bad", magic=0x12345678))
 write(T, "truncated_header", small + wire(b"x")[:30])
 write(T, "truncated_payload", small + wire(b"0123456789", length=1000))
 write(T, "huge_length", small + wire(b"tiny", length=1 << 63))
+write(T, "lengths_differ", small + wire(b"ok") + wire(b"0123456789", piece_len=4) + wire(b"late"))
+# Frames in pieces: none of them completes within max_len (64 KiB).
+write(T, "pieces_between", small + piece(1, b"p" * 1000, 300000) + wire(b"between")
+      + piece(1, b"q" * 1000, 300000, meta0=2))
+write(T, "pieces_interleaved", big + piece(7, bytes(range(256)) * 4, 400000)
+      + piece(8, b"d" * 500, 500000, meta0=1) + wire(b"", meta0=5) + piece(7, b"r" * 3000, 400000)
+      + wire(b"w" * 2000) + piece(9, b"x" * 10, 1 << 40) + piece(8, b"e" * 700, 500000))
+write(T, "piece_direct_read", big + piece(3, bytes(range(256)) * 100, PIECE + 100)
+      + wire(b"after") + piece(3, b"z" * 20000, PIECE + 100))
+write(T, "piece_truncated", small + piece(2, b"only part", 300000, piece_len=5000))
+write(T, "piece_id_max", small + piece(0xFFFFFFFF, b"m" * 64, 300000) + wire(b"ok")
+      + piece(0xFFFFFFFF, b"n" * 64, 300000))
+write(T, "piece_past_end", small + piece(4, b"p" * 1000, 300000) + wire(b"ok")
+      + piece(4, b"q" * 100, 300000, piece_len=299001) + wire(b"never"))
+write(T, "piece_zero", small + piece(4, b"p" * 1000, 300000) + piece(4, b"", 300000) + wire(b"never"))
+write(T, "first_piece_small_frame", small + wire(b"ok") + piece(5, b"s" * 100, PIECE) + wire(b"never"))
+write(T, "first_piece_empty", small + piece(5, b"", 300000) + wire(b"never"))
+write(T, "first_piece_too_big", small + piece(5, b"b" * 100, 1 << 40, piece_len=PIECE + 1))
+write(T, "open_64", small + b"".join(piece(i, b"o", PIECE + 1) for i in range(1, 65))
+      + wire(b"still fine") + piece(64, b"p", PIECE + 1))
+write(T, "open_65", small + b"".join(piece(i, b"o", PIECE + 1) for i in range(1, 66))
+      + wire(b"never"))
+# Filled pieces (seed bit 30): the harness makes up each piece's payload,
+# so that frames in pieces complete.
+filled = struct.pack("<I", 0x40000007)
+filled_big = struct.pack("<I", 0xC0000001)
+REST = 300000 - PIECE
+write(T, "filled_two_pieces", filled_big + piece(1, b"", PIECE + 100, piece_len=PIECE)
+      + wire(b"between") + piece(1, b"", PIECE + 100, meta0=2, piece_len=100) + wire(b"after"))
+write(T, "filled_interleaved", filled_big + piece(1, b"", 300000, piece_len=PIECE)
+      + piece(2, b"", 300000, meta0=2, piece_len=PIECE) + wire(b"w" * 100, meta0=4)
+      + piece(2, b"", 300000, piece_len=REST) + wire(b"", meta0=6)
+      + piece(1, b"", 300000, piece_len=REST)
+      + piece(1, b"", PIECE + 1, meta0=8, piece_len=PIECE) + piece(1, b"", PIECE + 1, piece_len=1))
+write(T, "filled_small_chunks", filled + piece(3, b"", PIECE + 10, piece_len=PIECE)
+      + wire(b"x" * 10) + piece(3, b"", PIECE + 10, piece_len=10))
+write(T, "filled_discarded", filled_big + piece(5, b"", 600000, meta0=1, piece_len=PIECE)
+      + piece(6, b"", 3 << 20, piece_len=PIECE) + piece(5, b"", 600000, piece_len=PIECE)
+      + piece(6, b"", 3 << 20, piece_len=PIECE) + piece(5, b"", 600000, piece_len=600000 - 2 * PIECE)
+      + piece(6, b"", 3 << 20, piece_len=PIECE))
+write(T, "filled_past_end", filled_big + piece(7, b"", PIECE + 5, piece_len=PIECE)
+      + piece(7, b"", PIECE + 5, piece_len=6) + wire(b"never"))
 
 # ---- handshake: mode byte + bytes ----
 

@@ -77,7 +77,7 @@ COMMON=(core/base/status.cc core/base/forks.cc core/base/interrupt.cc core/base/
 sources_of() {
   case "$1" in
     store_request) echo "${COMMON[*]} core/bootstrap/store_server.cc core/bootstrap/handshake.cc @pb fuzz/store_request_fuzzer.cc" ;;
-    tcp_frames)    echo "${COMMON[*]} transports/tcp/tcp_transport.cc fuzz/tcp_frames_fuzzer.cc" ;;
+    tcp_frames)    echo "${COMMON[*]} core/base/priority.cc transports/tcp/tcp_transport.cc fuzz/tcp_frames_fuzzer.cc" ;;
     handshake)     echo "${COMMON[*]} core/bootstrap/handshake.cc @pb fuzz/handshake_fuzzer.cc" ;;
     config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \

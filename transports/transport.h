@@ -7,12 +7,18 @@
 //
 // Outbound: Connection::Send queues a frame; the payload is NOT copied and
 // must stay valid until the frame's SendCallback runs. Frames on one
-// connection leave in the order they were queued.
+// connection that the same priority queued (core/base/priority.h) leave in
+// the order they were queued; a transport may let a frame of a higher
+// priority pass frames of lower ones that wait (the TCP transport does).
 //
 // Inbound: for every frame the transport calls FrameSink::OnFrame with the
 // meta and the payload length; the sink answers where the payload must go
 // (straight into a user buffer, a staging buffer, or nowhere: discard). Once
-// the payload is in place the transport calls FrameSink::OnPayload.
+// the payload is in place the transport calls FrameSink::OnPayload. Frames
+// of more than 64 KiB (rendezvous data) may arrive in pieces with other
+// frames between them: OnFrame, other frames' calls, then its OnPayload.
+// Frames of up to 64 KiB (everything else) arrive whole: their OnFrame and
+// OnPayload follow each other.
 //
 // Threads: the transport has no thread of its own. Whoever calls
 // Transport::Poll drives it; callbacks run on that thread. Several threads
@@ -70,7 +76,9 @@ class FrameSink {
   // `payload_len` bytes goes, or nullptr to have the transport discard it.
   // Called even for payload_len == 0 (the return value is then ignored).
   virtual void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) = 0;
-  // The payload of the frame just announced by OnFrame is fully in place.
+  // The payload of a frame announced by OnFrame (the one just announced,
+  // for frames of up to 64 KiB) is fully in place; `meta` is the one
+  // OnFrame was given.
   virtual void OnPayload(int peer, const FrameMeta& meta, uint64_t payload_len) = 0;
   // A whole frame whose payload is already readable at `payload` (a
   // transport's own memory, valid only during the call): instead of

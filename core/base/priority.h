@@ -61,6 +61,9 @@ class PriorityScope {
   int outer_;  // the thread's priority before
 };
 
+// The calling thread's priority: its innermost scope's, 0 outside any.
+inline int ThreadPriority() { return priority_internal::CurrentPriority(); }
+
 // Between two pieces of a large operation: steps aside while a higher
 // priority than the calling thread's is active (one relaxed load when none
 // is).

@@ -20,6 +20,7 @@
 #include "algorithms/kernels/reduce.h"
 #include "core/comm/communicator.h"
 #include "core/base/interrupt.h"
+#include "core/base/priority.h"
 #include "core/base/status.h"
 #include "gtest/gtest.h"
 #include "testing/multirank.h"
@@ -1539,6 +1540,65 @@ TEST(ChunkBytesTest, RingCollectivesInSmallChunks) {
       EXPECT_TRUE((*c)->Destroy().ok());
     });
   }
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
+}  // namespace
+}  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+// Over TCP a message of a higher priority passes a large one between two
+// of its pieces, so frames arrive interleaved: a large message's pieces
+// with whole eager messages and other large messages' pieces between them.
+// Every message still lands whole, in its own receive.
+TEST(PriorityOnTheWireTest, InterleavedFramesLandInTheirOwnReceives) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  testing::RunRanks(2, [](int rank, const Options& o) {
+    auto c = Communicator::Init(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    Communicator& comm = **c;
+    const size_t kBulk = 24 << 20, kMid = 600 << 10, kSmall = 1000;
+    constexpr int kUrgent = 20;
+    auto fill = [](std::string* s, size_t n, int seed) {
+      s->resize(n);
+      for (size_t i = 0; i < n; ++i) (*s)[i] = static_cast<char>((i * 131 + seed * 7) >> 3);
+    };
+    std::string bulk, small[kUrgent], mid[kUrgent];
+    fill(&bulk, kBulk, 1);
+    for (int i = 0; i < kUrgent; ++i) {
+      fill(&small[i], kSmall, 100 + i);
+      fill(&mid[i], kMid, 200 + i);
+    }
+    if (rank == 0) {
+      auto big = comm.Isend(bulk.data(), kBulk, 1, 1, /*tag=*/1);
+      ASSERT_TRUE(big.ok()) << big.status();
+      std::thread urgent([&] {
+        PriorityScope scope(10);
+        for (int i = 0; i < kUrgent; ++i) {
+          ASSERT_TRUE(comm.Send(small[i].data(), kSmall, 1, 1, /*tag=*/2).ok());
+          ASSERT_TRUE(comm.Send(mid[i].data(), kMid, 1, 1, /*tag=*/3).ok());
+        }
+      });
+      urgent.join();
+      EXPECT_TRUE(comm.Wait(big->get(), absl::Now() + absl::Seconds(60)).ok());
+    } else {
+      std::string got_bulk(kBulk, '\0');
+      auto big = comm.Irecv(got_bulk.data(), kBulk, 1, 0, /*tag=*/1);
+      ASSERT_TRUE(big.ok()) << big.status();
+      for (int i = 0; i < kUrgent; ++i) {
+        std::string s(kSmall, '\0'), m(kMid, '\0');
+        ASSERT_TRUE(comm.Recv(s.data(), kSmall, 1, 0, 2).ok());
+        ASSERT_TRUE(comm.Recv(m.data(), kMid, 1, 0, 3).ok());
+        EXPECT_EQ(s, small[i]) << "small message " << i;
+        EXPECT_EQ(m, mid[i]) << "medium message " << i;
+      }
+      EXPECT_TRUE(comm.Wait(big->get(), absl::Now() + absl::Seconds(60)).ok());
+      EXPECT_TRUE(got_bulk == bulk) << "the large message arrived damaged";
+    }
+    EXPECT_TRUE(comm.Destroy().ok());
+  }, /*timeout_ms=*/120000);
   testing::SetTransportMode(testing::TransportMode::kDefault);
 }
 

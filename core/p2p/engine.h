@@ -338,11 +338,25 @@ class Engine : public FrameSink {
     // Cleared (before anything else changes) once the peer is no longer up
     // or we said goodbye: eager sends then take the full path.
     std::atomic<bool> fast_send{true};
-    // The frame whose payload is arriving now (touched only by the thread
-    // holding the transport's receive lock for this peer, under mu_).
+    // The eager frame whose payload is arriving now (touched only by the
+    // thread holding the transport's receive lock for this peer, under mu_).
     std::shared_ptr<Request> rx_req;
     Unexpected* rx_unexpected = nullptr;
     bool rx_truncated = false;
+    // Receives whose rendezvous data is arriving from this peer (same
+    // rules). A large frame may arrive in pieces with other frames between
+    // them (transports/tcp/tcp_transport.h), so each DATA frame is found
+    // again by its receive id when it ends; the transport bounds how many
+    // are open at once.
+    std::vector<std::shared_ptr<Request>> rx_data;
+    // Whether `r`'s payload is arriving from this peer now.
+    bool Landing(const Request* r) const {
+      if (rx_req.get() == r) return true;
+      for (const auto& d : rx_data) {
+        if (d.get() == r) return true;
+      }
+      return false;
+    }
   };
   // A frame to send once mu_ is released.
   struct Outgoing {

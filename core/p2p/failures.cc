@@ -106,7 +106,7 @@ void Engine::PeerAbandonedLocked(int peer, uint32_t p2p_ctx, uint32_t coll_ctx) 
   for (auto it = awaiting_data_.begin(); it != awaiting_data_.end();) {
     std::shared_ptr<Request> r = it->second;
     if ((r->ctx == p2p_ctx || r->ctx == coll_ctx) && r->out_source == peer &&
-        peers_[peer]->rx_req != r) {
+        !peers_[peer]->Landing(r.get())) {
       awaiting_data_.erase(it++);
       Complete(r, Annotate(why, Describe(*r)));
     } else {
@@ -188,6 +188,11 @@ void Engine::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
     Complete(p.rx_req, Annotate(why, Describe(*p.rx_req)));
     p.rx_req.reset();
   }
+  for (const std::shared_ptr<Request>& r : p.rx_data) {
+    awaiting_data_.erase(r->id);
+    Complete(r, Annotate(why, Describe(*r)));
+  }
+  p.rx_data.clear();
   p.rx_unexpected = nullptr;
   // A member that left in order (its goodbye) did its part of every
   // collective it entered; one that failed may not have.

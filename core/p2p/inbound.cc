@@ -58,7 +58,7 @@ void* Engine::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
                                            " bytes where ", r->out_bytes, " were announced")));
       return nullptr;
     }
-    p.rx_req = r;
+    p.rx_data.push_back(r);
     return r->recv_buf;
   }
   return nullptr;  // a payload on a frame kind that has none: discard it
@@ -179,10 +179,13 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           break;
         }
         case kData: {
-          if (p.rx_req) {
-            std::shared_ptr<Request> r = std::move(p.rx_req);
+          for (auto it = p.rx_data.begin(); it != p.rx_data.end(); ++it) {
+            if ((*it)->id != m.id) continue;
+            std::shared_ptr<Request> r = std::move(*it);
+            p.rx_data.erase(it);
             awaiting_data_.erase(r->id);
             Complete(r, absl::OkStatus());
+            break;
           }
           break;
         }

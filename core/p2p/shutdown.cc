@@ -22,6 +22,9 @@ bool Engine::InFlightLocked(uint32_t first, uint32_t count) {
   }
   for (const auto& p : peers_) {
     if (p->rx_req && ours(p->rx_req->ctx)) return true;
+    for (const auto& r : p->rx_data) {
+      if (ours(r->ctx)) return true;
+    }
   }
   for (uint32_t c = first; ours(c); ++c) {
     auto it = contexts_.find(c);
@@ -124,7 +127,7 @@ void Engine::EndContextsLocked(uint32_t first, uint32_t count, const absl::Statu
   }
   auto landing = [&](const std::shared_ptr<Request>& r) {
     for (const auto& p : peers_) {
-      if (p->rx_req == r) return true;
+      if (p->Landing(r.get())) return true;
     }
     return false;
   };
@@ -219,6 +222,7 @@ void Engine::FailAllPendingLocked(const absl::Status& why) {
   }
   for (auto& p : peers_) {
     if (p->rx_req) Complete(p->rx_req, why);
+    for (auto& r : p->rx_data) Complete(r, why);
   }
 }
 
@@ -302,7 +306,10 @@ absl::Status Engine::Destroy() {
     for (auto& [ctx, matcher] : contexts_) matcher->unexpected().clear();
     // A receive whose message was still arriving is failed above: after
     // our goodbye the peer's close counts as orderly and fails nothing.
-    for (auto& p : peers_) p->rx_req.reset();
+    for (auto& p : peers_) {
+      p->rx_req.reset();
+      p->rx_data.clear();
+    }
   }
   {
     // Requests outlive their communicator (hcomm.h), and a thread may still

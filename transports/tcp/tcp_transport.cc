@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/priority.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -47,13 +48,27 @@ constexpr int kMaxIov = 64;
 // frames in one send").
 constexpr size_t kGatherBytes = 1024;
 
+// Frames of more than kPieceBytes move in pieces (tcp_transport.h).
+constexpr size_t kPieceBytes = TcpTransport::kPieceBytes;
+// A receiver keeps at most this many frames between their pieces (a frame
+// is left between two pieces only for frames of a higher priority), and a
+// sender opens at most kMostOpen: past that a frame in pieces waits for
+// those in the way to end rather than pass them.
+constexpr size_t kMostPartial = 64;
+constexpr size_t kMostOpen = 16;
+
+// Before every frame, or every piece of a frame that moves in pieces.
 struct WireHeader {
   uint32_t magic;
-  uint32_t reserved;
-  uint64_t payload_len;
+  // 0: the whole frame follows. Otherwise the sender's number (on this
+  // connection) of a frame that moves in pieces, whose pieces come in
+  // order, perhaps with other frames between them.
+  uint32_t piece;
+  uint64_t payload_len;  // the frame's whole payload
+  uint64_t piece_len;    // payload bytes after this header
   FrameMeta meta;
 };
-static_assert(sizeof(WireHeader) == 16 + kFrameMetaBytes, "wire header has no padding");
+static_assert(sizeof(WireHeader) == 24 + kFrameMetaBytes, "wire header has no padding");
 // Lazy mode hands poll(2)'s revents to the code that reads epoll's events.
 static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLRDHUP == EPOLLRDHUP &&
                   POLLHUP == EPOLLHUP && POLLERR == EPOLLERR,
@@ -107,13 +122,18 @@ absl::Status SetCongestion(int fd) {
 
 struct TcpTransport::OutFrame {
   FrameHandle handle = 0;
-  WireHeader hdr;
+  int priority = 0;  // of the thread that queued it
+  WireHeader hdr;    // of the piece being written (the frame, when whole)
   const char* payload = nullptr;
   size_t len = 0;
-  size_t off = 0;  // bytes of header + payload already written
+  size_t pos = 0;  // payload bytes of the pieces written before this one
+  size_t off = 0;  // bytes of this piece's header + payload already written
   std::unique_ptr<char[]> owned;  // set when Cancel had to keep the payload
   SendCallback done;
-  size_t total() const { return sizeof(WireHeader) + len; }
+  size_t total() const { return sizeof(WireHeader) + hdr.piece_len; }
+  // Whether a frame queued later may go before this one: nothing of its
+  // current piece has left.
+  bool at_boundary() const { return off == 0; }
 };
 
 struct TcpTransport::Conn {
@@ -122,6 +142,9 @@ struct TcpTransport::Conn {
 
   absl::Mutex send_mu;
   std::deque<OutFrame> queue ABSL_GUARDED_BY(send_mu);
+  uint32_t next_piece_id ABSL_GUARDED_BY(send_mu) = 0;
+  // Frames in pieces whose first piece has left and whose last has not.
+  size_t open ABSL_GUARDED_BY(send_mu) = 0;
   // Whether writability matters (frames queued); written under send_mu,
   // read by lazy mode's poll(2) without it.
   std::atomic<bool> out_armed{false};
@@ -137,10 +160,22 @@ struct TcpTransport::Conn {
   std::unique_ptr<char[]> stage ABSL_GUARDED_BY(recv_mu);
   size_t hdr_got ABSL_GUARDED_BY(recv_mu) = 0;
   WireHeader rx_hdr ABSL_GUARDED_BY(recv_mu);
+  // The payload being read: a whole frame's, or one piece's.
   bool in_payload ABSL_GUARDED_BY(recv_mu) = false;
-  char* rx_dst ABSL_GUARDED_BY(recv_mu) = nullptr;
+  char* rx_dst ABSL_GUARDED_BY(recv_mu) = nullptr;  // where this piece's bytes go
   uint64_t rx_off ABSL_GUARDED_BY(recv_mu) = 0;
   uint64_t rx_len ABSL_GUARDED_BY(recv_mu) = 0;
+  // Frames arriving in pieces; rx_partial indexes the one being read, -1
+  // while a whole frame is.
+  struct Partial {
+    uint32_t piece;
+    FrameMeta meta;
+    char* dst;  // nullptr: discarded
+    uint64_t len;
+    uint64_t got;
+  };
+  std::vector<Partial> partial ABSL_GUARDED_BY(recv_mu);
+  int rx_partial ABSL_GUARDED_BY(recv_mu) = -1;
   bool large_frames ABSL_GUARDED_BY(recv_mu) = false;  // see kLargeFrame
 };
 
@@ -162,6 +197,10 @@ absl::Status TcpTransport::AddConnection(int peer, net::Fd fd) {
   HCOMM_RETURN_IF_ERROR(net::SetNoDelay(fd.get()));
   SetKeepalive(fd.get());
   HCOMM_RETURN_IF_ERROR(SetCongestion(fd.get()));
+  // At most about a piece not yet sent in the kernel (see the header). A
+  // kernel without the option only keeps more queued: not worth failing.
+  const int lowat = static_cast<int>(kPieceBytes);
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
   auto c = std::make_unique<Conn>();
   c->peer = peer;
   c->fd = std::move(fd);
@@ -215,11 +254,12 @@ bool TcpTransport::TrySendNow(int peer, const FrameMeta& meta, const void* paylo
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer] == nullptr) return false;
   Conn* c = conns_[peer].get();
   absl::MutexLock l(&c->send_mu);
-  if (c->dead || c->close_write || !c->queue.empty()) return false;
+  if (c->dead || c->close_write || !c->queue.empty() || len > kPieceBytes) return false;
   WireHeader hdr;
   hdr.magic = kMagic;
-  hdr.reserved = 0;
+  hdr.piece = 0;
   hdr.payload_len = len;
+  hdr.piece_len = len;
   hdr.meta = meta;
   ssize_t w;
   if (len <= kGatherBytes) {
@@ -248,6 +288,7 @@ bool TcpTransport::TrySendNow(int peer, const FrameMeta& meta, const void* paylo
   c->queue.emplace_back();
   OutFrame& f = c->queue.back();
   f.handle = next_handle_.fetch_add(1, std::memory_order_relaxed);
+  f.priority = ThreadPriority();
   f.hdr = hdr;
   f.len = len;
   f.off = static_cast<size_t>(w);
@@ -272,13 +313,29 @@ FrameHandle TcpTransport::Send(int peer, const FrameMeta& meta, const void* payl
       dead_status = c->dead ? c->death
                             : PeerFailure(absl::StrCat("connection to rank ", peer, " is closing"));
     } else {
-      c->queue.emplace_back();
-      OutFrame& f = c->queue.back();
+      // Behind every frame of its priority or a higher one, and behind a
+      // frame whose current piece has begun to leave; ahead of the rest.
+      const int priority = ThreadPriority();
+      auto at = c->queue.end();
+      const bool opens = len > kPieceBytes;  // passing a frame between pieces opens another
+      while (at != c->queue.begin()) {
+        auto before = std::prev(at);
+        if (before->priority >= priority || !before->at_boundary()) break;
+        if (opens && before->pos > 0 && c->open >= kMostOpen) break;
+        at = before;
+      }
+      OutFrame& f = *c->queue.emplace(at);
       f.handle = h;
+      f.priority = priority;
       f.hdr.magic = kMagic;
-      f.hdr.reserved = 0;
+      f.hdr.piece = 0;
       f.hdr.payload_len = len;
+      f.hdr.piece_len = len;
       f.hdr.meta = meta;
+      if (len > kPieceBytes) {
+        f.hdr.piece = ++c->next_piece_id == 0 ? ++c->next_piece_id : c->next_piece_id;
+        f.hdr.piece_len = kPieceBytes;
+      }
       f.payload = static_cast<const char*>(payload);
       f.len = len;
       f.done = std::move(done);
@@ -309,21 +366,25 @@ void TcpTransport::FlushLocked(Conn* c, Completions* done) {
     int n = 0;
     for (auto it = c->queue.begin(); it != c->queue.end() && n + 2 <= kMaxIov; ++it) {
       const OutFrame& f = *it;
+      const char* piece = f.payload + f.pos;
       if (f.off < sizeof(WireHeader)) {
         iov[n].iov_base = const_cast<char*>(reinterpret_cast<const char*>(&f.hdr)) + f.off;
         iov[n].iov_len = sizeof(WireHeader) - f.off;
         ++n;
-        if (f.len > 0) {
-          iov[n].iov_base = const_cast<char*>(f.payload);
-          iov[n].iov_len = f.len;
+        if (f.hdr.piece_len > 0) {
+          iov[n].iov_base = const_cast<char*>(piece);
+          iov[n].iov_len = f.hdr.piece_len;
           ++n;
         }
       } else {
         size_t poff = f.off - sizeof(WireHeader);
-        iov[n].iov_base = const_cast<char*>(f.payload) + poff;
-        iov[n].iov_len = f.len - poff;
+        iov[n].iov_base = const_cast<char*>(piece) + poff;
+        iov[n].iov_len = f.hdr.piece_len - poff;
         ++n;
       }
+      // A frame in pieces ends the write at the end of its piece: what goes
+      // next is decided then, when a frame queued meanwhile may pass it.
+      if (f.hdr.piece != 0) break;
     }
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
@@ -343,15 +404,30 @@ void TcpTransport::FlushLocked(Conn* c, Completions* done) {
     while (left > 0 && !c->queue.empty()) {
       OutFrame& f = c->queue.front();
       size_t need = f.total() - f.off;
-      if (left >= need) {
-        left -= need;
-        done->emplace_back(std::move(f.done), absl::OkStatus());
-        c->queue.pop_front();
-        pending_.fetch_sub(1, std::memory_order_relaxed);
-      } else {
+      if (left < need) {
         f.off += left;
-        left = 0;
+        break;
       }
+      left -= need;
+      const bool was_open = f.pos > 0;
+      f.pos += f.hdr.piece_len;
+      if (f.pos < f.len) {  // the next piece, behind frames of higher priorities queued since
+        if (!was_open) ++c->open;
+        f.off = 0;
+        f.hdr.piece_len = std::min(kPieceBytes, f.len - f.pos);
+        if (c->queue.size() > 1 && c->queue[1].priority > f.priority && c->open < kMostOpen) {
+          OutFrame paused = std::move(f);
+          c->queue.pop_front();
+          auto at = c->queue.begin();
+          while (at != c->queue.end() && at->priority > paused.priority) ++at;
+          c->queue.insert(at, std::move(paused));
+        }
+        continue;
+      }
+      if (was_open) --c->open;
+      done->emplace_back(std::move(f.done), absl::OkStatus());
+      c->queue.pop_front();
+      pending_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   if (c->queue.empty() && c->close_write && !c->write_closed) {
@@ -392,7 +468,7 @@ bool TcpTransport::Cancel(int peer, FrameHandle handle) {
   absl::MutexLock l(&c->send_mu);
   for (auto it = c->queue.begin(); it != c->queue.end(); ++it) {
     if (it->handle != handle) continue;
-    if (it->off == 0) {
+    if (it->off == 0 && it->pos == 0) {
       c->queue.erase(it);
       pending_.fetch_sub(1, std::memory_order_relaxed);
       UpdateInterestLocked(c);
@@ -404,18 +480,72 @@ bool TcpTransport::Cancel(int peer, FrameHandle handle) {
   return false;  // already sent
 }
 
+absl::Status TcpTransport::BeginPayload(Conn* c) {
+  const WireHeader& h = c->rx_hdr;
+  auto malformed = [c](const char* why) {
+    return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (", why, ")"));
+  };
+  if (h.magic != kMagic) return malformed("bad magic");
+  if (h.payload_len > 0) c->large_frames = h.payload_len >= kLargeFrame;
+  c->rx_off = 0;
+  c->rx_len = h.piece_len;
+  if (h.piece == 0) {
+    if (h.piece_len != h.payload_len) return malformed("a whole frame's lengths differ");
+    c->rx_partial = -1;
+    c->rx_dst = static_cast<char*>(sink_->OnFrame(c->peer, h.meta, h.payload_len));
+    if (h.payload_len == 0) {
+      sink_->OnPayload(c->peer, h.meta, 0);
+      return absl::OkStatus();
+    }
+    c->in_payload = true;
+    return absl::OkStatus();
+  }
+  size_t i = 0;
+  while (i < c->partial.size() && c->partial[i].piece != h.piece) ++i;
+  if (i == c->partial.size()) {  // its first piece
+    if (c->partial.size() >= kMostPartial) return malformed("too many frames in pieces at once");
+    if (h.piece_len == 0 || h.piece_len > kPieceBytes || h.payload_len <= kPieceBytes) {
+      return malformed("a first piece of a bad size");
+    }
+    char* dst = static_cast<char*>(sink_->OnFrame(c->peer, h.meta, h.payload_len));
+    c->partial.push_back({h.piece, h.meta, dst, h.payload_len, 0});
+  }
+  Conn::Partial& p = c->partial[i];
+  if (h.piece_len == 0 || h.piece_len > p.len - p.got) return malformed("a piece past its frame's end");
+  c->rx_partial = static_cast<int>(i);
+  c->rx_dst = p.dst == nullptr ? nullptr : p.dst + p.got;
+  c->in_payload = true;
+  return absl::OkStatus();
+}
+
+void TcpTransport::EndPayload(Conn* c) {
+  c->in_payload = false;
+  if (c->rx_partial < 0) {
+    sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_len);
+    return;
+  }
+  Conn::Partial& p = c->partial[c->rx_partial];
+  p.got += c->rx_len;
+  c->rx_partial = -1;
+  if (p.got < p.len) return;
+  const FrameMeta meta = p.meta;
+  const uint64_t len = p.len;
+  p = c->partial.back();
+  c->partial.pop_back();
+  sink_->OnPayload(c->peer, meta, len);
+}
+
 absl::Status TcpTransport::Consume(Conn* c, const char* data, size_t n) {
   while (n > 0) {
     if (!c->in_payload && c->hdr_got == 0 && n >= sizeof(WireHeader)) {
-      // A frame whole in the buffer: one call hands it over.
-      memcpy(&c->rx_hdr, data, sizeof(WireHeader));
-      if (c->rx_hdr.magic != kMagic) {
-        return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (bad magic)"));
-      }
-      const uint64_t len = c->rx_hdr.payload_len;
-      if (len > 0) c->large_frames = len >= kLargeFrame;
-      if (len <= n - sizeof(WireHeader)) {
-        sink_->OnWholeFrame(c->peer, c->rx_hdr.meta, data + sizeof(WireHeader), len);
+      // A whole frame whole in the buffer: one call hands it over.
+      WireHeader h;
+      memcpy(&h, data, sizeof h);
+      const uint64_t len = h.payload_len;
+      if (h.magic == kMagic && h.piece == 0 && h.piece_len == len &&
+          len <= n - sizeof(WireHeader)) {
+        if (len > 0) c->large_frames = len >= kLargeFrame;
+        sink_->OnWholeFrame(c->peer, h.meta, data + sizeof(WireHeader), len);
         data += sizeof(WireHeader) + len;
         n -= sizeof(WireHeader) + len;
         continue;
@@ -429,28 +559,15 @@ absl::Status TcpTransport::Consume(Conn* c, const char* data, size_t n) {
       n -= take;
       if (c->hdr_got < sizeof(WireHeader)) return absl::OkStatus();
       c->hdr_got = 0;
-      if (c->rx_hdr.magic != kMagic) {
-        return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (bad magic)"));
-      }
-      c->rx_len = c->rx_hdr.payload_len;
-      if (c->rx_len > 0) c->large_frames = c->rx_len >= kLargeFrame;
-      c->rx_off = 0;
-      c->rx_dst = static_cast<char*>(sink_->OnFrame(c->peer, c->rx_hdr.meta, c->rx_len));
-      if (c->rx_len == 0) {
-        sink_->OnPayload(c->peer, c->rx_hdr.meta, 0);
-        continue;
-      }
-      c->in_payload = true;
+      HCOMM_RETURN_IF_ERROR(BeginPayload(c));
+      if (!c->in_payload) continue;
     }
     size_t take = static_cast<size_t>(std::min<uint64_t>(n, c->rx_len - c->rx_off));
     if (c->rx_dst != nullptr) memcpy(c->rx_dst + c->rx_off, data, take);
     c->rx_off += take;
     data += take;
     n -= take;
-    if (c->rx_off == c->rx_len) {
-      c->in_payload = false;
-      sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_len);
-    }
+    if (c->rx_off == c->rx_len) EndPayload(c);
   }
   return absl::OkStatus();
 }
@@ -470,10 +587,7 @@ absl::Status TcpTransport::ReadAvailable(Conn* c, int* reads) {
       if (reads != nullptr) ++*reads;
       if (direct) {
         c->rx_off += static_cast<uint64_t>(r);
-        if (c->rx_off == c->rx_len) {
-          c->in_payload = false;
-          sink_->OnPayload(c->peer, c->rx_hdr.meta, c->rx_len);
-        }
+        if (c->rx_off == c->rx_len) EndPayload(c);
       } else {
         HCOMM_RETURN_IF_ERROR(Consume(c, c->stage.get(), static_cast<size_t>(r)));
         // A short read drained the socket; the next look (level-triggered)
@@ -525,7 +639,8 @@ int TcpTransport::TakeWhole(int peer, uint64_t max_payload, hcomm_transport_take
       WireHeader h;
       if (n >= sizeof h) {
         memcpy(&h, data, sizeof h);
-        if (h.magic == kMagic && h.payload_len <= n - sizeof h &&
+        if (h.magic == kMagic && h.piece == 0 && h.piece_len == h.payload_len &&
+            h.payload_len <= n - sizeof h &&
             take(take_arg, h.meta.bytes, data + sizeof h, h.payload_len) != 0) {
           data += sizeof h + h.payload_len;
           n -= sizeof h + h.payload_len;
@@ -557,6 +672,7 @@ void TcpTransport::MarkDead(Conn* c, const absl::Status& why) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
     }
     c->queue.clear();
+    c->open = 0;
     UpdateInterestLocked(c);
     SetWatchedLocked(c, false);
   }

@@ -5,6 +5,16 @@
 //   t.Send(peer, meta, buf, len, [](absl::Status s) { ... });
 //   t.Poll(absl::Milliseconds(10));
 //
+// Priorities: a frame queued while others wait goes ahead of the frames of
+// lower priorities (the queuing thread's, core/base/priority.h) that have
+// not begun to leave, and behind those of its own priority or higher: the
+// order of one priority's frames is kept. A frame larger than kPieceBytes
+// moves in pieces, each with its own header, so that a more urgent frame
+// waits for at most one piece; the receiver puts the pieces back together
+// in the destination the sink chose for the frame. TCP_NOTSENT_LOWAT keeps
+// the kernel from holding more than a piece not yet sent, which an urgent
+// frame would otherwise wait behind.
+//
 // Sends are written inline by the calling thread when the connection is
 // idle (no wakeup of any other thread on the fast path), header and payload
 // together with writev straight from the caller's buffer; what does not fit
@@ -73,6 +83,10 @@ class TcpTransport final : public Transport {
   // Looks that do not wait (Poll without a timeout, PollPeer), in a row,
   // after which the sockets leave the set: about a millisecond of spinning.
   static constexpr uint32_t kHotLooks = 1024;
+  // A frame with a larger payload moves in pieces of this many bytes, and
+  // between two of them a frame queued later by a thread of a higher
+  // priority (core/base/priority.h) goes first (see above).
+  static constexpr size_t kPieceBytes = 256 * 1024;
 
   void CloseWrite(int peer) override;
   void ShutdownAll() override;
@@ -109,6 +123,11 @@ class TcpTransport final : public Transport {
   absl::Status ReadAvailable(Conn* c, int* reads = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
   absl::Status Consume(Conn* c, const char* data, size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
+  // A header is in c->rx_hdr: checks it and readies reading its payload
+  // (a whole frame's, or one piece's).
+  absl::Status BeginPayload(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
+  // The payload being read is all there: hands over the frame it ends.
+  void EndPayload(Conn* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->recv_mu);
   void MarkDead(Conn* c, const absl::Status& why);
 
   const int self_;

@@ -14,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "core/base/net.h"
+#include "core/base/priority.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {
@@ -61,14 +62,20 @@ class Keep : public FrameSink {
     bufs_.emplace_back(len, '\0');
     return bufs_.back().data();
   }
-  void OnPayload(int peer, const FrameMeta&, uint64_t) override {
+  void OnPayload(int peer, const FrameMeta& meta, uint64_t) override {
     absl::MutexLock l(&mu_);
     from_.push_back(peer);
+    firsts_.push_back(meta.bytes[0]);
   }
   void OnConnectionLost(int, const absl::Status& s) override { ADD_FAILURE() << s; }
   std::vector<int> from() {
     absl::MutexLock l(&mu_);
     return from_;
+  }
+  // The first byte of each frame's meta, in the order the frames ended.
+  std::vector<uint8_t> firsts() {
+    absl::MutexLock l(&mu_);
+    return firsts_;
   }
   std::string payload(size_t i) {
     absl::MutexLock l(&mu_);
@@ -79,6 +86,7 @@ class Keep : public FrameSink {
   absl::Mutex mu_;
   std::vector<std::string> bufs_;
   std::vector<int> from_;
+  std::vector<uint8_t> firsts_;
 };
 
 // A connected pair of loopback TCP sockets.
@@ -166,6 +174,123 @@ TEST(TcpTransportTest, TakeWholeLeavesTheNextFrameInTheSocket) {
   ASSERT_EQ(std::vector<int>{1}, s.hub_sink.from());
   EXPECT_EQ(long_one, s.hub_sink.payload(0));
   EXPECT_EQ(0, TakeWholeWith(s.hub, 1, 8, take));
+}
+
+FrameMeta MetaStarting(uint8_t first) {
+  FrameMeta meta;
+  memset(&meta, 0, sizeof meta);
+  meta.bytes[0] = first;
+  return meta;
+}
+
+// A bytes pattern that shows a misplaced piece.
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7919) >> 9);
+  return s;
+}
+
+// A frame queued by a thread of a higher priority passes a large frame
+// between two of its pieces, and the frames queued before it at its own
+// priority; frames of one priority keep their order; the large frame
+// arrives whole and in place.
+TEST(TcpTransportTest, HigherPriorityPassesBetweenPieces) {
+  Star s(1);
+  const std::string bulk = Pattern(16 << 20), later = "queued after the bulk",
+                    urgent = "urgent";
+  std::atomic<int> sent{0};
+  auto count = [&](absl::Status st) {
+    EXPECT_TRUE(st.ok()) << st;
+    ++sent;
+  };
+  s.hub.Send(1, MetaStarting(1), bulk.data(), bulk.size(), count);
+  s.hub.Send(1, MetaStarting(2), later.data(), later.size(), count);
+  ASSERT_EQ(0, sent.load()) << "the socket took 16 MiB at once";
+  {
+    PriorityScope scope(10);
+    s.hub.Send(1, MetaStarting(3), urgent.data(), urgent.size(), count);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (s.leaf_sinks[0]->firsts().size() < 3 && absl::Now() < deadline) {
+    s.hub.Poll(absl::ZeroDuration());
+    s.leaves[0]->Poll(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(3, sent.load());
+  // The urgent frame ended first, though the bulk's first piece had begun.
+  ASSERT_EQ((std::vector<uint8_t>{3, 1, 2}), s.leaf_sinks[0]->firsts());
+  EXPECT_EQ(bulk, s.leaf_sinks[0]->payload(0));
+  EXPECT_EQ(urgent, s.leaf_sinks[0]->payload(1));
+  EXPECT_EQ(later, s.leaf_sinks[0]->payload(2));
+}
+
+// Remembers how the connection ended.
+class Lost : public FrameSink {
+ public:
+  void* OnFrame(int, const FrameMeta&, uint64_t len) override {
+    buf_.assign(len, '\0');
+    return buf_.data();
+  }
+  void OnPayload(int, const FrameMeta&, uint64_t) override { ++frames; }
+  void OnConnectionLost(int, const absl::Status& s) override {
+    absl::MutexLock l(&mu);
+    why = s;
+  }
+  std::string why_text() {
+    absl::MutexLock l(&mu);
+    return std::string(why.message());
+  }
+  int frames = 0;
+  absl::Mutex mu;
+  absl::Status why;
+
+ private:
+  std::string buf_;
+};
+
+// The wire header as the transport writes it (tcp_transport.cc).
+struct RawHeader {
+  uint32_t magic = 0x464d4348;
+  uint32_t piece;
+  uint64_t payload_len;
+  uint64_t piece_len;
+  FrameMeta meta;
+};
+
+// Frames in pieces that do not add up, or too many of them at once, end
+// the connection as malformed instead of growing the receiver's state or
+// writing past a frame's end.
+TEST(TcpTransportTest, BadPiecesEndTheConnection) {
+  struct Case {
+    const char* name;
+    std::vector<RawHeader> headers;
+    const char* says;
+  };
+  const uint64_t big = TcpTransport::kPieceBytes + 1;
+  std::vector<RawHeader> many;
+  for (uint32_t id = 1; id <= 65; ++id) many.push_back({0x464d4348, id, big, 1, {}});
+  const std::vector<Case> cases = {
+      {"a piece past the end", {{0x464d4348, 5, big, 1, {}}, {0x464d4348, 5, big, big, {}}},
+       "past its frame's end"},
+      {"whole frame, lengths differ", {{0x464d4348, 0, 10, 4, {}}}, "lengths differ"},
+      {"a small frame in pieces", {{0x464d4348, 9, 100, 10, {}}}, "bad size"},
+      {"too many at once", many, "too many frames in pieces"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Lost sink;
+    TcpTransport t(0, 2, &sink);
+    auto [a, b] = TcpPair();
+    ASSERT_TRUE(t.AddConnection(1, std::move(a)).ok());
+    for (const RawHeader& h : c.headers) {
+      std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+      frame.append(h.piece_len <= 4096 ? h.piece_len : 0, 'p');
+      ASSERT_EQ(static_cast<ssize_t>(frame.size()), write(b.get(), frame.data(), frame.size()));
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (sink.why_text().empty() && absl::Now() < deadline) t.Poll(absl::Milliseconds(10));
+    EXPECT_NE(std::string::npos, sink.why_text().find(c.says)) << sink.why_text();
+    EXPECT_EQ(0, sink.frames);
+  }
 }
 
 class TcpWaitTest : public testing::TestWithParam<int> {};
