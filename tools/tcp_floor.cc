@@ -22,6 +22,20 @@
 // lasts until the slowest is done; prints the best and the median run's time
 // per allreduce. The first allreduce is checked.
 //
+// With -u BYTES (2 processes), the floor under priorities over TCP instead:
+// the -k allreduce runs on one connection in a thread of each process while
+// an exchange of BYTES (what a 2-rank allreduce of them sends) goes over a
+// second connection, started a quarter of the bulk's time in (the bulk is
+// timed alone first). Two connections are the most any TCP design can give
+// urgent bytes: nothing of the bulk is queued ahead of them in a socket.
+// What is left is the CPUs, busy copying the bulk through the kernel and
+// reducing it. The processes are left unbound (as `hcomm_run` leaves 2
+// ranks on 2 CPUs). Prints the best and the median of the urgent
+// exchange's time, and the bulk's, alone and with it; set beside `hcomm_bench
+// priority` on the same sizes (HCOMM_TRANSPORTS=tcp).
+//
+//   tcp_floor -u 8 -k 262144 -r 9  # 8 bytes while 256 MiB are in flight
+//
 // Exit status: 0; 1 when a process fails (a socket error, a wrong sum) or
 // the whole takes over 300 s; 2 on bad arguments.
 #include <arpa/inet.h>
@@ -34,14 +48,17 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "algorithms/kernels/reduce.h"
@@ -61,6 +78,9 @@ struct Shared {
   std::atomic<int> arrived;
   std::atomic<int> failed;
   double ns[kMaxProcs][kMaxRuns];
+  // -u only: the bulk's time with the urgent exchange, and alone.
+  double bulk_ns[kMaxProcs][kMaxRuns];
+  double alone_ns[kMaxProcs];
 };
 
 void Barrier(Shared* s, int procs, int k) {
@@ -71,7 +91,7 @@ void Barrier(Shared* s, int procs, int k) {
 int Usage(const char* why) {
   std::fprintf(stderr,
                "tcp_floor: %s\nusage: tcp_floor [-n PROCS 2-%d, a power of two] "
-               "[-k KIB 1-1048576] [-r RUNS 1-%d] [-i ITERS 1-100000]\n",
+               "[-k KIB 1-1048576] [-r RUNS 1-%d] [-i ITERS 1-100000] [-u BYTES 1-65536]\n",
                why, kMaxProcs, kMaxRuns);
   return 2;
 }
@@ -156,6 +176,99 @@ bool AllReduce(float* v, float* tmp, size_t count, int me, int procs,
   return true;
 }
 
+// One connection per partner me ^ mask (the lower rank listens), filed by
+// the mask's bit. False when one fails.
+bool Connect(const std::vector<sockaddr_in>& addrs, const std::vector<int>& listeners, int me,
+             int procs, std::vector<int>* fds) {
+  std::vector<int>& fd_of_mask_bit = *fds;
+  fd_of_mask_bit.clear();
+  int to_accept = 0;
+  for (int mask = procs / 2; mask >= 1; mask /= 2) {
+    const int peer = me ^ mask;
+    int fd = -1;  // a higher partner's: accepted below, once every connect has gone out
+    if (peer < me) {
+      fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int id = me;
+      if (fd < 0 ||
+          connect(fd, reinterpret_cast<const sockaddr*>(&addrs[peer]), sizeof addrs[peer]) != 0 ||
+          write(fd, &id, sizeof id) != sizeof id) {
+        return Fail("connect", me);
+      }
+    } else {
+      ++to_accept;
+    }
+    fd_of_mask_bit.push_back(fd);
+  }
+  for (int i = 0; i < to_accept; ++i) {
+    const int c = accept4(listeners[me], nullptr, nullptr, SOCK_CLOEXEC);
+    int id = -1;
+    if (c < 0 || read(c, &id, sizeof id) != sizeof id) return Fail("accept", me);
+    // Partners connect in any order: file each by its rank.
+    for (int mask = procs / 2, b = 0; mask >= 1; mask /= 2, ++b) {
+      if ((me ^ mask) == id) fd_of_mask_bit[b] = c;
+    }
+  }
+  for (int fd : fd_of_mask_bit) {
+    if (fd < 0) {
+      std::fprintf(stderr, "tcp_floor: process %d: a partner did not connect\n", me);
+      return false;
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return true;
+}
+
+void SleepUntilNs(int64_t t) {
+  const int64_t left = t - hcomm::MonoNs();
+  if (left <= 0) return;
+  timespec ts = {static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+// -u: an exchange of `small` bytes on one connection while the allreduce
+// of `count` floats runs on another, in a thread of its own (2 processes).
+int UrgentChild(Shared* s, const std::vector<sockaddr_in>& addrs,
+                const std::vector<int>& listeners, int me, size_t count, size_t small, int runs) {
+  std::vector<int> bulk_fd, urgent_fd;
+  if (!Connect(addrs, listeners, me, 2, &bulk_fd) || !Connect(addrs, listeners, me, 2, &urgent_fd)) {
+    return 1;
+  }
+  std::vector<float> v(count, static_cast<float>(me + 1)), tmp(count / 2);
+  std::vector<char> out(small, static_cast<char>(me + 1)), in(small);
+  int k = 0;
+  for (int warm = 0; warm < 2; ++warm) {  // the first also touches the memory
+    Barrier(s, 2, ++k);
+    const int64_t t0 = hcomm::MonoNs();
+    if (!AllReduce(v.data(), tmp.data(), count, me, 2, bulk_fd)) return 1;
+    s->alone_ns[me] = static_cast<double>(hcomm::MonoNs() - t0);
+  }
+  Barrier(s, 2, ++k);
+  const int64_t delay = static_cast<int64_t>(std::max(s->alone_ns[0], s->alone_ns[1]) / 4);
+  for (int run = 0; run < runs; ++run) {
+    Barrier(s, 2, ++k);
+    const int64_t t0 = hcomm::MonoNs();
+    bool bulk_ok = false;
+    int64_t bulk_end = 0;
+    std::thread bulk([&] {
+      bulk_ok = AllReduce(v.data(), tmp.data(), count, me, 2, bulk_fd);
+      bulk_end = hcomm::MonoNs();
+    });
+    SleepUntilNs(t0 + delay);
+    const int64_t t1 = hcomm::MonoNs();
+    const bool urgent_ok = Exchange(urgent_fd[0], out.data(), in.data(), small, me);
+    s->ns[me][run] = static_cast<double>(hcomm::MonoNs() - t1);
+    bulk.join();
+    if (!urgent_ok || !bulk_ok) return 1;
+    s->bulk_ns[me][run] = static_cast<double>(bulk_end - t0);
+    if (in[0] != static_cast<char>(2 - me) || in[small - 1] != static_cast<char>(2 - me)) {
+      std::fprintf(stderr, "tcp_floor: process %d: the urgent bytes came wrong\n", me);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int Child(Shared* s, const std::vector<sockaddr_in>& addrs, const std::vector<int>& listeners,
           int me, int procs, size_t count, int runs, int iters, int cpu) {
   if (cpu >= 0) {
@@ -167,46 +280,8 @@ int Child(Shared* s, const std::vector<sockaddr_in>& addrs, const std::vector<in
       return 1;
     }
   }
-  // One connection per partner me ^ mask: the lower rank listens.
   std::vector<int> fd_of_mask_bit;
-  int to_accept = 0;
-  for (int mask = procs / 2; mask >= 1; mask /= 2) {
-    const int peer = me ^ mask;
-    int fd = -1;  // a higher partner's: accepted below, once every connect has gone out
-    if (peer < me) {
-      fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      const int id = me;
-      if (fd < 0 ||
-          connect(fd, reinterpret_cast<const sockaddr*>(&addrs[peer]), sizeof addrs[peer]) != 0 ||
-          write(fd, &id, sizeof id) != sizeof id) {
-        Fail("connect", me);
-        return 1;
-      }
-    } else {
-      ++to_accept;
-    }
-    fd_of_mask_bit.push_back(fd);
-  }
-  for (int i = 0; i < to_accept; ++i) {
-    const int c = accept4(listeners[me], nullptr, nullptr, SOCK_CLOEXEC);
-    int id = -1;
-    if (c < 0 || read(c, &id, sizeof id) != sizeof id) {
-      Fail("accept", me);
-      return 1;
-    }
-    // Partners connect in any order: file each by its rank.
-    for (int mask = procs / 2, b = 0; mask >= 1; mask /= 2, ++b) {
-      if ((me ^ mask) == id) fd_of_mask_bit[b] = c;
-    }
-  }
-  for (int fd : fd_of_mask_bit) {
-    if (fd < 0) {
-      std::fprintf(stderr, "tcp_floor: process %d: a partner did not connect\n", me);
-      return 1;
-    }
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
+  if (!Connect(addrs, listeners, me, procs, &fd_of_mask_bit)) return 1;
   std::vector<float> v(count), tmp(count / 2);
   for (float& x : v) x = static_cast<float>(me + 1);
   if (!AllReduce(v.data(), tmp.data(), count, me, procs, fd_of_mask_bit)) return 1;
@@ -232,7 +307,7 @@ int Child(Shared* s, const std::vector<sockaddr_in>& addrs, const std::vector<in
 }  // namespace
 
 int main(int argc, char** argv) {
-  int procs = 4, kib = 1024, runs = 5, iters = 50;
+  int procs = 4, kib = 1024, runs = 5, iters = 50, urgent = 0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) return Usage("an option without its value");
     const char* v = argv[i + 1];
@@ -246,9 +321,17 @@ int main(int argc, char** argv) {
       if (!ParseInt(v, 1, kMaxRuns, &runs)) return Usage("bad -r");
     } else if (std::strcmp(argv[i], "-i") == 0) {
       if (!ParseInt(v, 1, 100000, &iters)) return Usage("bad -i");
+    } else if (std::strcmp(argv[i], "-u") == 0) {
+      if (!ParseInt(v, 1, 65536, &urgent)) return Usage("bad -u");
     } else {
       return Usage("unknown option");
     }
+  }
+  if (urgent > 0 && procs != 2) {
+    bool set = false;  // -u takes 2 processes; said when another -n was given
+    for (int i = 1; i < argc; i += 2) set |= std::strcmp(argv[i], "-n") == 0;
+    if (set) return Usage("-u runs 2 processes (-n 2)");
+    procs = 2;
   }
   const size_t count = static_cast<size_t>(kib) * 1024 / sizeof(float);
 
@@ -281,9 +364,27 @@ int main(int argc, char** argv) {
   // A failed process leaves its partners waiting at the barrier (or on
   // sockets that close as it exits): RunProcesses stops them all.
   const bool ok = hcomm::floor_tools::RunProcesses(procs, kTimeLimitS, "tcp_floor", [&](int r) {
+    if (urgent > 0) return UrgentChild(s, addrs, listeners, r, count, urgent, runs);
     return Child(s, addrs, listeners, r, procs, count, runs, iters, bound ? cpus[r] : -1);
   });
   if (!ok) return 1;
+  if (urgent > 0) {
+    std::vector<double> small(runs), bulk(runs);
+    for (int r = 0; r < runs; ++r) {
+      small[r] = std::max(s->ns[0][r], s->ns[1][r]);
+      bulk[r] = std::max(s->bulk_ns[0][r], s->bulk_ns[1][r]);
+    }
+    std::sort(small.begin(), small.end());
+    std::sort(bulk.begin(), bulk.end());
+    std::printf("tcp_floor: 2 processes, a %d-byte exchange on one loopback TCP connection while "
+                "a %d KiB float32 sum runs on another, unbound\n",
+                urgent, kib);
+    std::printf("urgent_best_us %.1f urgent_median_us %.1f bulk_alone_us %.1f bulk_median_us "
+                "%.1f\n",
+                small.front() / 1e3, small[runs / 2] / 1e3,
+                std::max(s->alone_ns[0], s->alone_ns[1]) / 1e3, bulk[runs / 2] / 1e3);
+    return 0;
+  }
 
   std::vector<double> slowest(runs, 0.0);
   for (int r = 0; r < runs; ++r) {

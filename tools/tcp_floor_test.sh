@@ -39,8 +39,29 @@ check 2 64
 check 4 1
 check 8 16  # rounds with three partners each, more processes than CPUs here
 
+# -u: an urgent exchange beside a bulk allreduce, on two processes.
+out=$("$FLOOR" -u 8 -k 1024 -r 3)
+rc=$?
+if [ $rc -ne 0 ]; then
+  fail "-u 8: exit $rc"
+else
+  want="tcp_floor: 2 processes, a 8-byte exchange on one loopback TCP connection while a 1024 KiB"
+  want+=" float32 sum runs on another, unbound"
+  [ "$(sed -n 1p <<<"$out")" = "$want" ] || fail "-u 8: first line '$(sed -n 1p <<<"$out")'"
+  line=$(sed -n 2p <<<"$out")
+  num='([0-9]+\.[0-9])'
+  if [[ "$line" =~ ^urgent_best_us\ $num\ urgent_median_us\ $num\ bulk_alone_us\ $num\ bulk_median_us\ $num$ ]]; then
+    awk -v b="${BASH_REMATCH[1]}" -v m="${BASH_REMATCH[2]}" -v a="${BASH_REMATCH[3]}" \
+      'BEGIN { exit !(b <= m && b > 1 && m < 1000000 && a > 1) }' || fail "-u 8: '$line'"
+  else
+    fail "-u 8: second line '$line'"
+  fi
+  [ "$(wc -l <<<"$out")" -eq 2 ] || fail "-u 8: $(wc -l <<<"$out") lines"
+fi
+
 # Bad arguments: exit 2 with the reason.
-for args in "-n 1" "-n 3" "-n 6" "-n 128" "-k 0" "-k x" "-r 0" "-r 65" "-i 0" "-x 1" "-n"; do
+for args in "-n 1" "-n 3" "-n 6" "-n 128" "-k 0" "-k x" "-r 0" "-r 65" "-i 0" "-x 1" "-n" \
+  "-u 0" "-u 70000" "-u 8 -n 4"; do
   # shellcheck disable=SC2086
   err=$("$FLOOR" $args 2>&1 >/dev/null)
   rc=$?
