@@ -32,6 +32,9 @@ constexpr char kHostId[] = "host_id";
 constexpr char kPlugins[] = "plugins";
 constexpr char kFusionBytes[] = "fusion_bytes";
 constexpr char kChunkBytes[] = "chunk_bytes";
+constexpr char kProfile[] = "profile";
+constexpr char kProfileMaxEvents[] = "profile_max_events";
+constexpr char kProfileFile[] = "profile_file";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
@@ -187,6 +190,21 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
                               "'auto' or a number of bytes from 4096 to 2^30"));
       opts->chunk_bytes = v;
     }
+  } else if (key == kProfile) {
+    if (value == "1" || value == "true" || value == "on") {
+      opts->profile = true;
+    } else if (value == "0" || value == "false" || value == "off") {
+      opts->profile = false;
+    } else {
+      return BadValue(label, value, "1 (record) or 0 (do not)");
+    }
+  } else if (key == kProfileMaxEvents) {
+    HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 1, int64_t{1} << 28,
+                                               "a number of spans from 1 to 2^28"));
+    opts->profile_max_events = v;
+  } else if (key == kProfileFile) {
+    if (value.empty()) return BadValue(label, value, "a file's path");
+    opts->profile_file = std::string(value);
   } else if (key == kPlugins) {
     HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
     opts->plugins = std::move(v);
@@ -233,7 +251,7 @@ EnvLookup ProcessEnv() {
 const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
-      kPlugins, kFusionBytes, kChunkBytes};
+      kPlugins, kFusionBytes, kChunkBytes, kProfile, kProfileMaxEvents, kProfileFile};
   return *kKeys;
 }
 

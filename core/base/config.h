@@ -66,6 +66,11 @@ struct Options {
   // algorithms/cost_model.h); -1 ("auto"): the cost model's size for the
   // communicator's transport (ChunkBytes). Must be equal on every rank.
   int64_t chunk_bytes = -1;
+  // Profiling (core/profile): record every operation; at the world
+  // communicator's destroy rank 0 writes them all to profile_file.
+  bool profile = false;
+  int64_t profile_max_events = 131072;  // per rank; older spans give way
+  std::string profile_file = "hcomm_profile.json";
   // Where each value came from, for messages: "config", "default", or
   // "env VAR" (e.g. sources["rank"] == "env RANK"; for a store_addr built
   // from MASTER_ADDR and MASTER_PORT, "env MASTER_ADDR:MASTER_PORT").

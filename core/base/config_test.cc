@@ -40,7 +40,8 @@ void ExpectInvalid(const absl::Status& s, const std::vector<std::string>& parts)
 TEST(ConfigTest, KeysInApiOrder) {
   EXPECT_THAT(Config::Keys(), ElementsAre("rank", "world_size", "store_addr", "job_token",
                                           "timeout_ms", "transports", "algo", "host_id",
-                                          "plugins", "fusion_bytes", "chunk_bytes"));
+                                          "plugins", "fusion_bytes", "chunk_bytes", "profile",
+                                          "profile_max_events", "profile_file"));
 }
 
 TEST(ConfigTest, FusionBytes) {
@@ -65,6 +66,28 @@ TEST(ConfigTest, ChunkBytes) {
   ExpectInvalid(ParseOption("chunk_bytes", "2147483648", &o), {"chunk_bytes='2147483648'"});
 }
 
+TEST(ConfigTest, Profile) {
+  Options o;
+  EXPECT_FALSE(o.profile);
+  EXPECT_EQ(o.profile_max_events, 131072);
+  EXPECT_EQ(o.profile_file, "hcomm_profile.json");
+  ASSERT_TRUE(ParseOption("profile", "1", &o).ok());
+  EXPECT_TRUE(o.profile);
+  ASSERT_TRUE(ParseOption("profile", "0", &o).ok());
+  EXPECT_FALSE(o.profile);
+  ExpectInvalid(ParseOption("profile", "yes please", &o), {"profile='yes please'", "1 (record)"});
+  ExpectInvalid(ParseOption("profile_max_events", "0", &o), {"profile_max_events='0'"});
+  ExpectInvalid(ParseOption("profile_file", "", &o), {"profile_file=''"});
+  absl::StatusOr<Options> env = Config().Resolve(FakeEnv({{"HCOMM_RANK", "0"},
+                                                          {"HCOMM_WORLD_SIZE", "1"},
+                                                          {"HCOMM_PROFILE", "1"},
+                                                          {"HCOMM_PROFILE_FILE", "x.json"}}));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->profile);
+  EXPECT_EQ(env->profile_file, "x.json");
+  EXPECT_EQ(env->sources["profile"], "env HCOMM_PROFILE");
+}
+
 TEST(ConfigTest, EveryKeySetAndRead) {
   Config cfg;
   ASSERT_TRUE(cfg.Set("rank", "2").ok());
@@ -78,6 +101,9 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   ASSERT_TRUE(cfg.Set("plugins", "/opt/hcomm/lib/hcomm/plugins/libhcomm_uds.so:rel/b.so").ok());
   ASSERT_TRUE(cfg.Set("fusion_bytes", "4096").ok());
   ASSERT_TRUE(cfg.Set("chunk_bytes", "1048576").ok());
+  ASSERT_TRUE(cfg.Set("profile", "1").ok());
+  ASSERT_TRUE(cfg.Set("profile_max_events", "1000").ok());
+  ASSERT_TRUE(cfg.Set("profile_file", "/tmp/p.json").ok());
   absl::StatusOr<Options> o = cfg.Resolve(FakeEnv({}));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
@@ -91,6 +117,9 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   EXPECT_THAT(o->plugins, ElementsAre("/opt/hcomm/lib/hcomm/plugins/libhcomm_uds.so", "rel/b.so"));
   EXPECT_EQ(o->fusion_bytes, 4096);
   EXPECT_EQ(o->chunk_bytes, 1048576);
+  EXPECT_TRUE(o->profile);
+  EXPECT_EQ(o->profile_max_events, 1000);
+  EXPECT_EQ(o->profile_file, "/tmp/p.json");
   for (const std::string& k : Config::Keys()) EXPECT_EQ(o->sources[k], "config") << k;
 }
 

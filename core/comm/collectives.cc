@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "algorithms/table.h"
+#include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
 
 namespace hcomm {
@@ -67,6 +68,15 @@ uint64_t Communicator::TakeTicket() {
 }
 
 absl::Status Communicator::RunCollective(const CollectiveCall& call) {
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
+    const int64_t start = MonoNs();
+    const uint64_t ticket = TakeTicket();
+    WaitTurn(ticket);
+    Algorithm algo = Algorithm::kAuto;
+    absl::Status s = RunServing(ticket, call, &algo);
+    RecordCollective(call, ticket, start, algo, s);
+    return s;
+  }
   const uint64_t ticket = TakeTicket();
   WaitTurn(ticket);
   return RunServing(ticket, call);
@@ -114,7 +124,8 @@ const Choice& Communicator::ChooseCached(CollectiveOp op, size_t bytes, Algorith
   return c.choice;
 }
 
-absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& call) {
+absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& call,
+                                      Algorithm* chosen) {
   absl::Status usable = engine_->Usable();
   if (!usable.ok()) {
     FinishTurn();
@@ -135,6 +146,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
   const Choice& choice = ChooseCached(call.op, bytes * widen, forced_algo_.load());
   const AlgorithmEntry* entry = choice.entry;
   const bool in_segment = choice.algo == Algorithm::kSegment;
+  if (chosen != nullptr) *chosen = choice.algo;
   // Described only if something goes wrong: a collective's hot path
   // formats nothing.
   CallInfo info{call.op, ticket, call.count, call.dtype, call.reduce, call.root, choice.algo,
@@ -301,8 +313,11 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
   }
   ++iallreduces_pending_;
   work_.push_back([this, r, ticket, call] {
+    const int64_t start = MonoNs();
     WaitTurn(ticket);
-    absl::Status s = RunServing(ticket, call);
+    Algorithm algo = Algorithm::kAuto;
+    absl::Status s = RunServing(ticket, call, &algo);
+    if (profile_ != nullptr) RecordCollective(call, ticket, start, algo, s);
     r->out_bytes = r->bytes;
     {
       absl::MutexLock l(&work_mu_);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/spin.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -112,11 +113,27 @@ absl::Status CommScheduler::Run() {
     HCOMM_ASSIGN_OR_RETURN(streams_[priority], CommStream::Create(*comm_, priority));
   }
   return graph_.Run(*order, [this](int t) {
-    CommStream& s = *streams_.at(graph_.task(t).priority);
+    const int priority = graph_.task(t).priority;
+    CommStream& s = *streams_.at(priority);
+    const int64_t start = MonoNs();
     absl::Status status = fns_[t](s);
     // What the task queued runs out either way, and leaves no error behind.
     absl::Status ran = s.Synchronize();
-    return status.ok() ? ran : status;
+    if (status.ok()) status = ran;
+    if (Recorder* rec = comm_->profiler(); rec != nullptr) {
+      // Tasks of one priority run one at a time: a track per priority.
+      Span sp;
+      sp.start_ns = start;
+      sp.end_ns = MonoNs();
+      sp.name = "task";
+      sp.cat = SpanCat::kTask;
+      sp.task = rec->InternName(graph_.task(t).id);
+      sp.priority = priority;
+      sp.track = rec->NamedTrack(absl::StrCat("tasks (priority ", priority, ")"));
+      if (!status.ok()) sp.status = ErrorCodeName(CodeOf(status));
+      rec->Record(sp);
+    }
+    return status;
   });
 }
 

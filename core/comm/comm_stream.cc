@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<CommStream>> CommStream::Create(Communicator& com
     return Annotate(agreed, absl::StrCat("stream_create (stream ", index, " of rank ",
                                          comm.rank(), "), agreeing on fusion_bytes"));
   }
+  (*own)->ProfileAsStream(index, priority);  // from here on, the stream's own operations
   Stream::Options o;
   o.name = absl::StrCat("stream ", index, " of rank ", comm.rank());
   o.priority = priority;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/base/shm_file.h"
+#include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
 
 namespace hcomm {
@@ -58,6 +59,10 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       fingerprints_(getenv("HCOMM_FINGERPRINTS") == nullptr ||
                     strcmp(getenv("HCOMM_FINGERPRINTS"), "0") != 0) {
   engine_->JoinCommunicator();
+  if (opts.profile && first_ctx == 0) {  // the world's; groups share it (MakeChild)
+    profile_ = std::make_shared<Recorder>(static_cast<size_t>(opts.profile_max_events));
+    profile_file_ = opts.profile_file;
+  }
   activity_ = engine_->ActivityFor(coll_ctx_);
   if (size_ > 1) engine_->WatchMembers(coll_ctx_, group_to_world_);
   auto w2g = std::make_shared<std::vector<int>>(engine_->size(), -1);
@@ -123,6 +128,13 @@ absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size,
                                 int tag) {
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
+    const int64_t start = MonoNs();
+    absl::Status s = engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag,
+                                   timeout(), &report);
+    RecordP2p("send", start, bytes, elem_size, peer, tag, s);
+    return s;
+  }
   return engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
                        &report);
 }
@@ -131,6 +143,13 @@ absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int p
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
+    const int64_t start = MonoNs();
+    absl::Status s =
+        engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
+    RecordP2p("recv", start, bytes, elem_size, peer, tag, s);
+    return s;
+  }
   return engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
 }
 
@@ -261,6 +280,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   o.fusion_bytes = fusion_bytes_.load();
   std::unique_ptr<Communicator> child(
       new Communicator(engine_, std::move(members_world), ctx, o));
+  child->profile_ = profile_;
   HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());
   HCOMM_RETURN_IF_ERROR(child->SetUpRingOrder());
   return child;
@@ -366,6 +386,14 @@ absl::Status Communicator::Destroy() {
                              "iallreduce on it was pending")));
   }
   if (worker_.joinable()) worker_.join();
+  if (profile_ != nullptr && p2p_ctx_ == 0) {
+    // Not this communicator's failure: said, and the destroy goes on.
+    absl::Status written = WriteProfile();
+    if (!written.ok()) {
+      fprintf(stderr, "hcomm WARN: rank %d: the profile was not written whole: %s\n", rank_,
+              std::string(written.message()).c_str());
+    }
+  }
   shm_coll_.reset();
   absl::Status s;
   // The connections are shared by the world and every group made from it:

@@ -42,6 +42,7 @@
 #include "algorithms/table.h"
 #include "core/base/config.h"
 #include "core/comm/request_driver.h"
+#include "core/profile/recorder.h"
 #include "core/p2p/engine.h"
 #include "core/base/fence.h"
 #include "core/p2p/request.h"
@@ -147,6 +148,13 @@ class Communicator {
   // two contexts (Engine::CloseContexts), so that groups outlive the world.
   absl::Status Destroy();
 
+  // Profiling (core/profile; API.md, "Profiling"): null when off. One
+  // recorder for the world and every communicator made from it.
+  Recorder* profiler() const { return profile_.get(); }
+  // This communicator carries stream `index`'s operations
+  // (core/comm/comm_stream.h): its spans go on that stream's track.
+  void ProfileAsStream(int index, int priority);
+
  private:
   class CollectivePeers;
   struct CallInfo;
@@ -185,13 +193,23 @@ class Communicator {
   void FinishTurn();
   // Runs collective `ticket`, whose turn it is, with the algorithm the
   // selector picks from the table, and serves the next.
-  absl::Status RunServing(uint64_t ticket, const CollectiveCall& call);
+  // `chosen` (if not null) gets the algorithm it ran.
+  absl::Status RunServing(uint64_t ticket, const CollectiveCall& call,
+                          Algorithm* chosen = nullptr);
   // The algorithm for a call: the selector's choice, remembered for the
   // last (op, bytes, forced, segment) asked (only the serving collective
   // calls it).
   const Choice& ChooseCached(CollectiveOp op, size_t bytes, Algorithm forced);
   // HCOMM_DEBUG=INFO: the choice and its costs, on stderr.
   void DebugChoice(const CollectiveCall& call, size_t bytes, const Choice& choice);
+  // Profiling (profiling.cc): a span for collective `ticket` begun at
+  // `start_ns`; a point-to-point call's; and, at the world's destroy, the
+  // clocks' offsets and every rank's spans gathered into rank 0's file.
+  void RecordCollective(const CollectiveCall& call, uint64_t ticket, int64_t start_ns,
+                        Algorithm algo, const absl::Status& s);
+  void RecordP2p(const char* name, int64_t start_ns, size_t bytes, size_t elem_size, int peer,
+                 int tag, const absl::Status& s);
+  absl::Status WriteProfile();
   // INVALID_ARGUMENT for a root out of range, the call rejected as a
   // collective (RejectCollective).
   absl::Status CheckRoot(CollectiveOp op, int root);
@@ -263,6 +281,12 @@ class Communicator {
   int iallreduces_pending_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::thread worker_;
   bool destroyed_ = false;
+
+  std::shared_ptr<Recorder> profile_;  // null: profiling is off
+  std::string profile_file_;           // the world's: where rank 0 writes
+  int profile_stream_ = -1;            // ProfileAsStream's
+  int profile_priority_ = 0;
+  int profile_track_ = 0;
 };
 
 }  // namespace hcomm
