@@ -46,6 +46,7 @@ HCOMM_TRANSPORTS="$TR" HCOMM_TIMEOUT_MS=600000 timeout -k 5 900 "$BIN/hcomm_run"
   >"$DIR/bench" 2>&1 || { echo "count_instructions: the benchmark failed:" >&2;
                           tail -5 "$DIR/bench" >&2; exit 1; }
 callgrind_annotate --inclusive=yes "$DIR/out" >"$DIR/inclusive" 2>/dev/null
+[ -n "${KEEP:-}" ] && cp "$DIR/inclusive" "$KEEP" && cp "$DIR/out" "$KEEP.out"
 python3 - "$DIR/inclusive" "$FN" "$N" <<'PY'
 import re, sys
 path, fn, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

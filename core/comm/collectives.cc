@@ -69,7 +69,7 @@ uint64_t Communicator::TakeTicket() {
 
 absl::Status Communicator::RunCollective(const CollectiveCall& call) {
   if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
-    const int64_t start = MonoNs();
+    const int64_t start = Recorder::Now();
     const uint64_t ticket = TakeTicket();
     WaitTurn(ticket);
     Algorithm algo = Algorithm::kAuto;
@@ -313,7 +313,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
   }
   ++iallreduces_pending_;
   work_.push_back([this, r, ticket, call] {
-    const int64_t start = MonoNs();
+    const int64_t start = profile_ != nullptr ? Recorder::Now() : 0;
     WaitTurn(ticket);
     Algorithm algo = Algorithm::kAuto;
     absl::Status s = RunServing(ticket, call, &algo);

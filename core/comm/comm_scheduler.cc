@@ -115,7 +115,7 @@ absl::Status CommScheduler::Run() {
   return graph_.Run(*order, [this](int t) {
     const int priority = graph_.task(t).priority;
     CommStream& s = *streams_.at(priority);
-    const int64_t start = MonoNs();
+    const int64_t start = Recorder::Now();
     absl::Status status = fns_[t](s);
     // What the task queued runs out either way, and leaves no error behind.
     absl::Status ran = s.Synchronize();
@@ -124,7 +124,7 @@ absl::Status CommScheduler::Run() {
       // Tasks of one priority run one at a time: a track per priority.
       Span sp;
       sp.start_ns = start;
-      sp.end_ns = MonoNs();
+      sp.end_ns = Recorder::Now();
       sp.name = "task";
       sp.cat = SpanCat::kTask;
       sp.task = rec->InternName(graph_.task(t).id);

@@ -129,7 +129,7 @@ absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size,
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
   if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
-    const int64_t start = MonoNs();
+    const int64_t start = Recorder::Now();
     absl::Status s = engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag,
                                    timeout(), &report);
     RecordP2p("send", start, bytes, elem_size, peer, tag, s);
@@ -144,7 +144,7 @@ absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int p
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
   if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
-    const int64_t start = MonoNs();
+    const int64_t start = Recorder::Now();
     absl::Status s =
         engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
     RecordP2p("recv", start, bytes, elem_size, peer, tag, s);

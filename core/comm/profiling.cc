@@ -62,7 +62,7 @@ void Communicator::RecordCollective(const CollectiveCall& call, uint64_t ticket,
                                     int64_t start_ns, Algorithm algo, const absl::Status& s) {
   Span sp;
   sp.start_ns = start_ns;
-  sp.end_ns = MonoNs();
+  sp.end_ns = Recorder::Now();
   sp.name = CollectiveOpName(call.op);
   sp.cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kCollective;
   if (call.op != CollectiveOp::kBarrier) {
@@ -78,7 +78,7 @@ void Communicator::RecordCollective(const CollectiveCall& call, uint64_t ticket,
   sp.comm = coll_ctx_;
   sp.stream = profile_stream_;
   sp.priority = profile_priority_;
-  sp.track = profile_stream_ >= 0 ? profile_track_ : profile_->ThreadTrack();
+  sp.track = profile_stream_ >= 0 ? profile_track_ : 0;  // 0: this thread's
   profile_->Record(sp);
 }
 
@@ -86,7 +86,7 @@ void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, s
                              int peer, int tag, const absl::Status& s) {
   Span sp;
   sp.start_ns = start_ns;
-  sp.end_ns = MonoNs();
+  sp.end_ns = Recorder::Now();
   sp.name = name;
   sp.cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kP2p;
   sp.bytes = bytes;
@@ -97,7 +97,7 @@ void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, s
   sp.comm = coll_ctx_;
   sp.stream = profile_stream_;
   sp.priority = profile_priority_;
-  sp.track = profile_stream_ >= 0 ? profile_track_ : profile_->ThreadTrack();
+  sp.track = profile_stream_ >= 0 ? profile_track_ : 0;  // 0: this thread's
   profile_->Record(sp);
 }
 

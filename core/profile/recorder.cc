@@ -1,18 +1,20 @@
 #include "core/profile/recorder.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/base/spin.h"
 
 namespace hcomm {
 namespace {
 
 // A thread's buffer grows by at most this many spans at a time, from the
-// budget, and by a sixteenth of the budget at most: one busy thread leaves
-// the others room.
+// budget.
 constexpr int64_t kChunkSpans = 4096;
 
 std::atomic<uint64_t> next_recorder_id{1};
@@ -24,6 +26,37 @@ struct LastBuffer {
   void* buffer = nullptr;
 };
 thread_local LastBuffer last;
+
+// The kernel keeps time with the time-stamp counter: it found the counter
+// steady and alike on every CPU.
+bool KernelUsesTsc() {
+  FILE* f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  if (f == nullptr) return false;
+  char name[32] = {0};
+  const bool read = fgets(name, sizeof name, f) != nullptr;
+  fclose(f);
+  return read && strncmp(name, "tsc", 3) == 0 && (name[3] == '\n' || name[3] == '\0');
+}
+
+}  // namespace
+
+namespace profile_internal {
+std::atomic<bool> use_tsc{false};
+}  // namespace profile_internal
+
+namespace {
+
+// Chooses the clock once, before any recorder reads it; then Now().
+int64_t StartClock() {
+  static const bool chosen = [] {
+#if defined(__x86_64__)
+    profile_internal::use_tsc.store(KernelUsesTsc(), std::memory_order_relaxed);
+#endif
+    return true;
+  }();
+  (void)chosen;
+  return Recorder::Now();
+}
 
 }  // namespace
 
@@ -37,19 +70,36 @@ const char* SpanCatName(SpanCat c) {
   return "collective";
 }
 
+// A thread's spans: blocks taken from the budget as it goes (never moved
+// once written), then, when the budget is gone, a ring over those blocks.
 struct Recorder::ThreadBuffer {
   std::thread::id thread;
   int track = 0;
-  std::vector<Span> spans;  // grows while the budget lasts, then a ring
+  std::vector<std::unique_ptr<Span[]>> blocks;
+  size_t size = 0;      // spans held
+  size_t capacity = 0;  // spans the blocks hold
   bool ring = false;
-  size_t oldest = 0;        // in a ring: the next one overwritten
+  size_t oldest = 0;    // in a ring: the next one overwritten
   uint64_t dropped = 0;
+
+  // Every block but the last holds 2^shift spans.
+  int shift = 0;
+  Span& At(size_t i) { return blocks[i >> shift][i & ((size_t{1} << shift) - 1)]; }
+  // Where the next span goes while the blocks fill: the last block.
+  Span& Next() { return At(size); }
+  void Clear() {
+    blocks.clear();
+    size = capacity = oldest = 0;
+    ring = false;
+    dropped = 0;
+  }
 };
 
 Recorder::Recorder(size_t max_spans)
     : max_spans_(max_spans),
       id_(next_recorder_id.fetch_add(1, std::memory_order_relaxed)),
       created_ns_(MonoNs()),
+      created_ticks_(StartClock()),
       budget_(static_cast<int64_t>(max_spans)) {}
 
 Recorder::~Recorder() = default;
@@ -67,36 +117,49 @@ Recorder::ThreadBuffer* Recorder::Mine() {
     found = buffers_.back().get();
     found->thread = me;
     found->track = static_cast<int>(buffers_.size());
+    // Blocks of a power of two spans, at most kChunkSpans and a sixteenth
+    // of the budget (one busy thread leaves the others room), at least 16.
+    while (found->shift < 30 && (int64_t{2} << found->shift) <= kChunkSpans &&
+           (int64_t{2} << found->shift) <= std::max<int64_t>(16, max_spans_ / 16)) {
+      ++found->shift;
+    }
     track_names_[found->track] = absl::StrCat("thread ", found->track);
   }
   last = {id_, found};
   return found;
 }
 
-void Recorder::Record(const Span& s) {
+void Recorder::Record(const Span& span) {
   ThreadBuffer* b = Mine();
-  if (!b->ring && b->spans.size() == b->spans.capacity()) {
+  if (!b->ring && b->size == b->capacity) {
     int64_t left = budget_.load(std::memory_order_relaxed);
     int64_t take = 0;
     while (left > 0) {
-      take = std::min({left, kChunkSpans, std::max<int64_t>(16, max_spans_ / 16)});
+      take = std::min(left, int64_t{1} << b->shift);
       if (budget_.compare_exchange_weak(left, left - take, std::memory_order_relaxed)) break;
       take = 0;
     }
     if (take > 0) {
-      b->spans.reserve(b->spans.capacity() + static_cast<size_t>(take));
+      // Made (and its pages touched) now, not span by span later.
+      b->blocks.push_back(std::make_unique<Span[]>(static_cast<size_t>(take)));
+      b->capacity += static_cast<size_t>(take);
     } else {
       b->ring = true;
     }
   }
+  Span* slot;
   if (!b->ring) {
-    b->spans.push_back(s);
-    return;
+    slot = &b->Next();
+    ++b->size;
+  } else {
+    ++b->dropped;
+    if (b->size == 0) return;  // nothing of its own to give up
+    // (Blocks fill in order, so the ring's places run over them in order.)
+    slot = &b->At(b->oldest);
+    b->oldest = (b->oldest + 1) % b->size;
   }
-  ++b->dropped;
-  if (b->spans.empty()) return;  // nothing of its own to give up
-  b->spans[b->oldest] = s;
-  b->oldest = (b->oldest + 1) % b->spans.size();
+  *slot = span;
+  if (slot->track == 0) slot->track = b->track;
 }
 
 int Recorder::ThreadTrack() { return Mine()->track; }
@@ -123,15 +186,27 @@ int Recorder::InternName(absl::string_view name) {
 
 Recorder::Contents Recorder::Take() {
   Contents out;
+  // The counter's rate against MonoNs(), over at least a millisecond.
+  if (MonoNs() - created_ns_ < 1'000'000) absl::SleepFor(absl::Milliseconds(1));
+  const int64_t ticks = Now(), ns = MonoNs();
+  const double ns_per_tick =
+      ticks > created_ticks_
+          ? static_cast<double>(ns - created_ns_) / static_cast<double>(ticks - created_ticks_)
+          : 1.0;
+  auto to_ns = [&](int64_t t) {
+    return created_ns_ + static_cast<int64_t>(static_cast<double>(t - created_ticks_) * ns_per_tick);
+  };
   absl::MutexLock l(&mu_);
   for (const auto& b : buffers_) {
     out.dropped += b->dropped;
-    const size_t n = b->spans.size();
-    for (size_t i = 0; i < n; ++i) out.spans.push_back(b->spans[(b->oldest + i) % n]);
-    std::vector<Span>().swap(b->spans);
-    b->ring = false;
-    b->oldest = 0;
-    b->dropped = 0;
+    const size_t n = b->size;
+    for (size_t i = 0; i < n; ++i) {
+      Span s = b->At((b->oldest + i) % n);
+      s.start_ns = to_ns(s.start_ns);
+      s.end_ns = to_ns(s.end_ns);
+      out.spans.push_back(s);
+    }
+    b->Clear();
   }
   budget_.store(static_cast<int64_t>(max_spans_), std::memory_order_relaxed);
   out.names = names_;

@@ -4,12 +4,11 @@
 //
 //   auto rec = std::make_shared<Recorder>(/*max_spans=*/131072);
 //   Span s;
-//   s.start_ns = MonoNs();
+//   s.start_ns = Recorder::Now();
 //   ... the operation ...
-//   s.end_ns = MonoNs();
+//   s.end_ns = Recorder::Now();
 //   s.name = "allreduce";
-//   s.track = rec->ThreadTrack();
-//   rec->Record(s);
+//   rec->Record(s);                         // on the calling thread's track
 //   Recorder::Contents all = rec->Take();   // at the end, oldest first
 //
 // Each thread writes into a buffer of its own (no lock on the way); the
@@ -37,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "core/base/spin.h"
 
 namespace hcomm {
 
@@ -45,8 +45,13 @@ enum class SpanCat : uint8_t { kCollective, kP2p, kStream, kTask };
 // "collective", "p2p", "stream", "task".
 const char* SpanCatName(SpanCat c);
 
+namespace profile_internal {
+// Whether Recorder::Now reads the CPU's time-stamp counter.
+extern std::atomic<bool> use_tsc;
+}  // namespace profile_internal
+
 struct Span {
-  int64_t start_ns = 0;  // MonoNs() of this process
+  int64_t start_ns = 0;  // Recorder::Now() while recording; MonoNs() once taken
   int64_t end_ns = 0;
   const char* name = "";          // "allreduce", "send", "task" ...
   const char* dtype = nullptr;    // nullptr: none
@@ -61,7 +66,7 @@ struct Span {
   int32_t tag = -1;
   int32_t root = -1;
   int32_t stream = -1;  // a stream's operation: the stream's number
-  int32_t track = 0;    // ThreadTrack or NamedTrack
+  int32_t track = 0;    // ThreadTrack or NamedTrack; 0: the recording thread's
   int32_t task = -1;    // a task: InternName of its id
   int32_t priority = 0; // a task's or a stream's priority
   SpanCat cat = SpanCat::kCollective;
@@ -74,10 +79,25 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
+  // The recording clock: the CPU's time-stamp counter where the kernel
+  // keeps time with it (its clocksource is "tsc": every CPU's counter then
+  // agrees and ticks at one rate), a few instructions; MonoNs() elsewhere.
+  // Take converts to MonoNs(), by the rate measured between the recorder's
+  // making and the Take.
+  static int64_t Now() {
+#if defined(__x86_64__)
+    if (profile_internal::use_tsc.load(std::memory_order_relaxed)) {
+      return static_cast<int64_t>(__builtin_ia32_rdtsc());
+    }
+#endif
+    return MonoNs();
+  }
+
   size_t max_spans() const { return max_spans_; }
   // MonoNs() when it was made: the start of the profile.
   int64_t created_ns() const { return created_ns_; }
 
+  // Keeps `s` (on the calling thread's track when s.track is 0).
   void Record(const Span& s);
 
   // The calling thread's track: 1, 2, ... in the order threads first ask
@@ -90,7 +110,8 @@ class Recorder {
   int InternName(absl::string_view name);
 
   struct Contents {
-    std::vector<Span> spans;                // oldest first within each thread
+    std::vector<Span> spans;                // oldest first within each thread; times
+                                            // in MonoNs()
     std::vector<std::string> names;         // InternName's, by index
     std::map<int, std::string> track_names; // every track any span uses
     uint64_t dropped = 0;
@@ -105,6 +126,7 @@ class Recorder {
   const size_t max_spans_;
   const uint64_t id_;  // tells recorders apart in the threads' caches
   const int64_t created_ns_;
+  const int64_t created_ticks_;  // Now() at created_ns_
   // Spans the buffers may still take; a buffer that finds none wraps.
   std::atomic<int64_t> budget_;
   absl::Mutex mu_;

@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "core/base/spin.h"
 #include "core/profile/trace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -71,6 +73,25 @@ TEST(RecorderTest, ThreadsShareTheBound) {
   EXPECT_EQ(c.spans.size() + c.dropped, 20000u);
 }
 
+// Times come back from Take on MonoNs(), whatever the recording clock.
+TEST(RecorderTest, TakeConvertsToMonoNs) {
+  Recorder r(10);
+  Span s;
+  const int64_t before = MonoNs();
+  s.start_ns = Recorder::Now();
+  absl::SleepFor(absl::Milliseconds(5));
+  s.end_ns = Recorder::Now();
+  const int64_t after = MonoNs();
+  r.Record(s);
+  Recorder::Contents c = r.Take();
+  ASSERT_EQ(c.spans.size(), 1u);
+  EXPECT_GE(c.spans[0].start_ns, before - 100'000);
+  EXPECT_LE(c.spans[0].end_ns, after + 100'000);
+  const int64_t dur = c.spans[0].end_ns - c.spans[0].start_ns;
+  EXPECT_GE(dur, 4'900'000);
+  EXPECT_LE(dur, after - before + 100'000);
+}
+
 TEST(RecorderTest, NamesAndNamedTracks) {
   Recorder r(10);
   EXPECT_EQ(r.NamedTrack("stream 0 (priority 10)"), 1001);
@@ -85,12 +106,14 @@ TEST(RecorderTest, NamesAndNamedTracks) {
 }
 
 TEST(TraceTest, AFileOfTwoRanksParses) {
-  Recorder r0(100), r1(100);
-  Span a = At(5000, 3, r0.ThreadTrack());
+  Recorder r1(100);
+  Recorder::Contents c0, c1;
+  Span a = At(5000, 3, 1);
   a.bytes = 1024;
   a.algo = "ring";
   a.dtype = "float32";
-  r0.Record(a);
+  c0.spans.push_back(a);
+  c0.track_names[1] = "thread 1";
   Span t;
   t.start_ns = 4000;
   t.end_ns = 9000;
@@ -99,13 +122,14 @@ TEST(TraceTest, AFileOfTwoRanksParses) {
   t.task = r1.InternName("grad \"sync\"");  // quotes must be escaped
   t.priority = 10;
   t.track = r1.NamedTrack("tasks (priority 10)");
-  r1.Record(t);
+  c1 = r1.Take();
+  c1.spans.push_back(t);
   TraceInfo info;
   info.nranks = 2;
   info.clock_error_us = {0, 1.5};
   info.dropped = {0, 0};
-  const std::string file = TraceBegin() + TraceEvents(r0.Take(), 0, 0, 1000) + ",\n" +
-                           TraceEvents(r1.Take(), 1, 250, 1000) + TraceEnd(info);
+  const std::string file = TraceBegin() + TraceEvents(c0, 0, 0, 1000) + ",\n" +
+                           TraceEvents(c1, 1, 250, 1000) + TraceEnd(info);
   nlohmann::json j = nlohmann::json::parse(file);
   std::vector<nlohmann::json> spans;
   for (const auto& e : j["traceEvents"]) {
