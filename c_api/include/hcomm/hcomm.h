@@ -138,7 +138,9 @@ HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
 /* Sets one key; an explicit set wins over the environment. Keys: rank,
  * world_size, store_addr, job_token, timeout_ms, transports, algo, host_id,
  * plugins (transport plugins to load at init: hcomm/hcomm_transport.h),
- * fusion_bytes ("auto" or bytes; see "Streams, priorities and fusion").
+ * fusion_bytes ("auto" or bytes; see "Streams, priorities and fusion"),
+ * chunk_bytes, profile ("1": record spans; rank 0 writes profile_file at
+ * the world communicator's destroy), profile_max_events, profile_file.
  * The value is validated now. Neither string is retained.
  * Errors: INVALID_ARGUMENT (NULL argument, unknown key, or a value that does
  * not parse; the message names the key).
