@@ -10,6 +10,7 @@
 #   DIR/lib/hcomm/plugins/libhcomm_uds.so  (the plugin example, examples/plugin)
 #   DIR/lib/pkgconfig/hcomm.pc
 #   DIR/bin/hcomm_run, DIR/bin/hcomm_bench
+#   DIR/bin/hcomm-visualize            (HTML report of a profile or bench JSON)
 #   DIR/python/hcomm/                  (the Python package: PYTHONPATH=DIR/python)
 #   DIR/java/hcomm.jar, DIR/lib/libhcomm_java.so (the Java binding)
 #   DIR/go/hcomm/                      (the Go package hcomm.local/hcomm, cgo)
@@ -29,8 +30,9 @@ usage() {
 usage: bazel run //tools:install -- --prefix=DIR
 
 Installs the hcomm C headers, libhcomm_c.so, hcomm.pc, the uds plugin,
-hcomm_run and hcomm_bench under DIR (include/, lib/, lib/pkgconfig/,
-lib/hcomm/plugins/, bin/), and the Python, Java and Go bindings.
+hcomm_run, hcomm_bench and hcomm-visualize under DIR (include/, lib/,
+lib/pkgconfig/, lib/hcomm/plugins/, bin/), and the Python, Java and Go
+bindings.
 
 options:
   --prefix=DIR, --prefix DIR   where to install (relative: to the directory
@@ -161,12 +163,16 @@ install_plugins() {
   put 755 "$(rlocation examples/plugin/libhcomm_uds.so)" "$prefix/lib/hcomm/plugins/libhcomm_uds.so"
 }
 
+# hcomm-visualize is the script itself (standard library only; its shebang
+# is #!/usr/bin/env python3), not Bazel's py_binary launcher.
 install_tools() {
-  local run bench
+  local run bench visualize
   run="$(rlocation tools/hcomm_run)"
   bench="$(rlocation tools/hcomm_bench)"
+  visualize="$(rlocation tools/hcomm_visualize.py)"
   put 755 "$run" "$prefix/bin/hcomm_run"
   put 755 "$bench" "$prefix/bin/hcomm_bench"
+  put 755 "$visualize" "$prefix/bin/hcomm-visualize"
 }
 
 # The Python package: bindings/python/hcomm/*.py and the SWIG extension
@@ -228,6 +234,8 @@ echo "done. Build C programs with:"
 echo "  PKG_CONFIG_PATH=$prefix/lib/pkgconfig cc app.c \$(pkg-config --cflags --libs hcomm)"
 echo "Load the uds transport plugin with:"
 echo "  HCOMM_PLUGINS=$prefix/lib/hcomm/plugins/libhcomm_uds.so HCOMM_TRANSPORTS=uds"
+echo "Make an HTML report of a profile (or of hcomm_bench --json output) with:"
+echo "  $prefix/bin/hcomm-visualize hcomm_profile.json"
 echo "Use the Python package with:"
 echo "  PYTHONPATH=$prefix/python python3 -c 'import hcomm'"
 echo "Use the Java binding with:"

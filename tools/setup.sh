@@ -11,6 +11,8 @@ PKGS=(
   swig python3-dev python3-numpy default-jdk-headless junit4 golang-go
   clang libclang-rt-14-dev
   nlohmann-json3-dev python3-torch
+  chromium libzstd-dev python3-jsonschema
+  libxxhash-dev
 )
 
 missing=()

@@ -2,8 +2,8 @@
 # Installs hcomm into a temporary prefix with tools/install.sh, then, using
 # only that tree (no Bazel): compiles the C99 acceptance programs (p2p and
 # collectives) with pkg-config, runs each as 4 ranks with the installed
-# hcomm_run, and runs the installed hcomm_bench (p2p and allreduce). Also
-# checks the library exports hcomm_* only.
+# hcomm_run, and runs the installed hcomm_bench (p2p and allreduce) and
+# hcomm-visualize on its JSON. Also checks the library exports hcomm_* only.
 set -uo pipefail
 source "$(dirname "$0")/../acceptance/testlib.sh"
 
@@ -22,7 +22,7 @@ prefix="$work/prefix"
 RUNFILES_DIR="${RUNFILES_DIR:-$TEST_SRCDIR}" "$install_sh" --prefix="$prefix" ||
   fail "install.sh failed"
 for f in include/hcomm/hcomm.h lib/libhcomm_c.so lib/pkgconfig/hcomm.pc bin/hcomm_run \
-         bin/hcomm_bench; do
+         bin/hcomm_bench bin/hcomm-visualize; do
   [[ -e "$prefix/$f" ]] || fail "missing $prefix/$f"
 done
 
@@ -70,4 +70,15 @@ timeout -k 5 120 "$prefix/bin/hcomm_run" -n 2 --timeout 60 -- "$prefix/bin/hcomm
   { cat "$out"; fail "installed hcomm_bench allreduce failed"; }
 cat "$out"
 grep -q '"op":"allreduce".*"wrong":0' "$out" || fail "hcomm_bench allreduce printed no clean JSON line"
+
+# hcomm-visualize: an executable that runs with the system's python3, and
+# draws the bench's own output (hcomm_run's "[rank 0] " prefixes included).
+[[ -x "$prefix/bin/hcomm-visualize" ]] || fail "bin/hcomm-visualize is not executable"
+(cd "$work" && env -i PATH=/usr/bin:/bin "$prefix/bin/hcomm-visualize" --help) \
+  >"$work/help.txt" 2>&1 || { cat "$work/help.txt"; fail "hcomm-visualize --help failed"; }
+grep -q '^usage: hcomm-visualize' "$work/help.txt" || fail "hcomm-visualize --help: no usage line"
+"$prefix/bin/hcomm-visualize" "$out" -o "$work/bench.html" ||
+  fail "hcomm-visualize failed on bench JSON"
+grep -q '<path class="series" data-series="allreduce [^"]*2 ranks"' "$work/bench.html" ||
+  fail "hcomm-visualize drew no allreduce series from hcomm_bench's JSON"
 echo "PASS: installed tree works without Bazel"

@@ -38,8 +38,19 @@ if [ ! -s hcomm_profile.json ]; then
 else
   python3 "$CHECK" hcomm_profile.json --ranks 4 --straggler 2 || fail "check_trace"
   if [ -n "$VIS" ]; then
-    "$VIS" hcomm_profile.json -o report.html || fail "hcomm-visualize exited $?"
-    [ -s report.html ] || fail "hcomm-visualize wrote no report"
+    # As a person types it: the page lands beside the file.
+    "$VIS" hcomm_profile.json || fail "hcomm-visualize exited $?"
+    if [ ! -s hcomm_profile.html ]; then
+      fail "hcomm-visualize wrote no hcomm_profile.html"
+    elif ! timeout 120 chromium --headless --no-sandbox --disable-gpu \
+        --user-data-dir="$work/chromium" --virtual-time-budget=5000 \
+        --dump-dom "file://$work/hcomm_profile.html" >dom.html 2>/dev/null; then
+      fail "chromium could not render the report"
+    else
+      grep -q 'data-js-errors="0"' dom.html || fail "the report's scripts failed"
+      grep -q 'data-rendered="1"' dom.html || fail "the report did not finish drawing"
+      grep -q 'data-last-rank="2"' dom.html || fail "the report names no rank 2 as a straggler"
+    fi
   fi
 fi
 
