@@ -10,7 +10,8 @@
 # tcp_frames (the TCP transport's frame parser), handshake (the job-token
 # handshake, both sides), config (Config::Set / ParseOption / Resolve),
 # fabric_frames (the point-to-point protocol, Engine::OnFrame/OnPayload,
-# behind a TCP connection whose peer passed the handshake).
+# behind a TCP connection whose peer passed the handshake), delta_frames
+# (the delta codec's decoder, algorithms/kernels/delta.h).
 #
 # Each target is compiled with -fsanitize=fuzzer,address,undefined together
 # with the library sources it exercises (system Abseil, protobuf and
@@ -29,7 +30,7 @@
 # libFuzzer runtime is missing (`bash tools/setup.sh` installs them).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TARGETS=(store_request tcp_frames handshake config fabric_frames)
+TARGETS=(store_request tcp_frames handshake config fabric_frames delta_frames)
 
 usage() {
   echo "usage: $0 {$(IFS='|'; echo "${TARGETS[*]}")|all} SECONDS | list" >&2
@@ -89,6 +90,7 @@ sources_of() {
                          transports/shm/shm_protocol.cc \
                          algorithms/kernels/shared_copy.cc core/base/shm_file.cc core/base/priority.cc \
                          fuzz/fabric_frames_fuzzer.cc" ;;
+    delta_frames)  echo "${COMMON[*]} algorithms/kernels/delta.cc fuzz/delta_frames_fuzzer.cc" ;;
   esac
 }
 max_len_of() {
@@ -103,7 +105,7 @@ CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-li
           -I"$ROOT" -I"$ROOT/c_api/include" -I"$GEN" -include "$ROOT/fuzz/clang_compat.h"
           -Wno-unused-command-line-argument)
 LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format absl_time \
-          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lpthread -ldl"
+          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lzstd -lxxhash -lpthread -ldl"
 
 # store.pb.{h,cc}, regenerated when store.proto changes.
 gen_proto() {
