@@ -60,45 +60,54 @@ void Communicator::ProfileAsStream(int index, int priority) {
 
 void Communicator::RecordCollective(const CollectiveCall& call, uint64_t ticket,
                                     int64_t start_ns, Algorithm algo, const absl::Status& s) {
-  Span sp;
-  sp.start_ns = start_ns;
-  sp.end_ns = Recorder::Now();
-  sp.name = CollectiveOpName(call.op);
-  sp.cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kCollective;
-  if (call.op != CollectiveOp::kBarrier) {
-    sp.count = call.count;
-    sp.bytes = call.count * DataTypeSize(call.dtype);
-    sp.dtype = DataTypeName(call.dtype);
-  }
-  if (Reduces(call.op)) sp.redop = ReduceOpName(call.reduce);
-  if (HasRoot(call.op)) sp.root = call.root;
-  if (algo != Algorithm::kAuto) sp.algo = AlgorithmName(algo);
-  if (!s.ok()) sp.status = ErrorCodeName(CodeOf(s));
-  sp.seq = static_cast<int64_t>(ticket);
-  sp.comm = coll_ctx_;
-  sp.stream = profile_stream_;
-  sp.priority = profile_priority_;
-  sp.track = profile_stream_ >= 0 ? profile_track_ : 0;  // 0: this thread's
-  profile_->Record(sp);
+  const int64_t end = Recorder::Now();
+  // Written in place, every field (the place may hold an older span).
+  Span* sp = profile_->Slot();
+  if (sp == nullptr) return;
+  const bool barrier = call.op == CollectiveOp::kBarrier;
+  sp->start_ns = start_ns;
+  sp->end_ns = end;
+  sp->name = CollectiveOpName(call.op);
+  sp->dtype = barrier ? nullptr : DataTypeName(call.dtype);
+  sp->redop = Reduces(call.op) ? ReduceOpName(call.reduce) : nullptr;
+  sp->algo = algo != Algorithm::kAuto ? AlgorithmName(algo) : nullptr;
+  sp->status = s.ok() ? nullptr : ErrorCodeName(CodeOf(s));
+  sp->count = barrier ? 0 : call.count;
+  sp->bytes = barrier ? 0 : call.count * DataTypeSize(call.dtype);
+  sp->seq = static_cast<int64_t>(ticket);
+  sp->comm = coll_ctx_;
+  sp->peer = -1;
+  sp->tag = -1;
+  sp->root = HasRoot(call.op) ? call.root : -1;
+  sp->stream = profile_stream_;
+  sp->task = -1;
+  sp->priority = profile_priority_;
+  sp->cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kCollective;
+  if (profile_stream_ >= 0) sp->track = profile_track_;
 }
 
 void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, size_t elem_size,
                              int peer, int tag, const absl::Status& s) {
-  Span sp;
-  sp.start_ns = start_ns;
-  sp.end_ns = Recorder::Now();
-  sp.name = name;
-  sp.cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kP2p;
-  sp.bytes = bytes;
-  sp.count = elem_size > 0 ? bytes / elem_size : bytes;
-  sp.peer = peer;
-  sp.tag = tag;
-  if (!s.ok()) sp.status = ErrorCodeName(CodeOf(s));
-  sp.comm = coll_ctx_;
-  sp.stream = profile_stream_;
-  sp.priority = profile_priority_;
-  sp.track = profile_stream_ >= 0 ? profile_track_ : 0;  // 0: this thread's
-  profile_->Record(sp);
+  const int64_t end = Recorder::Now();
+  Span* sp = profile_->Slot();
+  if (sp == nullptr) return;
+  sp->start_ns = start_ns;
+  sp->end_ns = end;
+  sp->name = name;
+  sp->dtype = sp->redop = sp->algo = nullptr;
+  sp->status = s.ok() ? nullptr : ErrorCodeName(CodeOf(s));
+  sp->bytes = bytes;
+  sp->count = elem_size > 0 ? bytes / elem_size : bytes;
+  sp->seq = -1;
+  sp->comm = coll_ctx_;
+  sp->peer = peer;
+  sp->tag = tag;
+  sp->root = -1;
+  sp->stream = profile_stream_;
+  sp->task = -1;
+  sp->priority = profile_priority_;
+  sp->cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kP2p;
+  if (profile_stream_ >= 0) sp->track = profile_track_;
 }
 
 // Rank 0 measures each rank's clock against its own (the ping-pong of

@@ -1,6 +1,9 @@
 #include "core/profile/recorder.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -19,13 +22,6 @@ constexpr int64_t kChunkSpans = 4096;
 
 std::atomic<uint64_t> next_recorder_id{1};
 
-// The buffer this thread used last, and whose: a thread records for one
-// recorder at a time nearly always (a rank's), so this is the fast path.
-struct LastBuffer {
-  uint64_t recorder = 0;
-  void* buffer = nullptr;
-};
-thread_local LastBuffer last;
 
 // The kernel keeps time with the time-stamp counter: it found the counter
 // steady and alike on every CPU.
@@ -42,7 +38,10 @@ bool KernelUsesTsc() {
 
 namespace profile_internal {
 std::atomic<bool> use_tsc{false};
+thread_local LastUsed last_used;
 }  // namespace profile_internal
+
+using profile_internal::last_used;
 
 namespace {
 
@@ -71,25 +70,29 @@ const char* SpanCatName(SpanCat c) {
 }
 
 // A thread's spans: blocks taken from the budget as it goes (never moved
-// once written), then, when the budget is gone, a ring over those blocks.
+// once written; the cursor runs through the last), then, when the budget is
+// gone, a ring over those blocks.
 struct Recorder::ThreadBuffer {
   std::thread::id thread;
   int track = 0;
-  std::vector<std::unique_ptr<Span[]>> blocks;
-  size_t size = 0;      // spans held
+  profile_internal::Cursor cursor;
+  std::vector<Span*> blocks;  // in the recorder's arena
   size_t capacity = 0;  // spans the blocks hold
   bool ring = false;
   size_t oldest = 0;    // in a ring: the next one overwritten
   uint64_t dropped = 0;
-
   // Every block but the last holds 2^shift spans.
   int shift = 0;
+
   Span& At(size_t i) { return blocks[i >> shift][i & ((size_t{1} << shift) - 1)]; }
-  // Where the next span goes while the blocks fill: the last block.
-  Span& Next() { return At(size); }
+  // Spans held: the blocks but what the cursor has not reached.
+  size_t Size() const {
+    return ring ? capacity : capacity - static_cast<size_t>(cursor.end - cursor.next);
+  }
   void Clear() {
     blocks.clear();
-    size = capacity = oldest = 0;
+    capacity = oldest = 0;
+    cursor.next = cursor.end = nullptr;
     ring = false;
     dropped = 0;
   }
@@ -100,12 +103,23 @@ Recorder::Recorder(size_t max_spans)
       id_(next_recorder_id.fetch_add(1, std::memory_order_relaxed)),
       created_ns_(MonoNs()),
       created_ticks_(StartClock()),
-      budget_(static_cast<int64_t>(max_spans)) {}
+      budget_(0) {
+  const size_t huge = size_t{2} << 20;
+  arena_bytes_ = (max_spans * sizeof(Span) + huge - 1) / huge * huge;
+  void* p = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return;
+  madvise(p, arena_bytes_, MADV_HUGEPAGE);
+  arena_ = static_cast<Span*>(p);
+  budget_.store(static_cast<int64_t>(max_spans), std::memory_order_relaxed);
+}
 
-Recorder::~Recorder() = default;
+Recorder::~Recorder() {
+  if (arena_ != nullptr) munmap(arena_, arena_bytes_);
+}
 
 Recorder::ThreadBuffer* Recorder::Mine() {
-  if (last.recorder == id_) return static_cast<ThreadBuffer*>(last.buffer);
+  if (last_used.recorder == id_) return static_cast<ThreadBuffer*>(last_used.buffer);
   const std::thread::id me = std::this_thread::get_id();
   absl::MutexLock l(&mu_);
   ThreadBuffer* found = nullptr;
@@ -117,6 +131,7 @@ Recorder::ThreadBuffer* Recorder::Mine() {
     found = buffers_.back().get();
     found->thread = me;
     found->track = static_cast<int>(buffers_.size());
+    found->cursor.track = found->track;
     // Blocks of a power of two spans, at most kChunkSpans and a sixteenth
     // of the budget (one busy thread leaves the others room), at least 16.
     while (found->shift < 30 && (int64_t{2} << found->shift) <= kChunkSpans &&
@@ -125,13 +140,21 @@ Recorder::ThreadBuffer* Recorder::Mine() {
     }
     track_names_[found->track] = absl::StrCat("thread ", found->track);
   }
-  last = {id_, found};
+  last_used = {id_, &found->cursor, found};
   return found;
 }
 
 void Recorder::Record(const Span& span) {
+  Span* slot = Slot();
+  if (slot == nullptr) return;
+  const int32_t track = slot->track;
+  *slot = span;
+  if (slot->track == 0) slot->track = track;
+}
+
+Span* Recorder::SlowSlot() {
   ThreadBuffer* b = Mine();
-  if (!b->ring && b->size == b->capacity) {
+  if (!b->ring && b->cursor.next == b->cursor.end) {
     int64_t left = budget_.load(std::memory_order_relaxed);
     int64_t take = 0;
     while (left > 0) {
@@ -140,26 +163,31 @@ void Recorder::Record(const Span& span) {
       take = 0;
     }
     if (take > 0) {
-      // Made (and its pages touched) now, not span by span later.
-      b->blocks.push_back(std::make_unique<Span[]>(static_cast<size_t>(take)));
+      // The block after the last one handed out (spans are taken in
+      // order of the budget going down).
+      Span* block = arena_ + (static_cast<int64_t>(max_spans_) - left);
+      std::uninitialized_default_construct_n(block, static_cast<size_t>(take));
+      b->blocks.push_back(block);
       b->capacity += static_cast<size_t>(take);
+      b->cursor.next = block;
+      b->cursor.end = block + take;
     } else {
       b->ring = true;
     }
   }
   Span* slot;
   if (!b->ring) {
-    slot = &b->Next();
-    ++b->size;
+    slot = b->cursor.next++;
   } else {
     ++b->dropped;
-    if (b->size == 0) return;  // nothing of its own to give up
+    const size_t n = b->Size();
+    if (n == 0) return nullptr;  // nothing of its own to give up
     // (Blocks fill in order, so the ring's places run over them in order.)
     slot = &b->At(b->oldest);
-    b->oldest = (b->oldest + 1) % b->size;
+    b->oldest = (b->oldest + 1) % n;
   }
-  *slot = span;
-  if (slot->track == 0) slot->track = b->track;
+  slot->track = b->track;
+  return slot;
 }
 
 int Recorder::ThreadTrack() { return Mine()->track; }
@@ -199,7 +227,7 @@ Recorder::Contents Recorder::Take() {
   absl::MutexLock l(&mu_);
   for (const auto& b : buffers_) {
     out.dropped += b->dropped;
-    const size_t n = b->size;
+    const size_t n = b->Size();
     for (size_t i = 0; i < n; ++i) {
       Span s = b->At((b->oldest + i) % n);
       s.start_ns = to_ns(s.start_ns);
@@ -208,7 +236,7 @@ Recorder::Contents Recorder::Take() {
     }
     b->Clear();
   }
-  budget_.store(static_cast<int64_t>(max_spans_), std::memory_order_relaxed);
+  if (arena_ != nullptr) budget_.store(static_cast<int64_t>(max_spans_), std::memory_order_relaxed);
   out.names = names_;
   out.track_names = track_names_;
   return out;

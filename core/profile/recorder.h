@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -48,6 +49,26 @@ const char* SpanCatName(SpanCat c);
 namespace profile_internal {
 // Whether Recorder::Now reads the CPU's time-stamp counter.
 extern std::atomic<bool> use_tsc;
+}  // namespace profile_internal
+
+struct Span;
+namespace profile_internal {
+// A thread's place in the block it fills: spans go to next until end.
+struct Cursor {
+  Span* next = nullptr;
+  Span* end = nullptr;
+  int32_t track = 0;
+};
+// The recorder the calling thread used last and its cursor there: a thread
+// records for one recorder at a time nearly always (its rank's). Initial
+// exec: a few bytes of the static TLS that glibc keeps for libraries, so
+// that the hot path reads it without a call.
+struct LastUsed {
+  uint64_t recorder = 0;
+  Cursor* cursor = nullptr;
+  void* buffer = nullptr;
+};
+extern thread_local LastUsed last_used __attribute__((tls_model("initial-exec")));
 }  // namespace profile_internal
 
 struct Span {
@@ -99,6 +120,18 @@ class Recorder {
 
   // Keeps `s` (on the calling thread's track when s.track is 0).
   void Record(const Span& s);
+  // Where to write one span of the calling thread (every field: the place
+  // may hold an older span), its track set to the thread's; null when it
+  // is to be dropped. The hot path: a thread-local look and a pointer bump.
+  Span* Slot() {
+    profile_internal::LastUsed& l = profile_internal::last_used;
+    if (ABSL_PREDICT_TRUE(l.recorder == id_ && l.cursor->next != l.cursor->end)) {
+      Span* s = l.cursor->next++;
+      s->track = l.cursor->track;
+      return s;
+    }
+    return SlowSlot();
+  }
 
   // The calling thread's track: 1, 2, ... in the order threads first ask
   // ("thread N").
@@ -122,11 +155,18 @@ class Recorder {
  private:
   struct ThreadBuffer;
   ThreadBuffer* Mine();
+  Span* SlowSlot();
 
   const size_t max_spans_;
   const uint64_t id_;  // tells recorders apart in the threads' caches
   const int64_t created_ns_;
   const int64_t created_ticks_;  // Now() at created_ns_
+  // Every span's place: one mapping of max_spans_ spans (huge pages where
+  // the kernel gives them, so that filling it costs few page faults),
+  // handed out to the threads in blocks. Null when it could not be mapped:
+  // then every span is dropped.
+  Span* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
   // Spans the buffers may still take; a buffer that finds none wraps.
   std::atomic<int64_t> budget_;
   absl::Mutex mu_;
