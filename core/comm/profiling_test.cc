@@ -102,8 +102,11 @@ TEST(ProfileTest, FourRanksOneFile) {
                               ReduceOp::kSum).ok());
     }
     ASSERT_TRUE(c.Broadcast(v.data(), 16, DataType::kFloat32, 1).ok());
-    if (rank == 0) ASSERT_TRUE(c.Send(v.data(), 400, 4, 1, 7).ok());
-    if (rank == 1) ASSERT_TRUE(c.Recv(v.data(), 400, 4, 0, 7).ok());
+    if (rank == 0) {
+      ASSERT_TRUE(c.Send(v.data(), 400, 4, 1, 7).ok());
+    } else if (rank == 1) {
+      ASSERT_TRUE(c.Recv(v.data(), 400, 4, 0, 7).ok());
+    }
     {
       auto s = CommStream::Create(c, 3);
       ASSERT_TRUE(s.ok()) << s.status();
