@@ -48,7 +48,7 @@ const char* SpanCatName(SpanCat c);
 
 namespace profile_internal {
 // Whether Recorder::Now reads the CPU's time-stamp counter.
-extern std::atomic<bool> use_tsc __attribute__((visibility("hidden")));
+extern std::atomic<bool> use_tsc;
 }  // namespace profile_internal
 
 struct Span;
@@ -62,15 +62,15 @@ struct Cursor {
 // The recorder the calling thread used last and its cursor there: a thread
 // records for one recorder at a time nearly always (its rank's). Initial
 // exec: a few bytes of the static TLS that glibc keeps for libraries, so
-// that the hot path reads it without a call. Hidden: libhcomm_c.so exports
-// hcomm_* symbols alone.
+// that the hot path reads it without a call. (libhcomm_c.so's version
+// script makes it local; its dynamic table still lists it, as a local, for
+// the TLS relocation.)
 struct LastUsed {
   uint64_t recorder = 0;
   Cursor* cursor = nullptr;
   void* buffer = nullptr;
 };
-extern thread_local LastUsed last_used
-    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+extern thread_local LastUsed last_used __attribute__((tls_model("initial-exec")));
 }  // namespace profile_internal
 
 struct Span {
