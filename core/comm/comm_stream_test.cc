@@ -96,7 +96,8 @@ TEST_P(CommStreamTest, StreamsMatchOnlyThemselvesInOrder) {
     EXPECT_TRUE(urgent->Destroy().ok());
     // The world goes on after its streams.
     int v = 1, sum = 0;
-    ASSERT_TRUE(w.AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
+    const absl::Status after = w.AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum);
+    ASSERT_TRUE(after.ok()) << "rank " << rank << ": " << after;
     EXPECT_EQ(sum, kRanks);
     EXPECT_TRUE(w.Destroy().ok());
   });
