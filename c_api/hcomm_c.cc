@@ -176,7 +176,8 @@ hcomm_status_t hcomm_send(const void* buf, size_t count, hcomm_dtype_t dtype, in
     size_t bytes = 0;
     hcomm_status_t st = CheckP2p("hcomm_send", buf, count, dtype, peer, tag, comm, false, &bytes);
     if (st != HCOMM_SUCCESS) return st;
-    return ToC(comm->impl->Send(buf, bytes, DtypeSize(dtype), peer, tag));
+    return ToC(comm->impl->Send(buf, bytes, DtypeSize(dtype), peer, tag,
+                                static_cast<hcomm::DataType>(dtype)));
   });
 }
 
@@ -197,7 +198,8 @@ hcomm_status_t hcomm_isend(const void* buf, size_t count, hcomm_dtype_t dtype, i
     hcomm_status_t st = CheckP2p("hcomm_isend", buf, count, dtype, peer, tag, comm, false, &bytes);
     if (st != HCOMM_SUCCESS) return st;
     if (req == nullptr) return BadArg("hcomm_isend: req is NULL");
-    auto r = comm->impl->Isend(buf, bytes, DtypeSize(dtype), peer, tag);
+    auto r = comm->impl->Isend(buf, bytes, DtypeSize(dtype), peer, tag,
+                               static_cast<hcomm::DataType>(dtype));
     if (!r.ok()) return ToC(r.status());
     return NewRequest(std::move(r).value(), *comm->impl, req);
   });
@@ -220,7 +222,7 @@ hcomm_status_t hcomm_wait(hcomm_request_t req) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckRequest("hcomm_wait", req));
     hcomm::Request* r = req->impl.get();
-    if (r->done.load(std::memory_order_acquire)) return ToC(r->status);
+    if (r->done.load(std::memory_order_acquire)) return ToC(hcomm::FinishRequest(r));
     return ToC(req->driver->Wait(r, absl::Now() + req->timeout));
   });
 }
@@ -230,7 +232,7 @@ hcomm_status_t hcomm_test(hcomm_request_t req, int* done) {
     HCOMM_C_CHECK(CheckRequest("hcomm_test", req));
     if (done == nullptr) return BadArg("hcomm_test: done is NULL");
     hcomm::Request* r = req->impl.get();
-    bool d = r->done.load(std::memory_order_acquire) || req->driver->Test(r);
+    bool d = req->driver->Test(r);
     *done = d ? 1 : 0;
     return d ? ToC(r->status) : HCOMM_SUCCESS;
   });
@@ -265,6 +267,7 @@ hcomm_status_t hcomm_request_info(hcomm_request_t req, int* source, int* tag, si
   if (!r->done.load(std::memory_order_acquire)) {
     return BadArg("hcomm_request_info: the request has not completed (wait or test it first)");
   }
+  hcomm::FinishRequest(r);  // (a wait or test ran it already)
   if (source) {
     int w = r->out_source;
     const std::vector<int>& map = *req->world_to_group;

@@ -6,6 +6,7 @@
 // extensions.
 #include "algorithms/kernels/half.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -262,6 +263,24 @@ void DecodeHalf(HalfFormat f, const uint16_t* in, size_t n, float* out) {
   }
 #endif
   DecodeScalar(f, in, n, out);
+}
+
+void DecodeHalfInPlace(HalfFormat f, void* buf, size_t n) {
+  if (!ValidFormat(f) || n == 0) return;
+  // Block [i, i + k) reads buf[2i, 2i + 2k) and writes buf[4i, 4i + 4k): the
+  // write can only cover 16-bit values of elements >= 2i >= i + k (for
+  // i >= k) or of this very block (copied out first), all decoded already.
+  constexpr size_t kBlock = 2048;
+  uint16_t block[kBlock];
+  char* base = static_cast<char*>(buf);
+  size_t end = n;
+  while (end > 0) {
+    const size_t k = std::min(end, kBlock);
+    const size_t i = end - k;
+    memcpy(block, base + 2 * i, 2 * k);
+    DecodeHalf(f, block, k, reinterpret_cast<float*>(base + 4 * i));
+    end = i;
+  }
 }
 
 void AccumulateHalf(HalfFormat f, const uint16_t* in, size_t n, float* acc) {

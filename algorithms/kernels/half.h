@@ -105,6 +105,13 @@ bool EncodeHalf(HalfFormat f, const float* in, size_t n, uint16_t* out);
 // out[i] = in[i] as float32 (exact), for i < n. An invalid `f` does nothing.
 void DecodeHalf(HalfFormat f, const uint16_t* in, size_t n, float* out);
 
+// DecodeHalf where the n 16-bit values lie at the start of the very buffer
+// the n floats go to: buf[0, 2n) as 16-bit values becomes buf[0, 4n) as
+// float32 (a receive of a compressed message into its float32 buffer needs
+// no second buffer). Works from the end backwards through a small stack
+// block. An invalid `f` does nothing.
+void DecodeHalfInPlace(HalfFormat f, void* buf, size_t n);
+
 // acc[i] = acc[i] + decode(in[i]) in float32 (one rounding, IEEE addition),
 // for i < n: the reduction of a received compressed chunk, in one pass. An
 // invalid `f` does nothing.

@@ -478,3 +478,31 @@ TEST(HalfSimdTest, ForcingAnUnknownLevelChangesNothing) {
 
 }  // namespace
 }  // namespace hcomm
+
+namespace hcomm {
+namespace {
+
+// In place, from the front of the float buffer, equals the two-buffer
+// decode, at sizes around the block (2048) and its multiples.
+TEST(HalfInPlaceTest, MatchesDecodeHalf) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
+  for (HalfFormat f : {HalfFormat::kFp16, HalfFormat::kBf16}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{2047}, size_t{2048}, size_t{2049},
+                     size_t{3000}, size_t{4096}, size_t{10001}}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = dist(rng);
+      std::vector<uint16_t> wire(n);
+      ASSERT_TRUE(EncodeHalf(f, x.data(), n, wire.data()));
+      std::vector<float> want(n);
+      DecodeHalf(f, wire.data(), n, want.data());
+      std::vector<float> buf(n, -1.0f);
+      memcpy(buf.data(), wire.data(), 2 * n);
+      DecodeHalfInPlace(f, buf.data(), n);
+      ASSERT_EQ(memcmp(buf.data(), want.data(), 4 * n), 0) << HalfFormatName(f) << " n " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hcomm

@@ -35,6 +35,8 @@ constexpr char kChunkBytes[] = "chunk_bytes";
 constexpr char kProfile[] = "profile";
 constexpr char kProfileMaxEvents[] = "profile_max_events";
 constexpr char kProfileFile[] = "profile_file";
+constexpr char kCompression[] = "compression";
+constexpr char kDeltaCacheBytes[] = "delta_cache_bytes";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
@@ -205,6 +207,32 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
   } else if (key == kProfileFile) {
     if (value.empty()) return BadValue(label, value, "a file's path");
     opts->profile_file = std::string(value);
+  } else if (key == kCompression) {
+    // none | fp16 | bf16 | delta | fp16,delta | bf16,delta (either order).
+    Options::Half half = Options::Half::kNone;
+    bool delta = false;
+    constexpr char kExpected[] =
+        "none, fp16, bf16, delta, fp16,delta or bf16,delta";
+    if (value != "none") {
+      int halves = 0;
+      for (absl::string_view item : absl::StrSplit(value, ',')) {
+        if (item == "fp16" || item == "bf16") {
+          half = item == "fp16" ? Options::Half::kFp16 : Options::Half::kBf16;
+          ++halves;
+        } else if (item == "delta" && !delta) {
+          delta = true;
+        } else {
+          return BadValue(label, value, kExpected);
+        }
+      }
+      if (halves > 1) return BadValue(label, value, kExpected);
+    }
+    opts->compression_half = half;
+    opts->compression_delta = delta;
+  } else if (key == kDeltaCacheBytes) {
+    HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 0, int64_t{1} << 40,
+                                               "a number of bytes from 0 to 2^40"));
+    opts->delta_cache_bytes = v;
   } else if (key == kPlugins) {
     HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
     opts->plugins = std::move(v);
@@ -251,7 +279,8 @@ EnvLookup ProcessEnv() {
 const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
-      kPlugins, kFusionBytes, kChunkBytes, kProfile, kProfileMaxEvents, kProfileFile};
+      kPlugins, kFusionBytes, kChunkBytes, kProfile, kProfileMaxEvents, kProfileFile,
+      kCompression, kDeltaCacheBytes};
   return *kKeys;
 }
 

@@ -71,6 +71,14 @@ struct Options {
   bool profile = false;
   int64_t profile_max_events = 131072;  // per rank; older spans give way
   std::string profile_file = "hcomm_profile.json";
+  // Compression on the wire (API.md "Compression"; core/comm/wire_codec.h):
+  // FLOAT32 data as 16-bit floats (kNone: never), and point-to-point and
+  // broadcast messages as deltas against the previous one of their kind,
+  // keeping at most delta_cache_bytes of previous messages per communicator.
+  enum class Half { kNone, kFp16, kBf16 };
+  Half compression_half = Half::kNone;
+  bool compression_delta = false;
+  int64_t delta_cache_bytes = int64_t{64} << 20;
   // Where each value came from, for messages: "config", "default", or
   // "env VAR" (e.g. sources["rank"] == "env RANK"; for a store_addr built
   // from MASTER_ADDR and MASTER_PORT, "env MASTER_ADDR:MASTER_PORT").

@@ -41,7 +41,40 @@ TEST(ConfigTest, KeysInApiOrder) {
   EXPECT_THAT(Config::Keys(), ElementsAre("rank", "world_size", "store_addr", "job_token",
                                           "timeout_ms", "transports", "algo", "host_id",
                                           "plugins", "fusion_bytes", "chunk_bytes", "profile",
-                                          "profile_max_events", "profile_file"));
+                                          "profile_max_events", "profile_file", "compression",
+                                          "delta_cache_bytes"));
+}
+
+TEST(ConfigTest, Compression) {
+  Options o;
+  EXPECT_EQ(o.compression_half, Options::Half::kNone);
+  EXPECT_FALSE(o.compression_delta);
+  EXPECT_EQ(o.delta_cache_bytes, int64_t{64} << 20);
+  ASSERT_TRUE(ParseOption("compression", "fp16", &o).ok());
+  EXPECT_EQ(o.compression_half, Options::Half::kFp16);
+  EXPECT_FALSE(o.compression_delta);
+  ASSERT_TRUE(ParseOption("compression", "delta,bf16", &o).ok());
+  EXPECT_EQ(o.compression_half, Options::Half::kBf16);
+  EXPECT_TRUE(o.compression_delta);
+  ASSERT_TRUE(ParseOption("compression", "none", &o).ok());
+  EXPECT_EQ(o.compression_half, Options::Half::kNone);
+  EXPECT_FALSE(o.compression_delta);
+  for (const char* bad : {"", "zip", "fp16,bf16", "delta,delta", "fp16,", "none,delta"}) {
+    ExpectInvalid(ParseOption("compression", bad, &o), {"compression='", "fp16,delta"});
+  }
+  ASSERT_TRUE(ParseOption("delta_cache_bytes", "0", &o).ok());
+  EXPECT_EQ(o.delta_cache_bytes, 0);
+  ExpectInvalid(ParseOption("delta_cache_bytes", "-1", &o), {"delta_cache_bytes='-1'"});
+  auto env = Config().Resolve([](const std::string& name) -> std::optional<std::string> {
+    if (name == "HCOMM_RANK") return "0";
+    if (name == "HCOMM_WORLD_SIZE") return "1";
+    if (name == "HCOMM_COMPRESSION") return "fp16,delta";
+    return std::nullopt;
+  });
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->compression_half, Options::Half::kFp16);
+  EXPECT_TRUE(env->compression_delta);
+  EXPECT_EQ(env->sources.at("compression"), "env HCOMM_COMPRESSION");
 }
 
 TEST(ConfigTest, FusionBytes) {
@@ -104,6 +137,8 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   ASSERT_TRUE(cfg.Set("profile", "1").ok());
   ASSERT_TRUE(cfg.Set("profile_max_events", "1000").ok());
   ASSERT_TRUE(cfg.Set("profile_file", "/tmp/p.json").ok());
+  ASSERT_TRUE(cfg.Set("compression", "bf16").ok());
+  ASSERT_TRUE(cfg.Set("delta_cache_bytes", "1024").ok());
   absl::StatusOr<Options> o = cfg.Resolve(FakeEnv({}));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
@@ -120,6 +155,8 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   EXPECT_TRUE(o->profile);
   EXPECT_EQ(o->profile_max_events, 1000);
   EXPECT_EQ(o->profile_file, "/tmp/p.json");
+  EXPECT_EQ(o->compression_half, Options::Half::kBf16);
+  EXPECT_EQ(o->delta_cache_bytes, 1024);
   for (const std::string& k : Config::Keys()) EXPECT_EQ(o->sources[k], "config") << k;
 }
 
@@ -380,6 +417,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"timeout_ms", "10ms", "a positive integer"},
         BadCase{"timeout_ms", "9223372036854775808", "a positive integer"},
         BadCase{"transports", "u-d-p", "'u-d-p' is not a name"},
+        BadCase{"compression", "gzip", "none, fp16, bf16, delta"},
+        BadCase{"delta_cache_bytes", "lots", "a number of bytes"},
         BadCase{"transports", "shm,tcp,shm", "'shm' appears twice"},
         BadCase{"transports", "shm,,tcp", "empty item"},
         BadCase{"transports", "tcp,", "empty item"},

@@ -18,7 +18,9 @@
 #include "absl/strings/str_split.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
+#include "algorithms/kernels/half.h"
 #include "core/comm/communicator.h"
+#include "core/comm/wire_codec.h"
 #include "core/p2p/engine.h"
 
 namespace hcomm {
@@ -62,6 +64,22 @@ inline uint64_t Fingerprint(CollectiveOp op, size_t count, DataType t, ReduceOp 
          (static_cast<uint64_t>(root + 1) & 0x1ffff) << 32 | (count & 0xffffffffu);
 }
 
+// In a fingerprint's dtype field: float32 that travels as fp16 / bf16
+// (compression), so that ranks whose settings differ fail with Mismatch
+// rather than read each other's pieces wrongly.
+constexpr uint64_t kFloat32AsFp16 = 14;
+constexpr uint64_t kFloat32AsBf16 = 15;
+inline uint64_t CompressedFingerprint(uint64_t fp, HalfFormat f) {
+  return (fp & ~(uint64_t{0xf} << 52)) |
+         (f == HalfFormat::kFp16 ? kFloat32AsFp16 : kFloat32AsBf16) << 52;
+}
+inline std::string FingerprintTypeName(uint64_t fp) {
+  const uint64_t t = (fp >> 52) & 0xf;
+  if (t == kFloat32AsFp16) return "float32 (fp16 on the wire)";
+  if (t == kFloat32AsBf16) return "float32 (bf16 on the wire)";
+  return DataTypeName(static_cast<DataType>(t));
+}
+
 // The fingerprint of a call that its rank rejected for its arguments
 // (RejectCollective): an op no collective has.
 constexpr uint64_t kRejectedFingerprint = uint64_t{1} << 63 | uint64_t{0xf} << 56;
@@ -69,12 +87,11 @@ constexpr uint64_t kRejectedFingerprint = uint64_t{1} << 63 | uint64_t{0xf} << 5
 // "allreduce(count 10 float32 sum)", "broadcast(count 10 int32 root 1)".
 inline std::string DescribeFingerprint(uint64_t fp) {
   auto op = static_cast<CollectiveOp>((fp >> 56) & 0xf);
-  auto t = static_cast<DataType>((fp >> 52) & 0xf);
   auto rop = static_cast<ReduceOp>((fp >> 49) & 0x7);
   int root = static_cast<int>((fp >> 32) & 0x1ffff) - 1;
   const uint64_t count = ((fp >> 60) & 0x7) << 32 | (fp & 0xffffffffu);
   std::string out = absl::StrCat(CollectiveOpName(op), "(count ", count);
-  if (op != CollectiveOp::kBarrier) absl::StrAppend(&out, " ", DataTypeName(t));
+  if (op != CollectiveOp::kBarrier) absl::StrAppend(&out, " ", FingerprintTypeName(fp));
   if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
       op == CollectiveOp::kReduceScatter) {
     absl::StrAppend(&out, " ", ReduceOpName(rop));
@@ -131,18 +148,42 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   }
   int rank() const override { return c_->rank_; }
   int size() const override { return c_->size_; }
+  // From here on, pieces of float32 to and from ranks that CompressesTo
+  // travel as `f` (core/comm/wire_codec.h): a receiver tells a 16-bit
+  // piece by its half size and decodes it in place in Wait.
+  void CompressFloats(HalfFormat f) {
+    half_ = true;
+    half_format_ = f;
+  }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
                                                  int peer) override {
+    if (ABSL_PREDICT_FALSE(half_) && c_->CompressesTo(peer)) {
+      if (std::unique_ptr<uint16_t[]> wire = EncodeForWire(half_format_, buf, bytes)) {
+        auto r = c_->engine_->Isend(c_->coll_ctx_, wire.get(), bytes / 2, 1,
+                                    c_->group_to_world_[peer], wire_tag_, fp_);
+        if (!r.ok()) return Explain(r.status());
+        (*r)->keep = std::shared_ptr<uint16_t[]>(std::move(wire));
+        return r;
+      }
+    }
     auto r = c_->engine_->Isend(c_->coll_ctx_, buf, bytes, 1, c_->group_to_world_[peer], wire_tag_,
                                   fp_);
     if (!r.ok()) return Explain(r.status());
     return r;
   }
   bool SendNow(const void* buf, size_t bytes, int peer) override {
+    if (ABSL_PREDICT_FALSE(half_) && c_->CompressesTo(peer)) {
+      if (std::unique_ptr<uint16_t[]> wire = EncodeForWire(half_format_, buf, bytes)) {
+        return c_->engine_->SendNow(c_->coll_ctx_, wire.get(), bytes / 2,
+                                    c_->group_to_world_[peer], wire_tag_, fp_);
+      }
+    }
     return c_->engine_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
                                 fp_);
   }
   bool RecvNow(void* buf, size_t bytes, int peer) override {
+    // (Takes exactly `bytes`: a piece that may come as 16-bit goes by Irecv.)
+    if (ABSL_PREDICT_FALSE(half_) && c_->CompressesTo(peer)) return false;
     return c_->engine_->RecvNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
                                 fp_);
   }
@@ -165,6 +206,15 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
       s = c_->engine_->Wait(r, final_deadline_, Began());
     }
     if (!s.ok()) return Explain(s);
+    if (r->kind == Request::Kind::kSend) {
+      r->keep.reset();  // the encoded copy, if any
+      return absl::OkStatus();
+    }
+    if (ABSL_PREDICT_FALSE(half_) && r->out_bytes * 2 == r->bytes && r->bytes % 4 == 0 &&
+        r->bytes > 0) {
+      DecodeHalfInPlace(half_format_, r->recv_buf, r->bytes / 4);
+      r->out_bytes = r->bytes;
+    }
     if (r->kind == Request::Kind::kRecv && r->out_bytes != r->bytes) {
       int src = r->out_source >= 0 ? (*c_->world_to_group_)[r->out_source] : -1;
       return Mismatch(absl::StrCat(What(), ": rank ", c_->rank_, " expected ", r->bytes,
@@ -288,6 +338,8 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   absl::Time final_deadline_;
   absl::Time deadline_;
   CallInfo info_;
+  bool half_ = false;
+  HalfFormat half_format_ = HalfFormat::kFp16;
   std::string What() const { return info_.Describe(); }
 };
 

@@ -153,13 +153,25 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
                 size_};
   if (debug_info_ && rank_ == 0) DebugChoice(call, bytes, choice);
   absl::Status s;
-  const uint64_t fp = Fingerprint(call.op, call.count, call.dtype, call.reduce, call.root);
+  // Compression (core/comm/wire_codec.h): float32 pieces of these
+  // collectives travel as 16-bit floats where the link pays for it; every
+  // rank must have the same setting, which the fingerprint carries.
+  HalfFormat half;
+  const bool compress = call.dtype == DataType::kFloat32 && size_ > 1 && !in_segment &&
+                        (call.op == CollectiveOp::kAllReduce || call.op == CollectiveOp::kReduce ||
+                         call.op == CollectiveOp::kReduceScatter ||
+                         call.op == CollectiveOp::kAllGather ||
+                         call.op == CollectiveOp::kBroadcast) &&
+                        WireHalf(&half);
+  uint64_t fp = Fingerprint(call.op, call.count, call.dtype, call.reduce, call.root);
+  if (compress) fp = CompressedFingerprint(fp, half);
   engine_->NoteCollective(activity_, ticket, fp, /*in_progress=*/true);
   const int tag = static_cast<int>(ticket & kCollectiveTagMask);
   if (shm_coll_ != nullptr) shm_coll_->Enter(tag, fp);
   {
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
     CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, timeout(), info);
+    if (compress) peers.CompressFloats(half);
     // Aborted, broken by a member's failure, or found clashing by another
     // rank already: even a collective that would send nothing (one rank)
     // fails.

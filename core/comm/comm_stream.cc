@@ -209,7 +209,7 @@ absl::Status CommStream::Run(const StreamOp& op) {
   const size_t es = DataTypeSize(op.dtype);
   switch (op.kind) {
     case StreamOpKind::kSend:
-      return c.Send(op.send, op.count * es, es, op.peer_or_root, op.tag);
+      return c.Send(op.send, op.count * es, es, op.peer_or_root, op.tag, op.dtype);
     case StreamOpKind::kRecv:
       return c.Recv(op.recv, op.count * es, es, op.peer_or_root, op.tag);
     case StreamOpKind::kAllReduce:

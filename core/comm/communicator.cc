@@ -52,6 +52,9 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       timeout_ms_(opts.timeout_ms),
       forced_algo_(ParseAlgo(opts.algo)),
       fusion_bytes_(opts.fusion_bytes),
+      compression_half_(static_cast<int>(opts.compression_half)),
+      compression_delta_(opts.compression_delta),
+      delta_cache_bytes_(opts.delta_cache_bytes),
       link_(WithChunk(LinkModelFor(engine_->TransportName(), engine_->oversubscribed()),
                       opts.chunk_bytes)),
       debug_info_(DebugInfo()),
@@ -67,6 +70,13 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
   if (size_ > 1) engine_->WatchMembers(coll_ctx_, group_to_world_);
   auto w2g = std::make_shared<std::vector<int>>(engine_->size(), -1);
   for (int g = 0; g < size_; ++g) (*w2g)[group_to_world_[g]] = g;
+  delta_ = std::make_shared<DeltaState>(engine_, coll_ctx_, size_, opts.delta_cache_bytes);
+  delta_->set_timeout(absl::Milliseconds(opts.timeout_ms));
+  half_peers_.resize(size_);
+  for (int g = 0; g < size_; ++g) {
+    const char* t = engine_->TransportTo(group_to_world_[g]);
+    half_peers_[g] = strcmp(t, "shm") != 0 && strcmp(t, "self") != 0;
+  }
   world_to_group_ = std::move(w2g);
   // The order the placements suggest (SetUpRingOrder keeps it where no
   // member talks to another over shared memory).
@@ -87,6 +97,7 @@ absl::Status Communicator::SetOption(absl::string_view key, absl::string_view va
   HCOMM_RETURN_IF_ERROR(ParseOption(key, value, &o));
   if (key == "timeout_ms") {
     timeout_ms_.store(o.timeout_ms, std::memory_order_relaxed);
+    delta_->set_timeout(absl::Milliseconds(o.timeout_ms));
     return absl::OkStatus();
   }
   if (key == "algo") {
@@ -100,9 +111,24 @@ absl::Status Communicator::SetOption(absl::string_view key, absl::string_view va
     fusion_bytes_.store(o.fusion_bytes, std::memory_order_relaxed);
     return absl::OkStatus();
   }
+  if (key == "compression") {
+    // Applies to operations called afterwards. Receivers decode whatever
+    // comes, so ranks need not change it together; collectives' pieces
+    // are told apart by size, so every rank of a collective may differ too.
+    compression_half_.store(static_cast<int>(o.compression_half), std::memory_order_relaxed);
+    compression_delta_.store(o.compression_delta, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  if (key == "delta_cache_bytes") {
+    // Bases kept from now on; every rank should set the same.
+    delta_cache_bytes_.store(o.delta_cache_bytes, std::memory_order_relaxed);
+    delta_->set_budget(o.delta_cache_bytes);
+    return absl::OkStatus();
+  }
   return InvalidArgument(absl::StrCat("config key '", key,
-                                      "' is fixed at init; only timeout_ms, algo and "
-                                      "fusion_bytes can change on a live communicator"));
+                                      "' is fixed at init; only timeout_ms, algo, fusion_bytes, "
+                                      "compression and delta_cache_bytes can change on a live "
+                                      "communicator"));
 }
 
 size_t Communicator::fusion_bytes() const {
@@ -113,44 +139,103 @@ size_t Communicator::fusion_bytes() const {
 // ---------------------------------------------------------------------------
 // Point-to-point
 
+std::unique_ptr<uint16_t[]> Communicator::CodeForPeer(const void* buf, size_t bytes, DataType t,
+                                                      int peer, uint64_t* fingerprint) const {
+  HalfFormat f;
+  if (t != DataType::kFloat32 || bytes < kMinCodedP2pBytes || !WireHalf(&f) ||
+      !CompressesTo(peer)) {
+    return nullptr;
+  }
+  std::unique_ptr<uint16_t[]> wire = EncodeForWire(f, buf, bytes);
+  if (wire != nullptr) *fingerprint = CodedFingerprint(CodingOf(f), bytes);
+  return wire;
+}
+
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Isend(const void* buf, size_t bytes,
-                                                            size_t elem_size, int peer, int tag) {
-  return engine_->Isend(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag);
+                                                            size_t elem_size, int peer, int tag,
+                                                            DataType t) {
+  uint64_t fp = 0;
+  std::unique_ptr<uint16_t[]> wire = CodeForPeer(buf, bytes, t, peer, &fp);
+  if (wire == nullptr) {
+    if (ABSL_PREDICT_FALSE(DeltaTo(peer, bytes, tag))) {
+      DeltaState::Send plan = delta_->Plan(group_to_world_[peer], tag, buf, bytes);
+      if (plan.coded) {
+        auto r = engine_->Isend(p2p_ctx_, plan.payload, plan.payload_bytes, elem_size,
+                                group_to_world_[peer], tag, plan.fingerprint);
+        // (The base is the message as posted: a send that fails later makes
+        // the next frame on this key fail at the receiver, never misread.)
+        delta_->Sent(plan, r.ok());
+        if (r.ok()) {
+          (*r)->keep = plan.frame;
+          (*r)->finish = &FinishP2p;
+        }
+        return r;
+      }
+    }
+    return engine_->Isend(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag);
+  }
+  std::shared_ptr<uint16_t[]> keep(std::move(wire));
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
+                         engine_->Isend(p2p_ctx_, keep.get(), bytes / 2, elem_size,
+                                        group_to_world_[peer], tag, fp));
+  // The encoded copy lives as long as the send needs it.
+  r->keep = std::move(keep);
+  r->finish = &FinishP2p;
+  return r;
 }
 
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t bytes,
                                                             size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  return engine_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag);
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
+                         engine_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag));
+  // Whatever the sender coded is decoded when the caller first sees it done.
+  r->finish = &FinishP2p;
+  r->keep = delta_;
+  return r;
 }
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
-                                int tag) {
+                                int tag, DataType t) {
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
-  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
-    const int64_t start = Recorder::Now();
-    absl::Status s = engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag,
-                                   timeout(), &report);
-    RecordP2p("send", start, bytes, elem_size, peer, tag, s);
-    return s;
+  const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
+  uint64_t fp = 0;
+  std::unique_ptr<uint16_t[]> wire = CodeForPeer(buf, bytes, t, peer, &fp);
+  absl::Status s;
+  if (wire != nullptr) {
+    s = engine_->Send(p2p_ctx_, wire.get(), bytes / 2, elem_size, group_to_world_[peer], tag,
+                      timeout(), &report, fp);
+  } else if (ABSL_PREDICT_FALSE(DeltaTo(peer, bytes, tag))) {
+    DeltaState::Send plan = delta_->Plan(group_to_world_[peer], tag, buf, bytes);
+    s = engine_->Send(p2p_ctx_, plan.coded ? plan.payload : buf,
+                      plan.coded ? plan.payload_bytes : bytes, elem_size, group_to_world_[peer],
+                      tag, timeout(), &report, plan.fingerprint);
+    delta_->Sent(plan, s.ok());
+  } else {
+    s = engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
+                      &report);
   }
-  return engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
-                       &report);
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) RecordP2p("send", start, bytes, elem_size, peer, tag, s);
+  return s;
 }
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
-  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
-    const int64_t start = Recorder::Now();
-    absl::Status s =
-        engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
-    RecordP2p("recv", start, bytes, elem_size, peer, tag, s);
-    return s;
+  const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
+  Engine::Arrival got;
+  absl::Status s = engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr,
+                                 &report, &got);
+  if (ABSL_PREDICT_FALSE(got.fingerprint != 0) && s.ok()) {
+    size_t decoded = 0;
+    s = IsDelta(CodingOf(got.fingerprint))
+            ? delta_->Receive(got.source, got.tag, got.fingerprint, buf, bytes, got.bytes, &decoded)
+            : DecodeCoded(got.fingerprint, buf, bytes, got.bytes, got.source, got.tag, &decoded);
   }
-  return engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr, &report);
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) RecordP2p("recv", start, bytes, elem_size, peer, tag, s);
+  return s;
 }
 
 // ---------------------------------------------------------------------------

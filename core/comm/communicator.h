@@ -41,7 +41,9 @@
 #include "algorithms/selector.h"
 #include "algorithms/table.h"
 #include "core/base/config.h"
+#include "core/comm/delta_state.h"
 #include "core/comm/request_driver.h"
+#include "core/comm/wire_codec.h"
 #include "core/profile/recorder.h"
 #include "core/p2p/engine.h"
 #include "core/base/fence.h"
@@ -91,18 +93,36 @@ class Communicator {
   // fusion_bytes; "auto": FusionBytes of this communicator's link model).
   size_t fusion_bytes() const;
 
-  // Only timeout_ms, algo and fusion_bytes can change after init.
+  // Whether FLOAT32 data to or from rank `peer` travels as 16-bit floats
+  // when the `compression` key asks for it: not over shared memory, which
+  // moves float32 faster than the conversion (core/comm/wire_codec.h).
+  bool CompressesTo(int peer) const { return half_peers_[peer] != 0; }
+  // The 16-bit format FLOAT32 data travels in; false: none.
+  bool WireHalf(HalfFormat* f) const {
+    return HalfOf(static_cast<Options::Half>(compression_half_.load(std::memory_order_relaxed)), f);
+  }
+
+  // What `delta` keeps now (core/comm/delta_state.h).
+  const DeltaState& delta_state() const { return *delta_; }
+
+  // Only timeout_ms, algo, fusion_bytes, compression and delta_cache_bytes
+  // can change after init.
   absl::Status SetOption(absl::string_view key, absl::string_view value);
 
-  // Point-to-point; ranks are this communicator's.
+  // Point-to-point; ranks are this communicator's. A send's `t` says
+  // whether its data may travel compressed (FLOAT32 with the `compression`
+  // key's fp16 or bf16: core/comm/wire_codec.h); a receive decodes whatever
+  // the sender coded.
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes, size_t elem_size,
-                                                 int peer, int tag);
+                                                 int peer, int tag,
+                                                 DataType t = DataType::kUint8);
   absl::StatusOr<std::shared_ptr<Request>> Irecv(void* buf, size_t bytes, size_t elem_size,
                                                  int peer, int tag);
-  absl::Status Send(const void* buf, size_t bytes, size_t elem_size, int peer, int tag);
+  absl::Status Send(const void* buf, size_t bytes, size_t elem_size, int peer, int tag,
+                    DataType t = DataType::kUint8);
   absl::Status Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag);
-  absl::Status Wait(Request* r, absl::Time deadline) { return engine_->Wait(r, deadline); }
-  bool Test(Request* r) { return engine_->Test(r); }
+  absl::Status Wait(Request* r, absl::Time deadline) { return driver_->Wait(r, deadline); }
+  bool Test(Request* r) { return driver_->Test(r); }
   void Release(const std::shared_ptr<Request>& r) { engine_->Release(r); }
 
   // Collectives (counts in elements; send == recv is in place; see
@@ -166,6 +186,16 @@ class Communicator {
   Communicator(std::shared_ptr<Engine> engine, std::vector<int> group_to_world,
                uint32_t first_ctx, const Options& opts);
 
+  // A point-to-point send's data in the 16-bit form it travels in, with
+  // its fingerprint in *fingerprint; null: it travels as it is.
+  std::unique_ptr<uint16_t[]> CodeForPeer(const void* buf, size_t bytes, DataType t, int peer,
+                                          uint64_t* fingerprint) const;
+  // Whether a point-to-point send of `bytes` to `peer` under `tag` may go
+  // delta-coded (compression `delta`; core/comm/delta_state.h).
+  bool DeltaTo(int peer, size_t bytes, int tag) const {
+    return compression_delta_.load(std::memory_order_relaxed) && bytes >= kMinDeltaBytes &&
+           tag >= 0 && half_peers_[peer] != 0;
+  }
   // RejectCollective's part in turn: marks `ticket` rejected here and at
   // every member.
   void RunRejection(uint64_t ticket, CollectiveOp op);
@@ -233,6 +263,14 @@ class Communicator {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<Algorithm> forced_algo_;
   std::atomic<int64_t> fusion_bytes_;  // -1: auto
+  std::atomic<int> compression_half_;  // Options::Half
+  std::atomic<bool> compression_delta_;
+  std::atomic<int64_t> delta_cache_bytes_;
+  // Per rank of this communicator: whether compression applies to it
+  // (CompressesTo).
+  std::vector<char> half_peers_;
+  // What `delta` keeps of messages sent and received (core/comm/delta_state.h).
+  std::shared_ptr<DeltaState> delta_;
   std::atomic<int> streams_made_{0};
   const LinkModel link_;
   // The ring allreduce's order of the members where ranks share CPUs and

@@ -5,10 +5,16 @@
 namespace hcomm {
 
 absl::Status RequestDriver::Wait(Request* r, absl::Time deadline) {
-  return engine_->Wait(r, deadline);
+  absl::Status s = engine_->Wait(r, deadline);
+  if (!r->done.load(std::memory_order_acquire)) return s;
+  return FinishRequest(r);
 }
 
-bool RequestDriver::Test(Request* r) { return engine_->Test(r); }
+bool RequestDriver::Test(Request* r) {
+  if (!r->done.load(std::memory_order_acquire) && !engine_->Test(r)) return false;
+  FinishRequest(r);
+  return true;
+}
 
 void RequestDriver::Release(const std::shared_ptr<Request>& r) { engine_->Release(r); }
 

@@ -211,6 +211,7 @@ void Engine::SelfSend(const std::shared_ptr<Request>& r) {
   if (recv) {
     recv->out_source = rank_;
     recv->out_tag = r->tag;
+    recv->out_fingerprint = r->fingerprint;
     if (r->bytes > recv->bytes) {
       FailTruncated(recv, rank_, r->tag, r->bytes);
     } else {
@@ -319,6 +320,7 @@ void Engine::DeliverUnexpected(Matcher& matcher, Matcher::UnexpectedList::iterat
   Unexpected& u = *it;
   r->out_source = u.source;
   r->out_tag = u.tag;
+  r->out_fingerprint = u.fingerprint;
   if (u.kind != Unexpected::Kind::kRts && Clash(r, u.fingerprint, u.source)) {
     if (u.kind == Unexpected::Kind::kSelf) {
       Complete(u.sender, absl::OkStatus());
@@ -380,6 +382,7 @@ void Engine::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint6
                       const std::shared_ptr<Request>& r, std::vector<Outgoing>* out) {
   r->out_source = peer;
   r->out_tag = tag;
+  r->out_fingerprint = fingerprint;
   if (Clash(r, fingerprint, peer)) {
     out->push_back({peer, Pack(MakeMeta(kReject, r->ctx, rank_, tag, bytes, send_id))});
     return;
@@ -397,10 +400,10 @@ void Engine::MatchRts(int peer, int tag, uint64_t bytes, uint64_t send_id, uint6
 
 absl::Status Engine::Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size,
                           int peer, int tag, absl::Duration timeout,
-                          const HangReporter* reporter) {
-  if (SendNow(ctx, buf, bytes, peer, tag, 0)) return absl::OkStatus();
+                          const HangReporter* reporter, uint64_t fingerprint) {
+  if (SendNow(ctx, buf, bytes, peer, tag, fingerprint)) return absl::OkStatus();
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
-                         Isend(ctx, buf, bytes, elem_size, peer, tag));
+                         Isend(ctx, buf, bytes, elem_size, peer, tag, fingerprint));
   std::string report;
   absl::Status s = WaitWithReport(r.get(), r->started + timeout, reporter, &report);
   if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
@@ -414,6 +417,20 @@ absl::Status Engine::Send(uint32_t ctx, const void* buf, size_t bytes, size_t el
   absl::Status result = Withdraw(r, why);
   if (report.empty() || CodeOf(result) != ErrorCode::kTimeout) return result;
   return Timeout(absl::StrCat(result.message(), "\n", report));
+}
+
+bool Engine::TakeArrived(uint32_t ctx, void* buf, size_t bytes, int peer, int tag) {
+  absl::MutexLock l(&mu_);
+  if (ClosedLocked(ctx)) return false;
+  Matcher& m = MatcherFor(ctx);
+  auto it = m.FindUnexpected(peer, tag);
+  if (it == m.unexpected().end() || it->kind != Unexpected::Kind::kEager || !it->complete ||
+      it->claimed != nullptr || it->bytes != bytes) {
+    return false;
+  }
+  if (bytes > 0) memcpy(buf, it->data.get(), bytes);
+  m.EraseUnexpected(it);
+  return true;
 }
 
 bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag,
@@ -495,15 +512,28 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
   }
 }
 
+namespace {
+
+void NoteArrival(const Request& r, Engine::Arrival* a) {
+  a->fingerprint = r.out_fingerprint;
+  a->bytes = r.out_bytes;
+  a->source = r.out_source;
+  a->tag = r.out_tag;
+}
+
+}  // namespace
+
 absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer,
                           int tag, absl::Duration timeout, std::shared_ptr<Request>* out,
-                          const HangReporter* reporter) {
+                          const HangReporter* reporter, Arrival* arrival) {
+  if (arrival != nullptr) arrival->fingerprint = 0;
   if (out == nullptr && RecvDirect(ctx, buf, bytes, peer, tag)) return absl::OkStatus();
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
                          Irecv(ctx, buf, bytes, elem_size, peer, tag));
   if (out != nullptr) *out = r;
   std::string report;
   absl::Status s = WaitWithReport(r.get(), r->started + timeout, reporter, &report);
+  if (arrival != nullptr && r->done.load()) NoteArrival(*r, arrival);
   if (CodeOf(s) != ErrorCode::kTimeout || r->done.load()) return s;
   {
     absl::MutexLock l(&mu_);
@@ -523,7 +553,10 @@ absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
   std::string cut;
   {
     absl::MutexLock l(&mu_);
-    if (r->done.load()) return r->status;  // it ended meanwhile
+    if (r->done.load()) {  // it ended meanwhile
+      if (arrival != nullptr) NoteArrival(*r, arrival);
+      return r->status;
+    }
     t = TimeoutStatus(*r, absl::Now() - r->started);
     src = r->out_source;
     if (src >= 0 && src != rank_ && route_[src] != nullptr) {
@@ -536,6 +569,7 @@ absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
   if (!cut.empty()) route_[src]->FailPeer(src, PeerFailure(cut));
   s = Wait(r.get(), absl::Now() + absl::Seconds(1));
   // Landed whole meanwhile, or ended otherwise than by the cut.
+  if (arrival != nullptr && r->done.load()) NoteArrival(*r, arrival);
   if (s.ok() || (r->done.load() && CodeOf(s) != ErrorCode::kPeerFailure)) return s;
   return Timeout(absl::StrCat(t.message(), "; ", cut.empty() ? std::string(s.message()) : cut,
                               report.empty() ? "" : "\n", report));

@@ -164,6 +164,12 @@ class Engine : public FrameSink {
     return RecvDirect(ctx, buf, bytes, peer, tag, fingerprint, /*exact=*/true);
   }
 
+  // Takes a small message from `peer` under (ctx, tag) that has already
+  // arrived whole and no receive has claimed, into buf[0, bytes) (exactly
+  // that size), without waiting or posting anything. False: none there (a
+  // message of another size stays queued).
+  bool TakeArrived(uint32_t ctx, void* buf, size_t bytes, int peer, int tag);
+
   // After a fingerprint clash in (ctx, tag): fails every pending and later
   // operation there, here and at `members` (world ranks), with Mismatch and a
   // "hcomm.dev/clash" payload "<culprit fp> <culprit rank> <reporter fp>
@@ -178,11 +184,21 @@ class Engine : public FrameSink {
   // ReportReserve); the operation keeps its whole timeout, and a timeout's
   // message ends with the report.
   using HangReporter = absl::FunctionRef<std::string(absl::Time deadline)>;
+  // `fingerprint`: as Isend's. `arrival` (if not null) gets what the
+  // matched message carried where the receive went through a request (its
+  // fingerprint is 0 otherwise: a plain message).
+  struct Arrival {
+    uint64_t fingerprint = 0;
+    size_t bytes = 0;
+    int source = -1;
+    int tag = -1;
+  };
   absl::Status Send(uint32_t ctx, const void* buf, size_t bytes, size_t elem_size, int peer,
-                    int tag, absl::Duration timeout, const HangReporter* reporter = nullptr);
+                    int tag, absl::Duration timeout, const HangReporter* reporter = nullptr,
+                    uint64_t fingerprint = 0);
   absl::Status Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_size, int peer, int tag,
                     absl::Duration timeout, std::shared_ptr<Request>* out = nullptr,
-                    const HangReporter* reporter = nullptr);
+                    const HangReporter* reporter = nullptr, Arrival* arrival = nullptr);
   // Waits for `r` until `end`; with a reporter, first until the reserve
   // before `end`, then collects the report into *report and waits on.
   absl::Status WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,

@@ -36,6 +36,7 @@ void* Engine::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
     if (r) {
       r->out_source = peer;
       r->out_tag = m.tag;
+      r->out_fingerprint = m.id2;
       r->out_bytes = payload_len;
       p.rx_req = r;
       if (payload_len > r->bytes) {
@@ -93,6 +94,7 @@ void Engine::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
   if (r) {
     r->out_source = peer;
     r->out_tag = m.tag;
+      r->out_fingerprint = m.id2;
     r->out_bytes = payload_len;
     if (payload_len > r->bytes) {
       FailTruncated(r, peer, m.tag, payload_len);
@@ -139,6 +141,7 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
             if (r) {
               r->out_source = peer;
               r->out_tag = m.tag;
+      r->out_fingerprint = m.id2;
               r->out_bytes = 0;
               Complete(r, absl::OkStatus());
             } else {

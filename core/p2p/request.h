@@ -48,6 +48,10 @@ struct Request {
     out_source = -1;
     out_tag = -1;
     out_bytes = 0;
+    out_fingerprint = 0;
+    finish = nullptr;
+    finished.store(false, std::memory_order_relaxed);
+    keep.reset();
   }
 
   Kind kind = Kind::kRecv;
@@ -76,7 +80,30 @@ struct Request {
   int out_source = -1;
   int out_tag = -1;
   size_t out_bytes = 0;
+  // Receives: the fingerprint the matched message carried (a collective's,
+  // or how a point-to-point payload was coded: core/comm/wire_codec.h).
+  uint64_t out_fingerprint = 0;
+
+  // A step that turns what arrived into what the caller asked for (a
+  // receive's decoding: core/comm/wire_codec.h), or null. FinishRequest
+  // runs it once, when the first waiter sees `done`.
+  absl::Status (*finish)(Request& r) = nullptr;
+  std::atomic<bool> finished{false};
+  // What the request's buffers need kept until it ends (a send's encoded
+  // copy of the caller's data), or null.
+  std::shared_ptr<void> keep;
 };
+
+// For a request that is done: runs its finish step if it has one that has
+// not run yet (an error of the step replaces an OK status) and returns the
+// request's status. One waiter at a time per request, as for Wait.
+inline const absl::Status& FinishRequest(Request* r) {
+  if (r->finish != nullptr && !r->finished.exchange(true, std::memory_order_acq_rel)) {
+    absl::Status s = r->finish(*r);
+    if (r->status.ok() && !s.ok()) r->status = std::move(s);
+  }
+  return r->status;
+}
 
 // A fresh request: one of the calling thread's recent ones when nothing
 // else holds it any more, or a new one.
