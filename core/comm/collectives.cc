@@ -250,6 +250,13 @@ absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count,
 
 absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot(CollectiveOp::kBroadcast, root));
+  HalfFormat half;
+  const size_t bytes = count * DataTypeSize(t);
+  if (ABSL_PREDICT_FALSE(compression_delta_.load(std::memory_order_relaxed)) &&
+      bytes >= kMinDeltaBytes && size_ > 1 && !(t == DataType::kFloat32 && WireHalf(&half)) &&
+      std::any_of(half_peers_.begin(), half_peers_.end(), [](char c) { return c != 0; })) {
+    return BroadcastDelta(buf, bytes, root);
+  }
   return RunCollective({CollectiveOp::kBroadcast, buf, buf, count, t, ReduceOp::kSum, root});
 }
 

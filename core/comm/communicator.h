@@ -196,6 +196,10 @@ class Communicator {
     return compression_delta_.load(std::memory_order_relaxed) && bytes >= kMinDeltaBytes &&
            tag >= 0 && half_peers_[peer] != 0;
   }
+  // Broadcast of `bytes` bytes as a delta against the previous broadcast
+  // of that size from `root` (delta_broadcast.cc), or whole where a rank
+  // lacks the base.
+  absl::Status BroadcastDelta(void* buf, size_t bytes, int root);
   // RejectCollective's part in turn: marks `ticket` rejected here and at
   // every member.
   void RunRejection(uint64_t ticket, CollectiveOp op);
@@ -271,6 +275,17 @@ class Communicator {
   std::vector<char> half_peers_;
   // What `delta` keeps of messages sent and received (core/comm/delta_state.h).
   std::shared_ptr<DeltaState> delta_;
+  // Broadcasts' bases, per (root, bytes): every rank keeps the same ones
+  // (collectives run in the same order everywhere), least recently used
+  // first to go beyond delta_cache_bytes.
+  struct BroadcastBase {
+    std::unique_ptr<char[]> data;
+    uint64_t used = 0;
+  };
+  absl::Mutex bcast_mu_;
+  std::map<std::pair<int, size_t>, BroadcastBase> bcast_bases_ ABSL_GUARDED_BY(bcast_mu_);
+  size_t bcast_bytes_ ABSL_GUARDED_BY(bcast_mu_) = 0;
+  uint64_t bcast_clock_ ABSL_GUARDED_BY(bcast_mu_) = 0;
   std::atomic<int> streams_made_{0};
   const LinkModel link_;
   // The ring allreduce's order of the members where ranks share CPUs and

@@ -421,5 +421,36 @@ TEST_F(CompressionTest, DeltaRecoversFromALostBase) {
   });
 }
 
+// Broadcasts of similar messages go as deltas and arrive whole, also when
+// one rank keeps no bases (the others notice and the root sends it whole).
+TEST_F(CompressionTest, DeltaBroadcast) {
+  testing::SetTransportMode(testing::TransportMode::kTcp);
+  testing::RunRanks(3, [](int rank, const Options& o) {
+    auto made = Communicator::Init(o);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Communicator& c = **made;
+    ASSERT_TRUE(c.SetOption("compression", "delta").ok());
+    constexpr size_t kBytes = 1 << 20;
+    std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(kBytes));
+    for (int k = 0; k < 2; ++k) {
+      for (size_t i = 0; i < kBytes; ++i) msgs[k][i] = static_cast<uint8_t>(i * (7 + k));
+    }
+    for (int round = 0; round < 8; ++round) {
+      if (round == 5 && rank == 2) ASSERT_TRUE(c.SetOption("delta_cache_bytes", "0").ok());
+      const int root = round % 2;
+      Mutate(msgs[root], round, 1);
+      std::vector<uint8_t> buf = rank == root ? msgs[root] : std::vector<uint8_t>(kBytes, 0);
+      absl::Status s = c.Broadcast(buf.data(), kBytes, DataType::kUint8, root);
+      ASSERT_TRUE(s.ok()) << "round " << round << ": " << s;
+      ASSERT_EQ(memcmp(buf.data(), msgs[root].data(), kBytes), 0) << "round " << round;
+      // Float32 data broadcasts as deltas too when fp16 is off.
+      std::vector<float> f(70000, static_cast<float>(round));
+      ASSERT_TRUE(c.Broadcast(f.data(), f.size(), DataType::kFloat32, 2).ok());
+      ASSERT_EQ(f[69999], static_cast<float>(round));
+    }
+    EXPECT_TRUE(c.Destroy().ok());
+  });
+}
+
 }  // namespace
 }  // namespace hcomm
