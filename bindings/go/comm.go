@@ -212,8 +212,9 @@ func (c *Comm) Abort() error {
 	return fromC(capi.Hcomm_comm_abort(c.h))
 }
 
-// Set changes a setting of c (hcomm_comm_set); only "timeout_ms" and
-// "algo" may be changed after Init. It applies to calls started afterwards,
+// Set changes a setting of c (hcomm_comm_set); only "timeout_ms", "algo",
+// "fusion_bytes", "compression" (see SetCompression) and
+// "delta_cache_bytes" may be changed after Init. It applies to calls started afterwards,
 // on this rank (change "algo" at the same point on every rank).
 func (c *Comm) Set(key, value string) error {
 	if err := cstring("Set", "key "+strconv.Quote(key), key); err != nil {
@@ -232,6 +233,25 @@ func (c *Comm) SetTimeout(d time.Duration) error {
 		return invalid("SetTimeout: timeout %v is not positive", d)
 	}
 	return c.Set("timeout_ms", strconv.Itoa(millis(d)))
+}
+
+// SetCompression sets what c compresses in the calls this rank starts
+// afterwards (the config key "compression"): CompressionNone,
+// CompressionFP16, CompressionBF16, CompressionDelta, or
+// CompressionFP16|CompressionDelta / CompressionBF16|CompressionDelta. Call
+// it at the same point on every rank (a collective expects the same
+// setting on every rank; a receive decodes whatever comes). FP16/BF16 stay
+// off over shared memory, where the conversion costs more than it saves,
+// so results there are exact. FP16|BF16 or other bits are
+// StatusInvalidArgument, and nothing changes.
+func (c *Comm) SetCompression(kind Compression) error {
+	value, err := kind.configValue("SetCompression")
+	if err != nil {
+		return err
+	}
+	return c.do("SetCompression", func(h uintptr) error {
+		return capi.Hcomm_comm_set(h, "compression", value)
+	})
 }
 
 // Transport names the transport that carries messages between this rank

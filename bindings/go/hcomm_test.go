@@ -138,6 +138,84 @@ func TestInitSolo(t *testing.T) {
 	must(t, c.Set("timeout_ms", "6000"))
 }
 
+// callsStillWork checks an AllReduce and a send to self after a
+// compression change (exact on one rank).
+func callsStillWork(t *testing.T, c *hcomm.Comm, what string) {
+	t.Helper()
+	x := []float32{0.5, 1.25, 3, 1e-3, 7.75}
+	y := append([]float32(nil), x...)
+	must(t, hcomm.AllReduce(c, y, hcomm.Sum))
+	must(t, hcomm.Send(c, x, 0, 61))
+	got := make([]float32, len(x))
+	_, err := hcomm.Recv(c, got, 0, 61)
+	must(t, err)
+	for i := range x {
+		if y[i] != x[i] || got[i] != x[i] {
+			t.Fatalf("%s: allreduce %v, received %v; want %v", what, y, got, x)
+		}
+	}
+}
+
+func TestSetCompression(t *testing.T) {
+	c := initSolo(t)
+	valid := []hcomm.Compression{
+		hcomm.CompressionNone,
+		hcomm.CompressionFP16,
+		hcomm.CompressionBF16,
+		hcomm.CompressionDelta,
+		hcomm.CompressionFP16 | hcomm.CompressionDelta,
+		hcomm.CompressionBF16 | hcomm.CompressionDelta,
+	}
+	for _, k := range valid {
+		must(t, c.SetCompression(k))
+		callsStillWork(t, c, k.String())
+		must(t, c.SetCompression(hcomm.CompressionNone))
+		callsStillWork(t, c, "None after "+k.String())
+	}
+	names := map[hcomm.Compression]string{
+		hcomm.CompressionNone: "None", hcomm.CompressionFP16 | hcomm.CompressionDelta: "FP16|Delta",
+		hcomm.CompressionBF16: "BF16", 8: "Compression(8)",
+	}
+	for k, want := range names {
+		if k.String() != want {
+			t.Errorf("Compression(%d).String() = %q, want %q", int(k), k.String(), want)
+		}
+	}
+	if hcomm.CompressionNone != 0 || hcomm.CompressionFP16 != 1 || hcomm.CompressionBF16 != 2 ||
+		hcomm.CompressionDelta != 4 {
+		t.Errorf("the Compression flags are not 0, 1, 2, 4")
+	}
+
+	bad := []struct {
+		k   hcomm.Compression
+		why string
+	}{
+		{hcomm.CompressionFP16 | hcomm.CompressionBF16, "both CompressionFP16 and CompressionBF16"},
+		{hcomm.CompressionFP16 | hcomm.CompressionBF16 | hcomm.CompressionDelta, "both"},
+		{8, "no Compression flag"},
+		{-1, "no Compression flag"},
+	}
+	for _, b := range bad {
+		e := wantStatus(t, c.SetCompression(b.k), hcomm.StatusInvalidArgument)
+		if !strings.Contains(e.Message, "SetCompression: kind") || !strings.Contains(e.Message, b.why) {
+			t.Errorf("SetCompression(%d): message %q does not say %q", int(b.k), e.Message, b.why)
+		}
+	}
+	// C's own check, through the generic setter.
+	e := wantStatus(t, c.Set("compression", "fp16,bf16"), hcomm.StatusInvalidArgument)
+	if !strings.Contains(e.Message, "compression") {
+		t.Errorf("message %q does not name the key", e.Message)
+	}
+	callsStillWork(t, c, "after the refusals")
+
+	var nilComm *hcomm.Comm
+	wantStatus(t, nilComm.SetCompression(hcomm.CompressionFP16), hcomm.StatusInvalidArgument)
+	closed, err := hcomm.Init(map[string]string{"rank": "0", "world_size": "1"})
+	must(t, err)
+	must(t, closed.Close())
+	wantStatus(t, closed.SetCompression(hcomm.CompressionFP16), hcomm.StatusInvalidArgument)
+}
+
 func TestInitErrors(t *testing.T) {
 	_, err := hcomm.Init(map[string]string{"no_such_key": "1"})
 	e := wantStatus(t, err, hcomm.StatusInvalidArgument)

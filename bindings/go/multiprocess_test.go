@@ -6,6 +6,7 @@ package hcomm_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -93,6 +94,7 @@ func TestRank(t *testing.T) {
 		{"NewGroup", testNewGroup},
 		{"Split", testSplit},
 		{"Timeout", testTimeout},
+		{"Compression", testCompression},
 		{"StreamEveryKindTwoPriorities", testStreamEveryKind},
 		{"StreamsAtOnce", testStreamPriorities},
 		{"StreamOrder", testStreamOrder},
@@ -549,6 +551,81 @@ func testSplit(t *testing.T, c *hcomm.Comm) {
 	}
 	must(t, u.Barrier())
 	must(t, u.Close())
+}
+
+// testCompression sets every compression kind on every rank, then none: a
+// float32 AllReduce stays within the 16-bit format's error of the exact
+// sum (over shared memory FP16/BF16 stay off and the sum is exact: either
+// passes), and a repeated message (Delta's case) arrives exactly.
+func testCompression(t *testing.T, c *hcomm.Comm) {
+	r, n := c.Rank(), c.Size()
+	value := func(rank, k int) float32 { // positive, no two alike
+		return 0.5 + float32((k*7919+rank*104729)%1000)/1000*1.5
+	}
+	const count = 4099
+	exact := make([]float64, count)
+	for rank := 0; rank < n; rank++ {
+		for k := range exact {
+			exact[k] += float64(value(rank, k))
+		}
+	}
+	right, left := (r+1)%n, (r+n-1)%n
+	kinds := []hcomm.Compression{
+		hcomm.CompressionFP16,
+		hcomm.CompressionBF16,
+		hcomm.CompressionDelta,
+		hcomm.CompressionFP16 | hcomm.CompressionDelta,
+		hcomm.CompressionBF16 | hcomm.CompressionDelta,
+		hcomm.CompressionNone,
+	}
+	for _, kind := range kinds {
+		must(t, c.SetCompression(kind))
+		x := make([]float32, count)
+		for k := range x {
+			x[k] = value(r, k)
+		}
+		must(t, hcomm.AllReduce(c, x, hcomm.Sum))
+		bound := 1e-3 // FP16 (and none)
+		if kind&hcomm.CompressionBF16 != 0 {
+			bound = 2e-2
+		}
+		worst := 0.0
+		for k := range x {
+			worst = math.Max(worst, math.Abs(float64(x[k])-exact[k])/exact[k])
+		}
+		if worst > bound {
+			t.Fatalf("%v: AllReduce off by %g (relative), bound %g", kind, worst, bound)
+		}
+		for step := 0; step < 2; step++ { // the same size and tag twice
+			out := make([]float64, 1000)
+			in := make([]float64, 1000)
+			for k := range out {
+				out[k] = float64(r*1000 + k)
+				if k <= step {
+					out[k] += 0.5
+				}
+			}
+			req, err := hcomm.Isend(c, out, right, 30)
+			must(t, err)
+			_, err = hcomm.Recv(c, in, left, 30)
+			must(t, err)
+			must(t, req.Wait())
+			must(t, req.Free())
+			for k := range in {
+				want := float64(left*1000 + k)
+				if k <= step {
+					want += 0.5
+				}
+				if in[k] != want {
+					t.Fatalf("%v: message %d from rank %d at %d: %g, want %g", kind, step, left, k,
+						in[k], want)
+				}
+			}
+		}
+	}
+	wantStatus(t, c.SetCompression(hcomm.CompressionFP16|hcomm.CompressionBF16),
+		hcomm.StatusInvalidArgument)
+	must(t, c.Barrier())
 }
 
 func testTimeout(t *testing.T, c *hcomm.Comm) {

@@ -47,6 +47,75 @@ func (o Op) String() string {
 	return "Op(" + strconv.Itoa(int(o)) + ")"
 }
 
+// Compression is what Comm.SetCompression turns on (the config key
+// "compression"). The constants are flags: CompressionFP16 or
+// CompressionBF16 (FLOAT32 data travels as 16-bit floats; reductions still
+// accumulate in float32; other types are never compressed), at most one
+// of the two, with or without CompressionDelta (point-to-point and
+// broadcast send only what changed since the previous message of the same
+// size, losslessly), e.g. CompressionFP16|CompressionDelta.
+type Compression int
+
+// The compression flags.
+const (
+	CompressionNone  Compression = 0
+	CompressionFP16  Compression = 1
+	CompressionBF16  Compression = 2
+	CompressionDelta Compression = 4
+)
+
+// compressionFlags are the flags in the order of the config value.
+var compressionFlags = []struct {
+	flag       Compression
+	name, item string
+}{
+	{CompressionFP16, "FP16", "fp16"},
+	{CompressionBF16, "BF16", "bf16"},
+	{CompressionDelta, "Delta", "delta"},
+}
+
+// String names the flags, e.g. "FP16|Delta", "None"; "Compression(8)" for
+// a value with other bits.
+func (k Compression) String() string {
+	if k == CompressionNone {
+		return "None"
+	}
+	if k < 0 || k&^(CompressionFP16|CompressionBF16|CompressionDelta) != 0 {
+		return "Compression(" + strconv.Itoa(int(k)) + ")"
+	}
+	var names []string
+	for _, f := range compressionFlags {
+		if k&f.flag != 0 {
+			names = append(names, f.name)
+		}
+	}
+	return strings.Join(names, "|")
+}
+
+// configValue is k as the value of the config key "compression"
+// ("fp16,delta", "none"), or a StatusInvalidArgument error that names
+// op's argument kind.
+func (k Compression) configValue(op string) (string, error) {
+	if k < 0 || k&^(CompressionFP16|CompressionBF16|CompressionDelta) != 0 {
+		return "", invalid("%s: kind %d has bits that are no Compression flag (CompressionNone=0, "+
+			"CompressionFP16=1, CompressionBF16=2, CompressionDelta=4)", op, int(k))
+	}
+	if k&CompressionFP16 != 0 && k&CompressionBF16 != 0 {
+		return "", invalid("%s: kind %v sets both CompressionFP16 and CompressionBF16; data "+
+			"travels in at most one 16-bit format (FP16|Delta and BF16|Delta are allowed)", op, k)
+	}
+	var items []string
+	for _, f := range compressionFlags {
+		if k&f.flag != 0 {
+			items = append(items, f.item)
+		}
+	}
+	if len(items) == 0 {
+		return "none", nil
+	}
+	return strings.Join(items, ","), nil
+}
+
 const (
 	// AnySource as the source of Recv/Irecv matches a message from any rank.
 	AnySource = -1

@@ -43,6 +43,7 @@ from ._communicator import (
     ANY_TAG,
     UNDEFINED,
     Communicator,
+    CompressionType,
     ReduceOp,
     Request,
     Work,
@@ -73,6 +74,7 @@ __all__ = [
     "init", "destroy", "is_initialized", "get_default_group",
     "init_process_group", "destroy_process_group",
     "get_rank", "get_world_size", "new_group", "split",
+    "set_compression", "CompressionType",
     # point-to-point
     "send", "recv", "isend", "irecv", "wait_all", "Request",
     # collectives
@@ -215,6 +217,14 @@ def split(color, key=0, group=None):
     """Ranks with the same color form a group ordered by (key, rank); color
     None or UNDEFINED gets None. Collective."""
     return _group(group).split(color, key)
+
+
+def set_compression(kind, group=None):
+    """Compresses what this rank sends on group (default: the default group)
+    from now on: kind is hcomm.CompressionType.NONE, FP16, BF16, DELTA,
+    FP16|DELTA or BF16|DELTA (or the config value, "fp16,delta"). Call it at
+    the same point on every rank. See Communicator.set_compression."""
+    _group(group).set_compression(kind)
 
 
 def send(tensor, dst, tag=0, group=None, stream=None):

@@ -56,6 +56,70 @@ def _op(op):
     raise _invalid("unknown reduce op %r: use hcomm.ReduceOp.SUM, PROD, MIN, MAX or AVG" % (op,))
 
 
+class CompressionType(enum.IntFlag):
+    """What set_compression turns on (the config key `compression`).
+
+    FP16 or BF16: FLOAT32 data travels as 16-bit floats (reductions still
+    accumulate in float32; other dtypes are never compressed); at most one
+    of the two. DELTA: point-to-point and broadcast send only what changed
+    since the previous message of the same size, losslessly. Combine with
+    `|`: FP16 | DELTA, BF16 | DELTA. NONE turns everything off.
+    """
+
+    NONE = 0
+    FP16 = 1
+    BF16 = 2
+    DELTA = 4
+
+
+# A plain int: ~ of an IntFlag keeps only the flags' own bits.
+_COMPRESSION_BITS = int(CompressionType.FP16 | CompressionType.BF16 | CompressionType.DELTA)
+_COMPRESSION_USE = ("use hcomm.CompressionType.NONE, FP16, BF16, DELTA, FP16|DELTA or "
+                    "BF16|DELTA (or the config value: \"none\", \"fp16\", \"bf16\", "
+                    "\"delta\", \"fp16,delta\", \"bf16,delta\")")
+
+
+def _compression(kind):
+    """The value of the config key `compression` for kind: a CompressionType
+    (or its int value), or the config value itself ("fp16,delta"), as
+    hcomm.init(compression=...) takes it. Checked here so that the error
+    names the argument; C checks it again."""
+    if isinstance(kind, str):
+        items = [item.strip().lower() for item in kind.split(",")]
+        flags = CompressionType.NONE
+        for item in items:
+            bit = {"fp16": CompressionType.FP16, "bf16": CompressionType.BF16,
+                   "delta": CompressionType.DELTA}.get(item)
+            if item == "none" and len(items) == 1:
+                bit = CompressionType.NONE
+            if bit is None or (bit and flags & bit):
+                raise _invalid("set_compression: kind %r is not a compression: %s"
+                               % (kind, _COMPRESSION_USE))
+            flags |= bit
+    elif isinstance(kind, bool):  # True would pass for FP16 (1)
+        raise _invalid("set_compression: kind must be an hcomm.CompressionType, not bool: %s"
+                       % _COMPRESSION_USE)
+    else:
+        try:
+            v = operator.index(kind)  # 1.0 would pass too
+        except TypeError:
+            raise _invalid("set_compression: kind must be an hcomm.CompressionType, not %s: %s"
+                           % (type(kind).__name__, _COMPRESSION_USE)) from None
+        if v < 0 or v & ~_COMPRESSION_BITS:
+            raise _invalid("set_compression: kind %d has bits that are no "
+                           "hcomm.CompressionType (NONE=0, FP16=1, BF16=2, DELTA=4)" % v)
+        flags = CompressionType(v)
+    if flags & CompressionType.FP16 and flags & CompressionType.BF16:
+        shown = ("hcomm.CompressionType.%s" % kind.name if isinstance(kind, CompressionType)
+                 else repr(kind))
+        raise _invalid("set_compression: kind %s sets both FP16 and BF16; data travels in at "
+                       "most one 16-bit format (FP16|DELTA and BF16|DELTA are allowed)" % shown)
+    names = [name for bit, name in ((CompressionType.FP16, "fp16"),
+                                    (CompressionType.BF16, "bf16"),
+                                    (CompressionType.DELTA, "delta")) if flags & bit]
+    return ",".join(names) or "none"
+
+
 def _int(value, what, lo=-_INT_MAX - 1, hi=_INT_MAX):
     try:
         v = operator.index(value)
@@ -524,6 +588,20 @@ class Communicator:
         value = str(_int(timeout_ms, "timeout_ms", 0))
         with self._use as h:
             _n.hcomm_comm_set(h, "timeout_ms", value)
+
+    def set_compression(self, kind):
+        """Compresses what this rank sends from now on (config key
+        `compression`): kind is an hcomm.CompressionType (NONE, FP16, BF16,
+        DELTA, FP16|DELTA, BF16|DELTA) or the config value ("fp16,delta").
+        Applies to calls started afterwards; call it at the same point on
+        every rank of the group (a collective expects the same setting on
+        every rank; a receive decodes whatever comes). FP16/BF16 stay off
+        over shared memory, where the conversion costs more than it saves,
+        so results there are exact. FP16|BF16 or any other value raises
+        InvalidArgumentError naming `kind`; nothing changes then."""
+        value = _compression(kind)
+        with self._use as h:
+            _n.hcomm_comm_set(h, "compression", value)
 
     def transport(self, peer):
         """The transport to rank peer: "shm", "tcp", or "self"."""

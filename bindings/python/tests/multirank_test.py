@@ -3,11 +3,12 @@
 Run by Bazel, this file is the driver (unittest): it starts itself as 4
 ranks (`hcomm_run -n 4 -- python3 multirank_test.py --worker`), each of
 which runs every check in CHECKS in order and prints "ok: NAME"; there is
-one test method per check. Four further runs start their ranks by hand
+one test method per check. Five further runs start their ranks by hand
 (HCOMM_RANK/HCOMM_WORLD_SIZE/HCOMM_STORE_ADDR/HCOMM_JOB_TOKEN): a peer that
 exits mid-job (PeerFailureError), a rank with the wrong job token
 (PermissionDeniedError), a communicator destroyed while a thread is
-blocked in its barrier, and HCOMM_CHECK_COLLECTIVES set on rank 0 only.
+blocked in its barrier, HCOMM_CHECK_COLLECTIVES set on rank 0 only, and
+set_compression over TCP (where FP16/BF16 apply).
 """
 
 import builtins
@@ -869,6 +870,55 @@ def check_follows_rank_0_worker():
     hcomm.destroy()
 
 
+def compression_over_tcp_worker():
+    """Two ranks over TCP, where FP16/BF16 do apply: every compression kind
+    and back to NONE; a float32 all_reduce under FP16 lands within 1e-3
+    (relative) of the exact sum, and DELTA sends stay exact."""
+    C = hcomm.CompressionType
+    comm = hcomm.init(timeout_ms=20000)
+    rank, peer = comm.rank, 1 - comm.rank
+    assert comm.transport(peer) == "tcp", comm.transport(peer)
+    xs = [np.random.default_rng(100 + r).uniform(0.5, 2.0, 4099).astype(np.float32)
+          for r in range(2)]
+    exact = xs[0].astype(np.float64) + xs[1].astype(np.float64)
+    hcomm.set_compression(C.FP16)
+    t = xs[rank].copy()
+    hcomm.all_reduce(t)
+    err = float(np.max(np.abs(t - exact) / exact))
+    assert err <= 1e-3, "FP16 all_reduce: relative error %g" % err
+    print("ok: FP16 all_reduce within %.2g of the exact sum" % err, flush=True)
+    for kind in (C.FP16 | C.DELTA, C.BF16 | C.DELTA, C.DELTA, C.BF16, C.NONE):
+        hcomm.set_compression(kind)
+        a = np.arange(1000, dtype=np.float64) + rank
+        for step in range(2):  # the second message of the same size: a delta
+            a[step] += 0.5
+            b = np.zeros_like(a)
+            if rank == 0:
+                hcomm.send(a, dst=peer, tag=70)
+                hcomm.recv(b, src=peer, tag=70)
+            else:
+                hcomm.recv(b, src=peer, tag=70)
+                hcomm.send(a, dst=peer, tag=70)
+            want = np.arange(1000, dtype=np.float64) + peer
+            want[:step + 1] += 0.5
+            assert (b == want).all(), (kind, step)
+        t = np.full(64, rank + 1, np.float32)  # small integers: exact in every format
+        hcomm.all_reduce(t)
+        assert (t == 3).all(), (kind, t[:4])
+    t = xs[rank].copy()
+    hcomm.all_reduce(t)  # NONE again
+    assert np.array_equal(t, (xs[0] + xs[1])), "NONE all_reduce is not exact"
+    print("ok: every compression kind, then NONE", flush=True)
+    try:
+        hcomm.set_compression(C.FP16 | C.BF16)
+        print("FP16|BF16 was accepted", flush=True)
+        sys.exit(1)
+    except hcomm.InvalidArgumentError as e:
+        assert "kind" in str(e), e
+        print("ok: InvalidArgumentError:", e, flush=True)
+    hcomm.destroy()
+
+
 def bad_token_worker():
     try:
         hcomm.init(timeout_ms=3000)
@@ -997,6 +1047,17 @@ class Failures(unittest.TestCase):
         self.assertIn("ok: PermissionDeniedError", outs[1][1], outs)
 
 
+class TwoRanksOverTcp(unittest.TestCase):
+    def test_compression_over_tcp(self):
+        outs = _start_by_hand("--compression-over-tcp", ["t0ken-d", "t0ken-d"],
+                              [{"HCOMM_TRANSPORTS": "tcp"}, {"HCOMM_TRANSPORTS": "tcp"}])
+        self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
+        for _, out in outs:
+            self.assertIn("ok: FP16 all_reduce within", out)
+            self.assertIn("ok: every compression kind, then NONE", out)
+            self.assertIn("ok: InvalidArgumentError: set_compression: kind", out)
+
+
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         worker()
@@ -1008,5 +1069,7 @@ if __name__ == "__main__":
         bad_token_worker()
     elif "--check-follows-rank-0" in sys.argv:
         check_follows_rank_0_worker()
+    elif "--compression-over-tcp" in sys.argv:
+        compression_over_tcp_worker()
     else:
         unittest.main(verbosity=2)

@@ -9,6 +9,7 @@ shared-memory channel.
 import array
 import builtins
 import datetime
+import enum
 import os
 import pickle
 import signal
@@ -390,6 +391,83 @@ class SchedulerTest(unittest.TestCase):
             sched.register_task(task_id="x", func=print)
             with self.assertRaisesRegex(KeyError, "no policy today"):
                 sched.run()
+
+
+class CompressionTest(unittest.TestCase):
+    C = hcomm.CompressionType
+    VALID = [C.NONE, C.FP16, C.BF16, C.DELTA, C.FP16 | C.DELTA, C.BF16 | C.DELTA]
+
+    def tearDown(self):
+        hcomm.set_compression(self.C.NONE)
+
+    def _calls_still_work(self, what):
+        t = np.linspace(0.5, 2.0, 37, dtype=np.float32)
+        hcomm.all_reduce(t)
+        np.testing.assert_array_equal(t, np.linspace(0.5, 2.0, 37, dtype=np.float32),
+                                      err_msg=what)
+        hcomm.send(np.arange(9, dtype=np.float32), 0, tag=61)
+        got = np.zeros(9, np.float32)
+        hcomm.recv(got, 0, tag=61)
+        np.testing.assert_array_equal(got, np.arange(9, dtype=np.float32), err_msg=what)
+
+    def test_flags(self):
+        self.assertTrue(issubclass(self.C, enum.IntFlag))
+        self.assertEqual([(k.name, int(k)) for k in (self.C.NONE, self.C.FP16, self.C.BF16,
+                                                     self.C.DELTA)],
+                         [("NONE", 0), ("FP16", 1), ("BF16", 2), ("DELTA", 4)])
+        self.assertEqual(int(self.C.FP16 | self.C.DELTA), 5)
+        self.assertIn("CompressionType", hcomm.__all__)
+        self.assertIn("set_compression", hcomm.__all__)
+
+    def test_every_valid_kind_then_none(self):
+        for kind in self.VALID:
+            hcomm.set_compression(kind)
+            self._calls_still_work(repr(kind))
+            hcomm.set_compression(self.C.NONE)
+            self._calls_still_work("NONE after %r" % kind)
+
+    def test_group_method_int_and_string_forms(self):
+        hcomm.set_compression(self.C.BF16 | self.C.DELTA, group=COMM)
+        COMM.set_compression(self.C.FP16)
+        hcomm.set_compression(5)  # FP16 | DELTA as a plain int
+        hcomm.set_compression(np.int64(2))
+        for value in ("fp16", "bf16", "delta", "fp16,delta", "delta,bf16", "FP16", "none"):
+            hcomm.set_compression(value)
+        self._calls_still_work("after the string forms")
+
+    def test_bad_kind_raises_invalid_argument_naming_it(self):
+        cases = [
+            (self.C.FP16 | self.C.BF16, "both FP16 and BF16"),
+            (3, "both FP16 and BF16"),
+            (7, "both FP16 and BF16"),
+            (8, "bits"),
+            (-1, "bits"),
+            ("fp16,bf16", "both FP16 and BF16"),
+            ("gzip", "not a compression"),
+            ("none,delta", "not a compression"),
+            ("fp16,fp16", "not a compression"),
+            ("", "not a compression"),
+            (1.0, "not float"),
+            (True, "not bool"),
+            (None, "not NoneType"),
+        ]
+        for bad, why in cases:
+            with self.assertRaises(hcomm.InvalidArgumentError, msg=repr(bad)) as cm:
+                hcomm.set_compression(bad)
+            e = cm.exception
+            self.assertEqual(e.status, hcomm.Status.ERR_INVALID_ARGUMENT)
+            self.assertIn("set_compression: kind", str(e))
+            self.assertIn(why, str(e), repr(bad))
+        self._calls_still_work("after the refusals")
+
+    def test_group_convention(self):
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "group must be"):
+            hcomm.set_compression(self.C.FP16, group="world")
+        c = hcomm.Communicator.from_config(rank=0, world_size=1, timeout_ms=5000)
+        c.set_compression(self.C.FP16 | self.C.DELTA)
+        c.destroy()
+        with self.assertRaisesRegex(hcomm.InvalidArgumentError, "destroyed"):
+            hcomm.set_compression(self.C.FP16, group=c)
 
 
 class PointToPointTest(unittest.TestCase):

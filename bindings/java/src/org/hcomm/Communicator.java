@@ -2,8 +2,12 @@ package org.hcomm;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.StringJoiner;
 import org.hcomm.internal.HcommNative;
 
 /**
@@ -157,8 +161,10 @@ public final class Communicator implements AutoCloseable {
   }
 
   /**
-   * Changes a setting of the live communicator; only {@code timeout_ms} and
-   * {@code algo} may change after init. Applies to calls started afterwards.
+   * Changes a setting of the live communicator; only {@code timeout_ms},
+   * {@code algo}, {@code fusion_bytes}, {@code compression} (see
+   * {@link #setCompression(Compression...)}) and {@code delta_cache_bytes}
+   * may change after init. Applies to calls started afterwards.
    */
   public void set(String key, String value) {
     Buffers.checkCString(key, "Communicator.set: key " + Buffers.quote(key));
@@ -169,6 +175,60 @@ public final class Communicator implements AutoCloseable {
     } finally {
       handle.exit();
     }
+  }
+
+  /**
+   * Compresses what this rank sends from now on (the config key
+   * {@code compression}): {@link Compression#FP16} or {@link Compression#BF16}
+   * (at most one), {@link Compression#DELTA}, or both kinds, e.g.
+   * {@code setCompression(Compression.FP16, Compression.DELTA)}; no argument
+   * turns compression off. Applies to calls started afterwards; call it at
+   * the same point on every rank (a collective expects the same setting on
+   * every rank; a receive decodes whatever comes). FP16/BF16 stay off over
+   * shared memory, where the conversion costs more than it saves, so
+   * results there are exact.
+   *
+   * @throws HcommException {@link Status#INVALID_ARGUMENT} for FP16 with
+   *     BF16, a null array or a null element; nothing changes then
+   */
+  public void setCompression(Compression... kinds) {
+    if (kinds == null) {
+      throw Buffers.invalid("setCompression: kinds is null; pass no argument to turn "
+          + "compression off");
+    }
+    setCompression(Arrays.asList(kinds), "setCompression: kinds " + Arrays.toString(kinds));
+  }
+
+  /**
+   * {@link #setCompression(Compression...)} with a set, e.g.
+   * {@code EnumSet.of(Compression.BF16, Compression.DELTA)}; an empty set
+   * turns compression off.
+   */
+  public void setCompression(Set<Compression> kinds) {
+    if (kinds == null) {
+      throw Buffers.invalid("setCompression: kinds is null; pass an empty set to turn "
+          + "compression off");
+    }
+    setCompression(new ArrayList<>(kinds), "setCompression: kinds " + kinds);
+  }
+
+  private void setCompression(List<Compression> kinds, String what) {
+    EnumSet<Compression> chosen = EnumSet.noneOf(Compression.class);
+    for (Compression k : kinds) {
+      if (k == null) {
+        throw Buffers.invalid(what + " holds null");
+      }
+      chosen.add(k);
+    }
+    if (chosen.contains(Compression.FP16) && chosen.contains(Compression.BF16)) {
+      throw Buffers.invalid(what + " holds both FP16 and BF16; data travels in at most one "
+          + "16-bit format (FP16 with DELTA and BF16 with DELTA are allowed)");
+    }
+    StringJoiner value = new StringJoiner(",");
+    for (Compression k : chosen) {
+      value.add(k.value());
+    }
+    set("compression", chosen.isEmpty() ? "none" : value.toString());
   }
 
   /**

@@ -11,8 +11,11 @@ import static org.junit.Assert.fail;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Set;
 import org.hcomm.internal.HcommNative;
 import org.junit.After;
 import org.junit.Before;
@@ -336,6 +339,68 @@ public class CommunicatorTest {
 
     expect(Status.INVALID_ARGUMENT, () -> comm.set("no_such_key", "1"));
     expect(Status.INVALID_ARGUMENT, () -> comm.set("timeout_ms", "soon"));
+  }
+
+  /** An allreduce and a send to self after a compression change: exact on one rank. */
+  private void callsStillWork(String what) {
+    float[] x = {0.5f, 1.25f, 3.0f, 1e-3f, 7.75f};
+    float[] y = x.clone();
+    comm.allReduce(y, ReduceOp.SUM);
+    assertArrayEquals(what, x, y, 0f);
+    comm.send(x, 0, 61);
+    float[] got = new float[x.length];
+    comm.recv(got, 0, 61);
+    assertArrayEquals(what, x, got, 0f);
+  }
+
+  @Test
+  public void setCompressionEveryKindThenNone() {
+    Compression[][] valid = {
+      {},
+      {Compression.FP16},
+      {Compression.BF16},
+      {Compression.DELTA},
+      {Compression.FP16, Compression.DELTA},
+      {Compression.DELTA, Compression.BF16},
+    };
+    for (Compression[] kinds : valid) {
+      String what = Arrays.toString(kinds);
+      comm.setCompression(kinds);
+      callsStillWork(what);
+      comm.setCompression();
+      callsStillWork("none after " + what);
+    }
+    comm.setCompression(EnumSet.of(Compression.BF16, Compression.DELTA));
+    comm.setCompression(EnumSet.noneOf(Compression.class));
+    comm.setCompression(Compression.FP16, Compression.FP16); // the same kind twice is once
+    comm.set("compression", "delta,fp16"); // the config key itself
+    comm.setCompression();
+    assertEquals("fp16", Compression.FP16.value());
+    assertEquals("bf16", Compression.BF16.value());
+    assertEquals("delta", Compression.DELTA.value());
+  }
+
+  @Test
+  public void setCompressionBadCombinationIsInvalidArgument() {
+    HcommException e = expect(Status.INVALID_ARGUMENT,
+        () -> comm.setCompression(Compression.FP16, Compression.BF16));
+    assertTrue(e.getMessage(), e.getMessage().contains("setCompression: kinds [FP16, BF16]")
+        && e.getMessage().contains("both FP16 and BF16"));
+    e = expect(Status.INVALID_ARGUMENT, () -> comm.setCompression(
+        EnumSet.of(Compression.BF16, Compression.DELTA, Compression.FP16)));
+    assertTrue(e.getMessage(), e.getMessage().contains("both FP16 and BF16"));
+    e = expect(Status.INVALID_ARGUMENT, () -> comm.setCompression(Compression.DELTA, null));
+    assertTrue(e.getMessage(), e.getMessage().contains("holds null"));
+    expect(Status.INVALID_ARGUMENT, () -> comm.setCompression((Compression[]) null));
+    expect(Status.INVALID_ARGUMENT,
+        () -> comm.setCompression((Set<Compression>) null));
+    // What C refuses through the generic setter: named by the config key.
+    e = expect(Status.INVALID_ARGUMENT, () -> comm.set("compression", "fp16,bf16"));
+    assertTrue(e.getMessage(), e.getMessage().contains("compression"));
+    callsStillWork("after the refusals");
+    Communicator c = Communicator.init(single());
+    c.close();
+    expect(Status.INVALID_ARGUMENT, () -> c.setCompression(Compression.FP16));
   }
 
   @Test

@@ -9,7 +9,8 @@ import java.util.List;
 /**
  * One rank of java_multirank_test (run as 4 ranks through hcomm_run):
  * point-to-point, any-source, every collective on several types, groups and
- * split, a timeout, and streams and events (StreamChecks). Prints
+ * split, a timeout, every compression kind, and streams and events
+ * (StreamChecks). Prints
  * "ok: NAME" per check and "ok: all" at the end; any failure prints
  * "FAIL: ..." and exits 1 (hcomm_run then stops the job).
  */
@@ -37,6 +38,7 @@ public final class MultiRankMain {
       collectives(c);
       groups(c);
       timeout(c);
+      compression(c);
       StreamChecks.run(c);
       c.barrier();
     } catch (Throwable t) {
@@ -326,6 +328,77 @@ public final class MultiRankMain {
     c.set("timeout_ms", "60000");
     c.barrier();
     ok("timeout");
+  }
+
+  /**
+   * Every compression kind on every rank, then none: a float32 allreduce
+   * stays within the 16-bit format's error of the exact sum (over shared
+   * memory FP16/BF16 stay off and the sum is exact: either passes), and a
+   * repeated send (DELTA's case) arrives exactly. FP16 with BF16 is refused
+   * on every rank.
+   */
+  private static void compression(Communicator c) {
+    Compression[][] kinds = {
+      {Compression.FP16},
+      {Compression.BF16},
+      {Compression.DELTA},
+      {Compression.FP16, Compression.DELTA},
+      {Compression.BF16, Compression.DELTA},
+      {},
+    };
+    int n = 4099;
+    double[] exact = new double[n];
+    for (int r = 0; r < size; ++r) {
+      for (int k = 0; k < n; ++k) {
+        exact[k] += value(r, k);
+      }
+    }
+    int right = (rank + 1) % size;
+    int left = (rank + size - 1) % size;
+    for (Compression[] kind : kinds) {
+      String what = Arrays.toString(kind);
+      c.setCompression(kind);
+      float[] x = new float[n];
+      for (int k = 0; k < n; ++k) {
+        x[k] = value(rank, k);
+      }
+      c.allReduce(x, ReduceOp.SUM);
+      boolean bf16 = Arrays.asList(kind).contains(Compression.BF16);
+      double bound = bf16 ? 2e-2 : 1e-3; // FP16 (and none) within 1e-3
+      double worst = 0;
+      for (int k = 0; k < n; ++k) {
+        worst = Math.max(worst, Math.abs(x[k] - exact[k]) / exact[k]);
+      }
+      check(worst <= bound, what + ": allreduce off by " + worst + " (relative)");
+      for (int step = 0; step < 2; ++step) { // the same size and tag twice
+        double[] out = new double[1000];
+        double[] in = new double[1000];
+        for (int k = 0; k < out.length; ++k) {
+          out[k] = rank * 1000 + k + (k <= step ? 0.5 : 0);
+        }
+        try (Request s = c.isend(out, right, 30)) {
+          c.recv(in, left, 30);
+          s.await();
+        }
+        for (int k = 0; k < in.length; ++k) {
+          check(in[k] == left * 1000 + k + (k <= step ? 0.5 : 0), what + ": p2p at " + k);
+        }
+      }
+    }
+    try {
+      c.setCompression(Compression.FP16, Compression.BF16);
+      check(false, "FP16 with BF16 was accepted");
+    } catch (HcommException e) {
+      check(e.kind() == Status.INVALID_ARGUMENT, "FP16 with BF16: " + e);
+      check(e.getMessage().contains("both FP16 and BF16"), "message: " + e.getMessage());
+    }
+    c.barrier();
+    ok("compression");
+  }
+
+  /** Rank r's k-th float of the compression check: positive, no two alike. */
+  private static float value(int r, int k) {
+    return 0.5f + ((k * 7919 + r * 104729) % 1000) / 1000f * 1.5f;
   }
 
   private MultiRankMain() {}
