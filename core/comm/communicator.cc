@@ -112,9 +112,9 @@ absl::Status Communicator::SetOption(absl::string_view key, absl::string_view va
     return absl::OkStatus();
   }
   if (key == "compression") {
-    // Applies to operations called afterwards. Receivers decode whatever
-    // comes, so ranks need not change it together; collectives' pieces
-    // are told apart by size, so every rank of a collective may differ too.
+    // Applies to operations called afterwards. Point-to-point receivers
+    // decode whatever comes; a collective's ranks must agree (the setting
+    // rides in its fingerprint: ranks that differ get Mismatch).
     compression_half_.store(static_cast<int>(o.compression_half), std::memory_order_relaxed);
     compression_delta_.store(o.compression_delta, std::memory_order_relaxed);
     return absl::OkStatus();

@@ -140,7 +140,9 @@ HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
  * plugins (transport plugins to load at init: hcomm/hcomm_transport.h),
  * fusion_bytes ("auto" or bytes; see "Streams, priorities and fusion"),
  * chunk_bytes, profile ("1": record spans; rank 0 writes profile_file at
- * the world communicator's destroy), profile_max_events, profile_file.
+ * the world communicator's destroy), profile_max_events, profile_file,
+ * compression ("none", "fp16", "bf16", "delta", "fp16,delta", "bf16,delta":
+ * docs/compression.md), delta_cache_bytes.
  * The value is validated now. Neither string is retained.
  * Errors: INVALID_ARGUMENT (NULL argument, unknown key, or a value that does
  * not parse; the message names the key).
@@ -177,10 +179,11 @@ HCOMM_API hcomm_status_t hcomm_comm_init(hcomm_config_t cfg, hcomm_comm_t* out);
 HCOMM_API hcomm_status_t hcomm_comm_rank(hcomm_comm_t comm, int* rank);
 HCOMM_API hcomm_status_t hcomm_comm_size(hcomm_comm_t comm, int* size);
 
-/* Changes a setting of a live communicator. Only `timeout_ms`, `algo` and
- * `fusion_bytes` may be changed after init; they apply to calls started
- * (streams made) afterwards (change `algo` at the same point on every
- * rank).
+/* Changes a setting of a live communicator. Only `timeout_ms`, `algo`,
+ * `fusion_bytes`, `compression` and `delta_cache_bytes` may be changed after
+ * init; they apply to calls started (streams made) afterwards (change
+ * `algo` and `compression` at the same point on every rank: collectives
+ * whose ranks differ in either fail with MISMATCH or pair wrongly).
  * Errors: INVALID_ARGUMENT (unknown key, bad value, or a key fixed at init). */
 HCOMM_API hcomm_status_t hcomm_comm_set(hcomm_comm_t comm, const char* key,
                                         const char* value);
