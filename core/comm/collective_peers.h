@@ -151,14 +151,21 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   // From here on, pieces of float32 to and from ranks that CompressesTo
   // travel as `f` (core/comm/wire_codec.h): a receiver tells a 16-bit
   // piece by its half size and decodes it in place in Wait.
-  void CompressFloats(HalfFormat f) {
+  // `out`/`out_bytes` (an allreduce's output, else null): a piece sent
+  // from there is a (partial or final) result, rounded in place as its
+  // receivers will see it, so that every rank ends with the same bits (a
+  // partial sum sent on is not used again by its sender).
+  void CompressFloats(HalfFormat f, void* out = nullptr, size_t out_bytes = 0) {
     half_ = true;
     half_format_ = f;
+    round_lo_ = static_cast<char*>(out);
+    round_hi_ = round_lo_ + out_bytes;
   }
   absl::StatusOr<std::shared_ptr<Request>> Isend(const void* buf, size_t bytes,
                                                  int peer) override {
     if (ABSL_PREDICT_FALSE(half_) && c_->CompressesTo(peer)) {
       if (std::unique_ptr<uint16_t[]> wire = EncodeForWire(half_format_, buf, bytes)) {
+        RoundLikeWire(buf, bytes, wire.get());
         auto r = c_->engine_->Isend(c_->coll_ctx_, wire.get(), bytes / 2, 1,
                                     c_->group_to_world_[peer], wire_tag_, fp_);
         if (!r.ok()) return Explain(r.status());
@@ -174,8 +181,10 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   bool SendNow(const void* buf, size_t bytes, int peer) override {
     if (ABSL_PREDICT_FALSE(half_) && c_->CompressesTo(peer)) {
       if (std::unique_ptr<uint16_t[]> wire = EncodeForWire(half_format_, buf, bytes)) {
-        return c_->engine_->SendNow(c_->coll_ctx_, wire.get(), bytes / 2,
-                                    c_->group_to_world_[peer], wire_tag_, fp_);
+        const bool sent = c_->engine_->SendNow(c_->coll_ctx_, wire.get(), bytes / 2,
+                                               c_->group_to_world_[peer], wire_tag_, fp_);
+        if (sent) RoundLikeWire(buf, bytes, wire.get());
+        return sent;
       }
     }
     return c_->engine_->SendNow(c_->coll_ctx_, buf, bytes, c_->group_to_world_[peer], wire_tag_,
@@ -338,8 +347,18 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   absl::Time final_deadline_;
   absl::Time deadline_;
   CallInfo info_;
+  // A piece of the allreduce's output that travels compressed takes the
+  // value its receivers decode (CompressFloats).
+  void RoundLikeWire(const void* buf, size_t bytes, const uint16_t* wire) {
+    const char* p = static_cast<const char*>(buf);
+    if (p >= round_lo_ && p + bytes <= round_hi_ && round_lo_ != nullptr) {
+      DecodeHalf(half_format_, wire, bytes / 4, reinterpret_cast<float*>(const_cast<char*>(p)));
+    }
+  }
   bool half_ = false;
   HalfFormat half_format_ = HalfFormat::kFp16;
+  char* round_lo_ = nullptr;
+  char* round_hi_ = nullptr;
   std::string What() const { return info_.Describe(); }
 };
 

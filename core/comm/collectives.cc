@@ -171,7 +171,13 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
   {
     // HCOMM_FINGERPRINTS=0 sends none (to measure what the check costs).
     CollectivePeers peers(this, tag, fingerprints_ ? fp : 0, timeout(), info);
-    if (compress) peers.CompressFloats(half);
+    if (compress) {
+      if (call.op == CollectiveOp::kAllReduce) {
+        peers.CompressFloats(half, call.recv, call.count * 4);
+      } else {
+        peers.CompressFloats(half);
+      }
+    }
     // Aborted, broken by a member's failure, or found clashing by another
     // rank already: even a collective that would send nothing (one rank)
     // fails.
