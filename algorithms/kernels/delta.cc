@@ -363,6 +363,7 @@ absl::StatusOr<size_t> DeltaCodec::Encode(const void* base, const void* msg, siz
     if (len > 0) {
       XorBytes(xored, m + off, b + off, len);
       XXH64_update(ctx_->hash, m + off, len);
+      if (advance_ != nullptr) std::memcpy(advance_ + off, m + off, len);
       records_len = static_cast<size_t>(BuildRecords(xored, len, records) - records);
       if (records_len > len + kRecordSlackPerBlock) {
         return absl::InternalError(absl::StrFormat(
@@ -485,6 +486,7 @@ absl::Status DeltaCodec::Decode(const void* base, const void* frame, size_t fram
       if (!s.ok()) return s;
     }
     XXH64_update(ctx_->hash, o + block, block_end - block);
+    if (copy_ != nullptr) std::memcpy(copy_ + block, o + block, block_end - block);
   }
   if (absl::Status s = reader.Finish(); !s.ok()) return s;
   const uint64_t got_hash = XXH64_digest(ctx_->hash);
@@ -495,6 +497,31 @@ absl::Status DeltaCodec::Decode(const void* base, const void* frame, size_t fram
         frame_len, got_hash, want_hash));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> DeltaCodec::EncodeAdvancing(void* base, const void* msg, size_t n,
+                                                   void* out, size_t out_cap, int level) {
+  if (base == msg) return Encode(base, msg, n, out, out_cap, level);
+  advance_ = static_cast<unsigned char*>(base);
+  absl::StatusOr<size_t> len = Encode(base, msg, n, out, out_cap, level);
+  advance_ = nullptr;
+  return len;
+}
+
+absl::Status DeltaCodec::DecodeCopying(void* base, const void* frame, size_t frame_len,
+                                       void* copy, size_t n) {
+  const auto* c = static_cast<const unsigned char*>(copy);
+  const auto* b = static_cast<const unsigned char*>(base);
+  const auto* f = static_cast<const unsigned char*>(frame);
+  if (n > 0 && (copy == nullptr || (c < b + n && b < c + n) ||
+                (frame != nullptr && c < f + frame_len && f < c + n))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("delta decode of %u bytes: the copy is null or overlaps base or frame", n));
+  }
+  copy_ = static_cast<unsigned char*>(copy);
+  absl::Status s = Decode(base, frame, frame_len, base, n);
+  copy_ = nullptr;
+  return s;
 }
 
 namespace {
@@ -512,6 +539,16 @@ absl::StatusOr<size_t> EncodeDelta(const void* base, const void* msg, size_t n, 
 absl::Status DecodeDelta(const void* base, const void* frame, size_t frame_len, void* out,
                          size_t n) {
   return ThreadCodec().Decode(base, frame, frame_len, out, n);
+}
+
+absl::StatusOr<size_t> EncodeDeltaAdvancing(void* base, const void* msg, size_t n, void* out,
+                                            size_t out_cap, int level) {
+  return ThreadCodec().EncodeAdvancing(base, msg, n, out, out_cap, level);
+}
+
+absl::Status DecodeDeltaCopying(void* base, const void* frame, size_t frame_len, void* copy,
+                                size_t n) {
+  return ThreadCodec().DecodeCopying(base, frame, frame_len, copy, n);
 }
 
 }  // namespace hcomm

@@ -119,9 +119,24 @@ class DeltaCodec {
   // have been written); where out is base, the cached message is lost.
   absl::Status Decode(const void* base, const void* frame, size_t frame_len, void* out, size_t n);
 
+  // Encode, and leaves `base` holding the message: each block is copied
+  // while it is in cache, which saves a pass over memory against a memcpy
+  // afterwards (a sender keeping what it sent as the next base). On any
+  // error base holds parts of both: copy msg into it.
+  absl::StatusOr<size_t> EncodeAdvancing(void* base, const void* msg, size_t n, void* out,
+                                         size_t out_cap, int level = 1);
+  // Decode into `base` itself, and copies the message to `copy` (n bytes,
+  // overlapping neither base nor the frame) block by block while it is in
+  // cache (a receiver keeping the base and handing the message out). On
+  // any error both hold meaningless bytes.
+  absl::Status DecodeCopying(void* base, const void* frame, size_t frame_len, void* copy,
+                             size_t n);
+
  private:
   struct Contexts;
   std::unique_ptr<Contexts> ctx_;
+  unsigned char* advance_ = nullptr;  // EncodeAdvancing's base
+  unsigned char* copy_ = nullptr;     // DecodeCopying's copy
 };
 
 // DeltaCodec::Encode / Decode with the calling thread's own codec.
@@ -129,6 +144,10 @@ absl::StatusOr<size_t> EncodeDelta(const void* base, const void* msg, size_t n, 
                                    size_t out_cap, int level = 1);
 absl::Status DecodeDelta(const void* base, const void* frame, size_t frame_len, void* out,
                          size_t n);
+absl::StatusOr<size_t> EncodeDeltaAdvancing(void* base, const void* msg, size_t n, void* out,
+                                            size_t out_cap, int level = 1);
+absl::Status DecodeDeltaCopying(void* base, const void* frame, size_t frame_len, void* copy,
+                                size_t n);
 
 }  // namespace hcomm
 

@@ -69,19 +69,22 @@ DeltaState::Send DeltaState::Plan(int peer, int tag, const void* buf, size_t n) 
   plan.payload = buf;
   plan.payload_bytes = n;
   plan.fingerprint = DeltaFingerprint(WireCoding::kDeltaFull, gen, n);
+  bool advanced = false;
   if (have_base) {
-    // Worth a frame only if it takes at most half the message.
+    // Worth a frame only if it takes at most half the message. The base
+    // becomes this message as the frame is made.
     const size_t cap = n / 2;
     std::shared_ptr<char[]> frame(new char[cap]);
-    absl::StatusOr<size_t> len = EncodeDelta(e->data.get(), buf, n, frame.get(), cap);
+    absl::StatusOr<size_t> len = EncodeDeltaAdvancing(e->data.get(), buf, n, frame.get(), cap);
     if (len.ok()) {
       plan.frame = std::move(frame);
       plan.payload = plan.frame.get();
       plan.payload_bytes = *len;
       plan.fingerprint = DeltaFingerprint(WireCoding::kDeltaFrame, gen, n);
+      advanced = true;
     }
   }
-  memcpy(e->data.get(), buf, n);
+  if (!advanced) memcpy(e->data.get(), buf, n);
   e->gen = gen;
   return plan;
 }
@@ -227,11 +230,12 @@ absl::Status DeltaState::Receive(int peer, int tag, uint64_t fp, void* buf, size
   }
   e.busy = true;
   char* base = e.data.get();
-  // The frame lies in buf; the message is rebuilt in the base (no one else
-  // touches it while busy), then copied out.
+  // The frame lies in buf: it moves aside, and the message is rebuilt in
+  // the base (no one else touches it while busy) and copied into buf.
   mu_.Unlock();
-  absl::Status s = DecodeDelta(base, buf, got, base, n);
-  if (s.ok()) memcpy(buf, base, n);
+  std::unique_ptr<char[]> frame(new char[got]);
+  memcpy(frame.get(), buf, got);
+  absl::Status s = DecodeDeltaCopying(base, frame.get(), got, buf, n);
   mu_.Lock();
   it = in_.find(key);
   it->second.busy = false;
