@@ -21,8 +21,9 @@
 // alltoall, gather, scatter): every rank takes part; -d dtype (default
 // float), -o redop (default sum; reductions only), -a algorithm
 // (hcomm_comm_set "algo"; by default the library's choice or HCOMM_ALGO), -r
-// root (default 0; broadcast, reduce, gather and scatter only). Sizes and
-// counts follow nccl-tests:
+// root (default 0; broadcast, reduce, gather and scatter only), -z wire
+// compression (hcomm_comm_set "compression", see below). Sizes and counts
+// follow nccl-tests:
 //   allreduce, broadcast, reduce: size = the bytes of each rank's vector,
 //     count = size / sizeof(dtype);
 //   allgather, reduce_scatter, alltoall, gather, scatter: size = the bytes
@@ -69,6 +70,27 @@
 //   #wrong = wrong bytes (p2p) or wrong elements (collectives), summed over
 //            ranks.
 //
+// Compression: -z VALUE (none, fp16, bf16, delta, fp16,delta, bf16,delta)
+// sets the world communicator's "compression" key with hcomm_comm_set right
+// after init; the library judges the value (a bad one exits 2 with its
+// message). With fp16 or bf16 a FLOAT32 collective's data may travel as
+// 16-bit floats over TCP (never over shared memory), so the check of a
+// -d float collective cannot ask for exact results. It then fills the
+// inputs with the same integers plus a fraction of the rank (or block) and
+// index that no 16-bit format holds (prod keeps its exact integers), takes
+// the reference in double from the float32 inputs, and accepts an element
+// whose error is within the library's bound for a sum over n ranks with h
+// roundings to 16 bits:
+//   |got - want| <= g * sum_j |x_j|,  g = (1+u)^h (1+2^-24)^(n-1) - 1,
+//   u = 2^-11 (fp16) or 2^-8 (bf16), n = h = the number of ranks (the ring
+//   allreduce rounds each piece n times); sum_j |x_j| is the sum of the
+//   magnitudes of the inputs that made the element (1 input for a data-
+//   movement collective; avg divides it by n and allows one more float32
+//   rounding). The largest |got - want| / sum_j |x_j| over the checked
+//   elements of all ranks is reported as max_rel_err (0 when every element
+//   is exact). Other dtypes, p2p (sent as bytes) and -z without fp16/bf16
+//   are checked exactly, as without -z.
+//
 // Output: a table on rank 0's stdout, or with --json one JSON object per
 // line INSTEAD of the table (nothing else on stdout). "transport" names the
 // transports of the measured links as hcomm_comm_transport reports them
@@ -80,23 +102,28 @@
 //    "wrong":W,"count":C,"type":"float","redop":"sum","root":-1,"algo":"auto",
 //    "nranks":..,"time_min_us":..,"time_max_us":..,"iters":..,"runs":..,
 //    "transport":"..","checked":true,"in_place":false}
+// With -z both end with two more keys (absent without -z):
+//    ...,"compression":"fp16","max_rel_err":X}
+// (max_rel_err: 0 where the check is exact or off.)
 //
 // Exit status: 0 on success; 1 when an hcomm call fails (stderr:
 // "hcomm_bench: <call> failed: <status>: <hcomm_last_error()>") or when the
-// data check found wrong data; 2 on bad usage (also a bad -d/-o/-a, or -r
-// not below the number of ranks) or too few ranks.
+// data check found wrong data; 2 on bad usage (also a bad -d/-o/-a/-z, or
+// -r not below the number of ranks) or too few ranks.
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/kernels/shared_copy.h"
@@ -142,6 +169,10 @@ constexpr char kUsage[] =
     "  -a, --algo A          collectives: auto, ring, tree, direct (hcomm_comm_set \"algo\";\n"
     "                        default: the library's choice, or HCOMM_ALGO)\n"
     "  -r, --root R          broadcast, reduce, gather, scatter: the root rank (default 0)\n"
+    "  -z, --compression V   hcomm_comm_set \"compression\" V after init: none, fp16, bf16,\n"
+    "                        delta, fp16,delta, bf16,delta; with fp16/bf16 the check of\n"
+    "                        float collectives allows the documented error bound and the\n"
+    "                        output reports max_rel_err (default: not set, HCOMM_COMPRESSION)\n"
     "      --runs N          timed runs per size; the median is reported (default 5)\n"
     "      --json            one JSON object per size on stdout instead of the table\n"
     "  -h, --help            this text\n"
@@ -184,6 +215,7 @@ struct Options {
   hcomm_reduce_op_t redop = HCOMM_SUM;
   std::string algo;  // empty: not set (the library's choice or HCOMM_ALGO)
   int root = 0;
+  std::string compression;  // empty: -z not given (HCOMM_COMPRESSION or none)
 };
 
 // ---------------------------------------------------------------------------
@@ -360,6 +392,11 @@ struct Bench {
   unsigned char* recvbuf = nullptr;
   std::string algo;       // the algorithm in effect, as printed
   std::string transport;  // the transports in use, as printed
+  // -z with fp16 or bf16 and -d float: inputs with fractions, results
+  // checked within the error bound (see the file comment).
+  bool lossy = false;
+  double gamma = 0;        // g of the bound, for this job's number of ranks
+  double max_rel_err = 0;  // this rank's, over the checks since last reset
 };
 
 struct OpDesc {
@@ -621,6 +658,157 @@ uint64_t CountWrongElems(const unsigned char* buf, size_t count, hcomm_dtype_t t
   return wrong;
 }
 
+// --- The checked elements: exact, or within the bound under lossy compression
+//
+// The checks below fill and compare through these four helpers, which
+// follow the patterns above bit for bit unless b.lossy is set (-z with
+// fp16 or bf16, -d float): then every input gets a fraction that no 16-bit
+// float holds, the reference is computed in double from the float32
+// inputs, and an element passes when its error is within g * sum_j |x_j|.
+
+// A fraction in [-1/3, 1/3] of (key, i) with no short binary expansion.
+double Fraction(uint64_t key, size_t i) {
+  return (static_cast<double>(Mix64(Mix64(key) ^ i) % 2001) - 1000.0) / 3001.0;
+}
+
+// Rank r's float32 input element i of a lossy-checked reduction with `op`
+// on n ranks: the exact pattern plus a fraction (prod keeps its integers:
+// its products, unlike sums, would not be bounded by g * sum |x_j|).
+float LossyReduceInput(hcomm_reduce_op_t op, int r, int n, size_t i) {
+  const double base = static_cast<double>(ReduceInput(HCOMM_FLOAT32, op, r, n, i));
+  if (op == HCOMM_PROD) return static_cast<float>(base);
+  return static_cast<float>(base + Fraction(static_cast<uint64_t>(r), i));
+}
+
+// The element that key's block holds at index i, lossy-checked.
+float LossyMoveValue(uint64_t key, size_t i) {
+  return static_cast<float>(static_cast<double>(MoveValue(HCOMM_FLOAT32, key, i)) +
+                            Fraction(key, i));
+}
+
+// A reference element and the sum of the magnitudes of the inputs that
+// make it (the scale of its error bound).
+struct Want {
+  double value;
+  double scale;
+};
+
+Want LossyReduceWant(hcomm_reduce_op_t op, int n, size_t i) {
+  Want w{0, 0};
+  for (int r = 0; r < n; ++r) {
+    const double x = LossyReduceInput(op, r, n, i);
+    if (r == 0 || op == HCOMM_SUM || op == HCOMM_AVG) {
+      w.value = r == 0 ? x : w.value + x;
+    } else if (op == HCOMM_MIN) {
+      w.value = std::min(w.value, x);
+    } else if (op == HCOMM_MAX) {
+      w.value = std::max(w.value, x);
+    } else {  // HCOMM_PROD: exact
+      w.value *= x;
+    }
+    w.scale += std::fabs(x);
+  }
+  if (op == HCOMM_PROD) w.scale = std::fabs(w.value);
+  if (op == HCOMM_AVG) {
+    w.value /= n;
+    w.scale /= n;
+  }
+  return w;
+}
+
+// Whether the float32 element at `p` is within g * w.scale of w.value;
+// notes its relative error in b.max_rel_err. NaN (nothing written) fails.
+bool WithinBound(Bench& b, const unsigned char* p, const Want& w, double g) {
+  float got;
+  std::memcpy(&got, p, 4);
+  const double err = std::fabs(static_cast<double>(got) - w.value);
+  if (w.scale > 0 && std::isfinite(err)) b.max_rel_err = std::max(b.max_rel_err, err / w.scale);
+  return err <= g * w.scale;
+}
+
+// Rank b.rank's input vector of a reduction: count elements.
+void FillReduceInputs(Bench& b, unsigned char* buf, size_t count) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const hcomm_reduce_op_t op = b.opt.redop;
+  if (b.lossy) {
+    for (size_t j = 0; j < count; ++j) {
+      const float x = LossyReduceInput(op, b.rank, b.size, j);
+      std::memcpy(buf + j * 4, &x, 4);
+    }
+    return;
+  }
+  FillElems(buf, count, t, [&](size_t i) { return ReduceInput(t, op, b.rank, b.size, i); });
+}
+
+// The wrong elements among `count` results, result i being element
+// first + i of the reduction over all ranks.
+uint64_t CountWrongReduced(Bench& b, const unsigned char* buf, size_t count, size_t first) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  const hcomm_reduce_op_t op = b.opt.redop;
+  if (b.lossy) {
+    // avg rounds once more, dividing the float32 sum.
+    const double g = op == HCOMM_AVG ? (1 + b.gamma) * (1 + std::ldexp(1.0, -24)) - 1 : b.gamma;
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      wrong += !WithinBound(b, buf + i * 4, LossyReduceWant(op, b.size, first + i), g);
+    }
+    return wrong;
+  }
+  return CountWrongElems(buf, count, t,
+                         [&](size_t i) { return ReduceExpected(t, op, b.size, first + i); });
+}
+
+// Data movement: element j < count of buf is index ki(j).second of the
+// block keyed ki(j).first (a rank, or a source/destination pair).
+template <typename KeyIndex>
+void FillMoved(Bench& b, unsigned char* buf, size_t count, KeyIndex ki) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  if (b.lossy) {
+    for (size_t j = 0; j < count; ++j) {
+      const auto [key, i] = ki(j);
+      const float x = LossyMoveValue(key, i);
+      std::memcpy(buf + j * 4, &x, 4);
+    }
+    return;
+  }
+  FillElems(buf, count, t, [&](size_t j) {
+    const auto [key, i] = ki(j);
+    return MoveValue(t, key, i);
+  });
+}
+
+template <typename KeyIndex>
+uint64_t CountWrongMoved(Bench& b, const unsigned char* buf, size_t count, KeyIndex ki) {
+  const hcomm_dtype_t t = b.opt.dtype;
+  if (b.lossy) {
+    uint64_t wrong = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const auto [key, i] = ki(j);
+      const double x = LossyMoveValue(key, i);
+      wrong += !WithinBound(b, buf + j * 4, Want{x, std::fabs(x)}, b.gamma);
+    }
+    return wrong;
+  }
+  return CountWrongElems(buf, count, t, [&](size_t j) {
+    const auto [key, i] = ki(j);
+    return MoveValue(t, key, i);
+  });
+}
+
+// The (key, index) of element j of a vector that is one block of `key`.
+auto OneBlock(uint64_t key) {
+  return [key](size_t j) { return std::pair<uint64_t, size_t>{key, j}; };
+}
+
+// The (key, index) of element j of a vector of blocks of `count` elements,
+// block k keyed key_of(k).
+template <typename KeyOf>
+auto Blocks(size_t count, KeyOf key_of) {
+  return [count, key_of](size_t j) {
+    return std::pair<uint64_t, size_t>{key_of(j / count), j % count};
+  };
+}
+
 size_t CountPerRankVector(size_t bytes, size_t esize, int /*n*/) { return bytes / esize; }
 size_t CountPerRankOfTotal(size_t bytes, size_t esize, int n) {
   return bytes / esize / static_cast<size_t>(n);
@@ -646,14 +834,11 @@ void AllReduceRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t AllReduceChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
-  const hcomm_reduce_op_t op = b.opt.redop;
   const size_t count = bytes / Esize(b);
-  FillElems(b.sendbuf, count, t, [&](size_t i) { return ReduceInput(t, op, b.rank, b.size, i); });
-  FillGarbage(b.recvbuf, count * Esize(b), t);
+  FillReduceInputs(b, b.sendbuf, count);
+  FillGarbage(b.recvbuf, count * Esize(b), b.opt.dtype);
   AllReduceRun(b, bytes, 1);
-  return CountWrongElems(b.recvbuf, count, t,
-                         [&](size_t i) { return ReduceExpected(t, op, b.size, i); });
+  return CountWrongReduced(b, b.recvbuf, count, 0);
 }
 
 // broadcast (in place by API): count = bytes / sizeof(T); root's recvbuf.
@@ -665,16 +850,15 @@ void BroadcastRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t BroadcastChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
   const size_t count = bytes / Esize(b);
   const uint64_t root = static_cast<uint64_t>(b.opt.root);
   if (b.rank == b.opt.root) {
-    FillElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, root, i); });
+    FillMoved(b, b.recvbuf, count, OneBlock(root));
   } else {
-    FillGarbage(b.recvbuf, count * Esize(b), t);
+    FillGarbage(b.recvbuf, count * Esize(b), b.opt.dtype);
   }
   BroadcastRun(b, bytes, 1);
-  return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, root, i); });
+  return CountWrongMoved(b, b.recvbuf, count, OneBlock(root));
 }
 
 // reduce: count = bytes / sizeof(T); only the root's result is checked.
@@ -687,15 +871,12 @@ void ReduceRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t ReduceChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
-  const hcomm_reduce_op_t op = b.opt.redop;
   const size_t count = bytes / Esize(b);
-  FillElems(b.sendbuf, count, t, [&](size_t i) { return ReduceInput(t, op, b.rank, b.size, i); });
-  FillGarbage(b.recvbuf, count * Esize(b), t);
+  FillReduceInputs(b, b.sendbuf, count);
+  FillGarbage(b.recvbuf, count * Esize(b), b.opt.dtype);
   ReduceRun(b, bytes, 1);
   if (b.rank != b.opt.root) return 0;
-  return CountWrongElems(b.recvbuf, count, t,
-                         [&](size_t i) { return ReduceExpected(t, op, b.size, i); });
+  return CountWrongReduced(b, b.recvbuf, count, 0);
 }
 
 // allgather: size = the gathered vector; count = size / sizeof(T) / n per rank.
@@ -710,16 +891,14 @@ void AllGatherRun(Bench& b, size_t bytes, int iters) {
 // by its rank, and counts the wrong elements of the gathered vector where
 // `gets` (the root, for gather; every rank, for allgather).
 uint64_t GatheredChecked(Bench& b, size_t bytes, void (*run)(Bench&, size_t, int), bool gets) {
-  const hcomm_dtype_t t = b.opt.dtype;
   const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
   const uint64_t me = static_cast<uint64_t>(b.rank);
-  FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
-  FillGarbage(b.recvbuf, count * static_cast<size_t>(b.size) * Esize(b), t);
+  FillMoved(b, b.sendbuf, count, OneBlock(me));
+  FillGarbage(b.recvbuf, count * static_cast<size_t>(b.size) * Esize(b), b.opt.dtype);
   run(b, bytes, 1);
   if (!gets) return 0;
-  return CountWrongElems(b.recvbuf, count * static_cast<size_t>(b.size), t, [&](size_t j) {
-    return MoveValue(t, j / count, j % count);
-  });
+  return CountWrongMoved(b, b.recvbuf, count * static_cast<size_t>(b.size),
+                         Blocks(count, [](size_t k) { return static_cast<uint64_t>(k); }));
 }
 
 uint64_t AllGatherChecked(Bench& b, size_t bytes, int /*iter*/) {
@@ -736,16 +915,12 @@ void ReduceScatterRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t ReduceScatterChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
-  const hcomm_reduce_op_t op = b.opt.redop;
   const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
   const size_t base = count * static_cast<size_t>(b.rank);
-  FillElems(b.sendbuf, count * static_cast<size_t>(b.size), t,
-            [&](size_t j) { return ReduceInput(t, op, b.rank, b.size, j); });
-  FillGarbage(b.recvbuf, count * Esize(b), t);
+  FillReduceInputs(b, b.sendbuf, count * static_cast<size_t>(b.size));
+  FillGarbage(b.recvbuf, count * Esize(b), b.opt.dtype);
   ReduceScatterRun(b, bytes, 1);
-  return CountWrongElems(b.recvbuf, count, t,
-                         [&](size_t i) { return ReduceExpected(t, op, b.size, base + i); });
+  return CountWrongReduced(b, b.recvbuf, count, base);
 }
 
 // alltoall: size = each rank's whole send (= receive) vector; count =
@@ -758,17 +933,16 @@ void AllToAllRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t AllToAllChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
   const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
   const uint64_t n = static_cast<uint64_t>(b.size), me = static_cast<uint64_t>(b.rank);
   const size_t total = count * static_cast<size_t>(b.size);
-  // Block j of my send vector goes to rank j: key (me -> j) = me * n + j.
-  FillElems(b.sendbuf, total, t, [&](size_t j) { return MoveValue(t, me * n + j / count, j % count); });
-  FillGarbage(b.recvbuf, total * Esize(b), t);
+  // Block k of my send vector goes to rank k: key (me -> k) = me * n + k.
+  FillMoved(b, b.sendbuf, total, Blocks(count, [me, n](size_t k) { return me * n + k; }));
+  FillGarbage(b.recvbuf, total * Esize(b), b.opt.dtype);
   AllToAllRun(b, bytes, 1);
-  // Block i of my receive vector came from rank i: key (i -> me).
-  return CountWrongElems(b.recvbuf, total, t,
-                         [&](size_t j) { return MoveValue(t, (j / count) * n + me, j % count); });
+  // Block k of my receive vector came from rank k: key (k -> me).
+  return CountWrongMoved(b, b.recvbuf, total,
+                         Blocks(count, [me, n](size_t k) { return k * n + me; }));
 }
 
 // gather to -r: size = the gathered vector; count = size / sizeof(T) / n
@@ -796,17 +970,16 @@ void ScatterRun(Bench& b, size_t bytes, int iters) {
 }
 
 uint64_t ScatterChecked(Bench& b, size_t bytes, int /*iter*/) {
-  const hcomm_dtype_t t = b.opt.dtype;
   const size_t count = CountPerRankOfTotal(bytes, Esize(b), b.size);
   const uint64_t me = static_cast<uint64_t>(b.rank);
   if (b.rank == b.opt.root) {
-    // Block j of the root's vector goes to rank j.
-    FillElems(b.sendbuf, count * static_cast<size_t>(b.size), t,
-              [&](size_t j) { return MoveValue(t, j / count, j % count); });
+    // Block k of the root's vector goes to rank k.
+    FillMoved(b, b.sendbuf, count * static_cast<size_t>(b.size),
+              Blocks(count, [](size_t k) { return static_cast<uint64_t>(k); }));
   }
-  FillGarbage(b.recvbuf, count * Esize(b), t);
+  FillGarbage(b.recvbuf, count * Esize(b), b.opt.dtype);
   ScatterRun(b, bytes, 1);
-  return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+  return CountWrongMoved(b, b.recvbuf, count, OneBlock(me));
 }
 
 // copy: no communication. Each rank copies its vector from its send
@@ -829,13 +1002,12 @@ void CopyStreamRun(Bench& b, size_t bytes, int iters) {
 
 // Either copy, checked: the output is the rank's input.
 uint64_t CopyCheckedBy(Bench& b, size_t bytes, void (*run)(Bench&, size_t, int)) {
-  const hcomm_dtype_t t = b.opt.dtype;
   const size_t count = bytes / Esize(b);
   const uint64_t me = static_cast<uint64_t>(b.rank);
-  FillElems(b.sendbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
-  FillGarbage(b.recvbuf, count * Esize(b), t);
+  FillMoved(b, b.sendbuf, count, OneBlock(me));
+  FillGarbage(b.recvbuf, count * Esize(b), b.opt.dtype);
   run(b, bytes, 1);
-  return CountWrongElems(b.recvbuf, count, t, [&](size_t i) { return MoveValue(t, me, i); });
+  return CountWrongMoved(b, b.recvbuf, count, OneBlock(me));
 }
 
 uint64_t CopyChecked(Bench& b, size_t bytes, int /*iter*/) {
@@ -984,6 +1156,10 @@ Options ParseFlags(int argc, char** argv) {
       const char* v = next();
       if (!ParseInt(v, 0, 1 << 20, &n)) UsageError("bad -r (a rank >= 0): '%s'", v);
       opt.root = static_cast<int>(n);
+    } else if (flag == "-z" || flag == "--compression") {
+      // Judged by the library after init (hcomm_comm_set), as HCOMM_COMPRESSION.
+      opt.compression = next();
+      if (opt.compression.empty()) UsageError("-z needs a value%s", "");
     } else if (flag == "--runs") {
       const char* v = next();
       if (!ParseInt(v, 1, 1 << 20, &n)) UsageError("bad --runs (an integer >= 1): '%s'", v);
@@ -1130,6 +1306,7 @@ struct Point {
   double min_us, med_us, max_us;
   double algbw, busbw;
   uint64_t wrong;
+  double max_rel_err;  // over ranks; 0 unless b.lossy
 };
 
 Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
@@ -1144,6 +1321,7 @@ Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
   }
   p.iters = ItersFor(opt, p.bytes);
   const int warmup = std::min(opt.warmup, p.iters);
+  b.max_rel_err = 0;
 
   if (opt.check && collective) {
     // The first warm-up iteration carries checked data; the rest do not.
@@ -1185,6 +1363,10 @@ Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
     uint64_t wrong = p.wrong;
     Check(hcomm_allreduce(&wrong, &p.wrong, 1, HCOMM_UINT64, HCOMM_SUM, b.comm),
           "hcomm_allreduce (#wrong)");
+    if (b.lossy) {
+      Check(hcomm_allreduce(&b.max_rel_err, &p.max_rel_err, 1, HCOMM_FLOAT64, HCOMM_MAX, b.comm),
+            "hcomm_allreduce (max_rel_err)");
+    }
   } else if (opt.check) {
     uint64_t wrong = p.wrong;
     if (b.rank == 0) {
@@ -1200,6 +1382,27 @@ Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
   return p;
 }
 
+// With -z, the keys that end a JSON line: "compression" and "max_rel_err"
+// (none without -z, so that the lines stay as they were).
+std::string CompressionKeys(const Bench& b, const Point& p) {
+  if (b.opt.compression.empty()) return "";
+  char err[32];
+  std::snprintf(err, sizeof(err), "%.6g", p.max_rel_err);
+  return ",\"compression\":" + JsonString(b.opt.compression) + ",\"max_rel_err\":" + err;
+}
+
+// With -z, the header line that says what it does to the check.
+void PrintCompressionHeader(const Bench& b) {
+  if (b.opt.compression.empty()) return;
+  if (b.lossy) {
+    std::printf("# compression %s: float data checked within g * sum|x_j|, g = %.6g "
+                "(n = h = %d); max_rel_err = max |got - want| / sum|x_j|\n",
+                b.opt.compression.c_str(), b.gamma, b.size);
+  } else {
+    std::printf("# compression %s: data checked exactly\n", b.opt.compression.c_str());
+  }
+}
+
 void PrintHeader(const Bench& b, const OpDesc& op) {
   const Options& o = b.opt;
   std::printf("# hcomm_bench %s: %d ranks, transport %s, iters %d, warmup %d\n", op.name,
@@ -1208,6 +1411,7 @@ void PrintHeader(const Bench& b, const OpDesc& op) {
               "min(%d, max(%d, %.0e / bytes)); times per iteration%s\n",
               o.min_bytes, o.max_bytes, o.factor, o.runs, o.check, o.iters, kMinIters,
               kBytesPerRun, op.time_divisor == 2.0 ? ", one-way (round trip / 2)" : "");
+  PrintCompressionHeader(b);
   std::printf("#%11s%14s%14s%14s%13s%13s%8s\n", "size", "time_min(us)", "time_med(us)",
               "time_max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 }
@@ -1230,9 +1434,12 @@ void PrintCollectiveHeader(const Bench& b, const OpDesc& op) {
               o.warmup, o.runs, o.check);
   std::printf("# time = median over runs of the slowest rank's mean time per op "
               "(each run after a barrier)\n");
+  PrintCompressionHeader(b);
+  // With -z, one more column: max_rel_err.
+  const bool z = !o.compression.empty();
   std::printf("#%76s\n", "out-of-place");
-  std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "size", "count", "type",
-              "redop", "root", "time", "algbw", "busbw", "#wrong");
+  std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s%s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", z ? "  max_rel_err" : "");
   std::printf("#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n", "(B)", "(elements)", "", "",
               "", "(us)", "(GB/s)", "(GB/s)", "");
 }
@@ -1244,12 +1451,13 @@ void PrintCollectivePoint(const Bench& b, const OpDesc& op, const Point& p) {
                 "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
                 ",\"count\":%zu,\"type\":%s,\"redop\":%s,\"root\":%d,\"algo\":%s,"
                 "\"nranks\":%d,\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"iters\":%d,"
-                "\"runs\":%d,\"transport\":%s,\"checked\":%s,\"in_place\":false}\n",
+                "\"runs\":%d,\"transport\":%s,\"checked\":%s,\"in_place\":false%s}\n",
                 JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
                 p.count, JsonString(DtypeInfo(o.dtype).name).c_str(),
                 JsonString(RedopColumn(b, op)).c_str(), RootColumn(b, op),
                 JsonString(b.algo).c_str(), b.size, p.min_us, p.max_us, p.iters, o.runs,
-                JsonString(b.transport).c_str(), o.check ? "true" : "false");
+                JsonString(b.transport).c_str(), o.check ? "true" : "false",
+                CompressionKeys(b, p).c_str());
   } else {
     char wrong[32];
     if (o.check) {
@@ -1257,9 +1465,11 @@ void PrintCollectivePoint(const Bench& b, const OpDesc& op, const Point& p) {
     } else {
       std::snprintf(wrong, sizeof(wrong), "N/A");
     }
-    std::printf("%12zu  %12zu  %8s  %6s  %6d  %9.2f  %7.2f  %7.2f  %6s\n", p.bytes, p.count,
+    char rel[32] = "";
+    if (!o.compression.empty()) std::snprintf(rel, sizeof(rel), "  %11.4g", p.max_rel_err);
+    std::printf("%12zu  %12zu  %8s  %6s  %6d  %9.2f  %7.2f  %7.2f  %6s%s\n", p.bytes, p.count,
                 DtypeInfo(o.dtype).name, RedopColumn(b, op), RootColumn(b, op), p.med_us,
-                p.algbw, p.busbw, wrong);
+                p.algbw, p.busbw, wrong, rel);
   }
   std::fflush(stdout);
 }
@@ -1273,10 +1483,11 @@ void PrintPoint(const Bench& b, const OpDesc& op, const Point& p) {
     std::printf("{\"op\":%s,\"bytes\":%zu,\"time_us\":%.3f,\"algbw_gbs\":%.6f,"
                 "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
                 ",\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"iters\":%d,\"runs\":%d,"
-                "\"nranks\":%d,\"transport\":%s,\"checked\":%s}\n",
+                "\"nranks\":%d,\"transport\":%s,\"checked\":%s%s}\n",
                 JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
                 p.min_us, p.max_us, p.iters, b.opt.runs, b.size,
-                JsonString(b.transport).c_str(), b.opt.check ? "true" : "false");
+                JsonString(b.transport).c_str(), b.opt.check ? "true" : "false",
+                CompressionKeys(b, p).c_str());
   } else {
     char wrong[32];
     if (b.opt.check) {
@@ -1311,6 +1522,27 @@ int RunBench(const OpDesc& op, const Options& opt) {
     hcomm_comm_destroy(b.comm);
     return kExitUsage;
   }
+  if (!opt.compression.empty()) {
+    const hcomm_status_t s = hcomm_comm_set(b.comm, "compression", opt.compression.c_str());
+    if (s == HCOMM_ERR_INVALID_ARGUMENT) {
+      const std::string message = hcomm_last_error();
+      if (b.rank == 0) {
+        std::fprintf(stderr, "hcomm_bench: bad -z '%s': %s\n", opt.compression.c_str(),
+                     message.c_str());
+      }
+      hcomm_comm_destroy(b.comm);
+      return kExitUsage;
+    }
+    Check(s, "hcomm_comm_set(compression)");
+    // The library accepted it, so "fp16" or "bf16" in it is the 16-bit format.
+    const bool fp16 = opt.compression.find("fp16") != std::string::npos;
+    const bool bf16 = opt.compression.find("bf16") != std::string::npos;
+    if ((fp16 || bf16) && opt.dtype == HCOMM_FLOAT32 && op.count_for != nullptr) {
+      b.lossy = true;
+      const double u = std::ldexp(1.0, fp16 ? -11 : -8);
+      b.gamma = std::pow(1 + u, b.size) * std::pow(1 + std::ldexp(1.0, -24), b.size - 1) - 1;
+    }
+  }
   if (!opt.algo.empty()) {
     Check(hcomm_comm_set(b.comm, "algo", opt.algo.c_str()), "hcomm_comm_set(algo)");
     b.algo = opt.algo;
@@ -1336,6 +1568,7 @@ int RunBench(const OpDesc& op, const Options& opt) {
     }
     uint64_t total_wrong = 0;
     double busbw_sum = 0;
+    double max_rel_err = 0;
     size_t rows = 0;
     std::optional<size_t> last_count;
     for (size_t bytes : sizes) {
@@ -1350,6 +1583,7 @@ int RunBench(const OpDesc& op, const Options& opt) {
       const Point p = MeasureSize(b, op, bytes);
       total_wrong += p.wrong;
       busbw_sum += p.busbw;
+      max_rel_err = std::max(max_rel_err, p.max_rel_err);
       if (b.rank == 0) PrintPoint(b, op, p);
     }
     if (b.rank == 0) {
@@ -1359,6 +1593,9 @@ int RunBench(const OpDesc& op, const Options& opt) {
                       total_wrong == 0 ? "OK" : "FAILED");
         }
         std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / rows);
+        if (b.lossy && opt.check) {
+          std::printf("# Max rel error        : %.6g (bound g = %.6g)\n", max_rel_err, b.gamma);
+        }
         std::fflush(stdout);
       }
       if (total_wrong != 0) {
