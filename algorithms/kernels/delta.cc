@@ -70,30 +70,49 @@ inline uint64_t Word(const unsigned char* p) {
   return w;
 }
 
-// Whether the 8 bytes of w hold a zero byte (the classic bit trick).
-inline bool HasZeroByte(uint64_t w) {
-  return ((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull) != 0;
+// The high bit of each zero byte of w, and maybe of bytes above the first
+// zero byte (the classic bit trick): its lowest set bit is exactly the first
+// zero byte's.
+inline uint64_t ZeroBytes(uint64_t w) {
+  return (w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull;
 }
+
+// The byte of a little-endian word at the lowest set bit of m (m != 0).
+inline size_t ByteOf(uint64_t m) { return static_cast<size_t>(__builtin_ctzll(m)) >> 3; }
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Word() reads bytes little-endian");
 
 // The end of the run of zeros in x[i, len).
 size_t ZeroRunEnd(const unsigned char* x, size_t i, size_t len) {
-  while (i + 8 <= len && Word(x + i) == 0) i += 8;
+  for (; i + 8 <= len; i += 8) {
+    const uint64_t w = Word(x + i);
+    if (w != 0) return i + ByteOf(w);
+  }
   while (i < len && x[i] == 0) ++i;
   return i;
 }
 
 // Where the literal run that starts at x[i] ends: at the next run of
 // kMinZeroRun zeros or more, or at len (a shorter run of zeros at the end
-// joins the literals).
-size_t LiteralRunEnd(const unsigned char* x, size_t i, size_t len) {
+// joins the literals). Where it ends at such a run, *zeros_end gets that
+// run's end (the next record's zeros, found already).
+size_t LiteralRunEnd(const unsigned char* x, size_t i, size_t len, size_t* zeros_end_out) {
   for (;;) {
     // Words without a zero byte hold no start of a zero run.
-    while (i + 8 <= len && !HasZeroByte(Word(x + i))) i += 8;
+    for (; i + 8 <= len; i += 8) {
+      const uint64_t z = ZeroBytes(Word(x + i));
+      if (z != 0) {
+        i += ByteOf(z);
+        break;
+      }
+    }
     while (i < len && x[i] != 0) ++i;
     if (i == len) return len;
     const size_t zeros_end = ZeroRunEnd(x, i, len);
     if (zeros_end - i >= kMinZeroRun || zeros_end == len) {
-      return zeros_end == len && zeros_end - i < kMinZeroRun ? len : i;
+      if (zeros_end == len && zeros_end - i < kMinZeroRun) return len;
+      *zeros_end_out = zeros_end;
+      return i;
     }
     i = zeros_end;
   }
@@ -113,9 +132,16 @@ unsigned char* PutVarint(unsigned char* p, uint32_t v) {
 // end of what was written.
 unsigned char* BuildRecords(const unsigned char* x, size_t len, unsigned char* out) {
   size_t i = 0;
+  size_t next_zeros_end = 0;  // where the zeros starting at i end, if known
+  bool known = false;
   do {
-    const size_t zeros_end = ZeroRunEnd(x, i, len);
-    const size_t literal_end = zeros_end == len ? len : LiteralRunEnd(x, zeros_end, len);
+    const size_t zeros_end = known ? next_zeros_end : ZeroRunEnd(x, i, len);
+    known = false;
+    size_t literal_end = len;
+    if (zeros_end != len) {
+      literal_end = LiteralRunEnd(x, zeros_end, len, &next_zeros_end);
+      known = literal_end != len;
+    }
     out = PutVarint(out, static_cast<uint32_t>(zeros_end - i));
     out = PutVarint(out, static_cast<uint32_t>(literal_end - zeros_end));
     std::memcpy(out, x + zeros_end, literal_end - zeros_end);
