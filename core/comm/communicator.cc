@@ -154,6 +154,18 @@ std::unique_ptr<uint16_t[]> Communicator::CodeForPeer(const void* buf, size_t by
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Isend(const void* buf, size_t bytes,
                                                             size_t elem_size, int peer, int tag,
                                                             DataType t) {
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
+    const int64_t start = Recorder::Now();
+    absl::StatusOr<std::shared_ptr<Request>> r = PostSend(buf, bytes, elem_size, peer, tag, t);
+    if (r.ok()) ProfileRequest(**r, "isend", start, bytes, elem_size, peer, tag);
+    return r;
+  }
+  return PostSend(buf, bytes, elem_size, peer, tag, t);
+}
+
+absl::StatusOr<std::shared_ptr<Request>> Communicator::PostSend(const void* buf, size_t bytes,
+                                                               size_t elem_size, int peer,
+                                                               int tag, DataType t) {
   uint64_t fp = 0;
   std::unique_ptr<uint16_t[]> wire = CodeForPeer(buf, bytes, t, peer, &fp);
   if (wire == nullptr) {
@@ -187,11 +199,15 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Isend(const void* buf, si
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t bytes,
                                                             size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
+  const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
   HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
                          engine_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag));
   // Whatever the sender coded is decoded when the caller first sees it done.
   r->finish = &FinishP2p;
   r->keep = delta_;
+  if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
+    ProfileRequest(*r, "irecv", start, bytes, elem_size, peer, tag);
+  }
   return r;
 }
 

@@ -186,6 +186,10 @@ class Communicator {
   Communicator(std::shared_ptr<Engine> engine, std::vector<int> group_to_world,
                uint32_t first_ctx, const Options& opts);
 
+  // Isend's work: posts the send, coded as `compression` says.
+  absl::StatusOr<std::shared_ptr<Request>> PostSend(const void* buf, size_t bytes,
+                                                    size_t elem_size, int peer, int tag,
+                                                    DataType t);
   // A point-to-point send's data in the 16-bit form it travels in, with
   // its fingerprint in *fingerprint; null: it travels as it is.
   std::unique_ptr<uint16_t[]> CodeForPeer(const void* buf, size_t bytes, DataType t, int peer,
@@ -244,6 +248,10 @@ class Communicator {
   void RecordP2p(const char* name, int64_t start_ns, size_t bytes, size_t elem_size, int peer,
                  int tag, const absl::Status& s);
   absl::Status WriteProfile();
+  // A nonblocking point-to-point request posted at `start_ns`: its span is
+  // recorded (on a requests lane) when its first wait or test sees it end.
+  void ProfileRequest(Request& r, const char* name, int64_t start_ns, size_t bytes,
+                      size_t elem_size, int peer, int tag);
   // INVALID_ARGUMENT for a root out of range, the call rejected as a
   // collective (RejectCollective).
   absl::Status CheckRoot(CollectiveOp op, int root);

@@ -86,10 +86,14 @@ void Communicator::RecordCollective(const CollectiveCall& call, uint64_t ticket,
   if (profile_stream_ >= 0) sp->track = profile_track_;
 }
 
-void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, size_t elem_size,
-                             int peer, int tag, const absl::Status& s) {
+namespace {
+
+// A point-to-point call's span, ending now.
+void RecordP2pSpan(Recorder& rec, const char* name, int64_t start_ns, size_t bytes,
+                   size_t elem_size, uint32_t comm, int peer, int tag, int stream, int priority,
+                   int track, const absl::Status& s) {
   const int64_t end = Recorder::Now();
-  Span* sp = profile_->Slot();
+  Span* sp = rec.Slot();
   if (sp == nullptr) return;
   sp->start_ns = start_ns;
   sp->end_ns = end;
@@ -99,15 +103,78 @@ void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, s
   sp->bytes = bytes;
   sp->count = elem_size > 0 ? bytes / elem_size : bytes;
   sp->seq = -1;
-  sp->comm = coll_ctx_;
+  sp->comm = comm;
   sp->peer = peer;
   sp->tag = tag;
   sp->root = -1;
-  sp->stream = profile_stream_;
+  sp->stream = stream;
   sp->task = -1;
-  sp->priority = profile_priority_;
-  sp->cat = profile_stream_ >= 0 ? SpanCat::kStream : SpanCat::kP2p;
-  if (profile_stream_ >= 0) sp->track = profile_track_;
+  sp->priority = priority;
+  sp->cat = stream >= 0 ? SpanCat::kStream : SpanCat::kP2p;
+  if (track != 0) sp->track = track;
+}
+
+// What a nonblocking point-to-point request holds (Request::keep) while
+// profiling: its call as posted, and what it kept before.
+struct ProfiledRequest {
+  std::shared_ptr<Recorder> recorder;
+  std::shared_ptr<void> keep;
+  absl::Status (*finish)(Request&) = nullptr;
+  std::shared_ptr<const std::vector<int>> world_to_group;
+  const char* name;
+  int64_t start_ns;
+  size_t bytes;
+  size_t elem_size;
+  uint32_t comm;
+  int peer;
+  int tag;
+};
+
+// Request::finish of a profiled request: its own finish step, then its span
+// from the post until now (the first wait or test that saw it end).
+absl::Status FinishProfiled(Request& r) {
+  std::shared_ptr<ProfiledRequest> p = std::static_pointer_cast<ProfiledRequest>(r.keep);
+  r.keep = std::move(p->keep);
+  absl::Status s = p->finish != nullptr ? p->finish(r) : absl::OkStatus();
+  int peer = p->peer;
+  size_t bytes = p->bytes;
+  if (r.kind == Request::Kind::kRecv) {
+    bytes = r.out_bytes;
+    const std::vector<int>& w2g = *p->world_to_group;
+    if (r.out_source >= 0 && static_cast<size_t>(r.out_source) < w2g.size()) {
+      peer = w2g[r.out_source];
+    }
+  }
+  RecordP2pSpan(*p->recorder, p->name, p->start_ns, bytes, p->elem_size, p->comm, peer,
+                r.kind == Request::Kind::kRecv ? r.out_tag : p->tag, -1, 0, kRequestTrack,
+                s.ok() ? r.status : s);
+  return s;
+}
+
+}  // namespace
+
+void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, size_t elem_size,
+                             int peer, int tag, const absl::Status& s) {
+  RecordP2pSpan(*profile_, name, start_ns, bytes, elem_size, coll_ctx_, peer, tag,
+                profile_stream_, profile_priority_, profile_stream_ >= 0 ? profile_track_ : 0, s);
+}
+
+void Communicator::ProfileRequest(Request& r, const char* name, int64_t start_ns, size_t bytes,
+                                  size_t elem_size, int peer, int tag) {
+  auto p = std::make_shared<ProfiledRequest>();
+  p->recorder = profile_;
+  p->keep = std::move(r.keep);
+  p->finish = r.finish;
+  p->world_to_group = world_to_group_;
+  p->name = name;
+  p->start_ns = start_ns;
+  p->bytes = bytes;
+  p->elem_size = elem_size;
+  p->comm = coll_ctx_;
+  p->peer = peer;
+  p->tag = tag;
+  r.keep = std::move(p);
+  r.finish = &FinishProfiled;
 }
 
 // Rank 0 measures each rank's clock against its own (the ping-pong of

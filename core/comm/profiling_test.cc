@@ -107,6 +107,17 @@ TEST(ProfileTest, FourRanksOneFile) {
     } else if (rank == 1) {
       ASSERT_TRUE(c.Recv(v.data(), 400, 4, 0, 7).ok());
     }
+    // Nonblocking requests that overlap: two receives and two sends each
+    // between ranks 2 and 3, waited in another order than posted.
+    if (rank >= 2) {
+      std::vector<float> in(2 * 256);
+      auto r1 = c.Irecv(in.data(), 1024, 4, kAnySource, 8);
+      auto r2 = c.Irecv(in.data() + 256, 1024, 4, 5 - rank, 9);
+      auto s1 = c.Isend(v.data(), 1024, 4, 5 - rank, 9);
+      auto s2 = c.Isend(v.data(), 1024, 4, 5 - rank, 8);
+      ASSERT_TRUE(r1.ok() && r2.ok() && s1.ok() && s2.ok());
+      for (auto* r : {&*r2, &*s1, &*r1, &*s2}) ASSERT_TRUE(c.Wait(r->get(), c.Deadline()).ok());
+    }
     {
       auto s = CommStream::Create(c, 3);
       ASSERT_TRUE(s.ok()) << s.status();
@@ -196,6 +207,18 @@ TEST(ProfileTest, FourRanksOneFile) {
   }
   EXPECT_EQ(sends, 1);
   EXPECT_EQ(recvs, 1);
+  // The requests: on lanes of their own, the receives naming their sender.
+  int isends = 0, irecvs = 0;
+  for (const auto& s : spans) {
+    if (s["name"] != "isend" && s["name"] != "irecv") continue;
+    EXPECT_EQ(s["cat"], "p2p");
+    EXPECT_GE(s["tid"].get<int>(), 100000);
+    EXPECT_EQ(s["args"]["bytes"], 1024);
+    EXPECT_EQ(s["args"]["peer"], 5 - s["pid"].get<int>());
+    (s["name"] == "isend" ? isends : irecvs) += 1;
+  }
+  EXPECT_EQ(isends, 4);
+  EXPECT_EQ(irecvs, 4);
   EXPECT_EQ(stream_ops, 4);
   EXPECT_EQ(tasks, 4);
   std::remove(path.c_str());

@@ -73,6 +73,12 @@ struct LastUsed {
 extern thread_local LastUsed last_used __attribute__((tls_model("initial-exec")));
 }  // namespace profile_internal
 
+// Span::track of a nonblocking request (isend, irecv): such spans overlap
+// in any order, so the trace writer spreads them over "requests" lanes
+// (kFirstRequestLane, ...), each holding spans that do not overlap.
+inline constexpr int32_t kRequestTrack = -1;
+inline constexpr int32_t kFirstRequestLane = 100000;
+
 struct Span {
   int64_t start_ns = 0;  // Recorder::Now() while recording; MonoNs() once taken
   int64_t end_ns = 0;
@@ -89,7 +95,7 @@ struct Span {
   int32_t tag = -1;
   int32_t root = -1;
   int32_t stream = -1;  // a stream's operation: the stream's number
-  int32_t track = 0;    // ThreadTrack or NamedTrack; 0: the recording thread's
+  int32_t track = 0;    // ThreadTrack, NamedTrack or kRequestTrack; 0: the recording thread's
   int32_t task = -1;    // a task: InternName of its id
   int32_t priority = 0; // a task's or a stream's priority
   SpanCat cat = SpanCat::kCollective;

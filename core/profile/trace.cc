@@ -1,6 +1,9 @@
 #include "core/profile/trace.h"
 
+#include <algorithm>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -25,13 +28,36 @@ std::string TraceEvents(const Recorder::Contents& c, int rank, int64_t offset_ns
                 {"args", {{"name", absl::StrCat("rank ", rank)}}}});
   Append(&out, {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0},
                 {"args", {{"sort_index", rank}}}});
-  for (const auto& [track, name] : c.track_names) {
+  std::map<int, std::string> track_names = c.track_names;
+  // Nonblocking requests: the first lane free at each one's start, in the
+  // order they started (so that no two spans of a lane overlap).
+  std::vector<size_t> requests;
+  for (size_t i = 0; i < c.spans.size(); ++i) {
+    if (c.spans[i].track == kRequestTrack) requests.push_back(i);
+  }
+  std::sort(requests.begin(), requests.end(), [&c](size_t a, size_t b) {
+    return c.spans[a].start_ns < c.spans[b].start_ns;
+  });
+  std::vector<int64_t> lane_end;
+  std::map<size_t, int> lane_of;
+  for (size_t i : requests) {
+    const Span& s = c.spans[i];
+    size_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > s.start_ns) ++lane;
+    if (lane == lane_end.size()) lane_end.push_back(0);
+    lane_end[lane] = s.end_ns;
+    lane_of[i] = kFirstRequestLane + static_cast<int>(lane);
+    track_names[lane_of[i]] = absl::StrCat("requests (lane ", lane + 1, ")");
+  }
+  for (const auto& [track, name] : track_names) {
     Append(&out, {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", track},
                   {"args", {{"name", name}}}});
     Append(&out, {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", rank}, {"tid", track},
                   {"args", {{"sort_index", track}}}});
   }
-  for (const Span& s : c.spans) {
+  for (size_t i = 0; i < c.spans.size(); ++i) {
+    const Span& s = c.spans[i];
+    const int tid = s.track == kRequestTrack ? lane_of[i] : s.track;
     nlohmann::json args = {{"bytes", s.bytes}, {"comm", s.comm},
                            {"status", s.status == nullptr ? "ok" : s.status}};
     if (s.cat == SpanCat::kTask) {
@@ -56,7 +82,7 @@ std::string TraceEvents(const Recorder::Contents& c, int rank, int64_t offset_ns
                   {"name", std::move(name)},
                   {"cat", SpanCatName(s.cat)},
                   {"pid", rank},
-                  {"tid", s.track},
+                  {"tid", tid},
                   {"ts", Us(s.start_ns + offset_ns - epoch_ns)},
                   {"dur", Us(s.end_ns - s.start_ns)},
                   {"args", std::move(args)}});
