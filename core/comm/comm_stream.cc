@@ -108,8 +108,14 @@ void CommStream::Enqueue(const StreamOp& op) {
 }
 
 void CommStream::EnqueueHost(void (*fn)(void*), void* arg) {
-  stream_->Enqueue("host callback", [fn, arg] {
-    fn(arg);
+  stream_->Enqueue("host callback", [this, fn, arg] {
+    if (ABSL_PREDICT_FALSE(comm_->profiler() != nullptr)) {
+      const int64_t start = Recorder::Now();
+      fn(arg);
+      comm_->RecordStreamSpan("host_callback", start);
+    } else {
+      fn(arg);
+    }
     return absl::OkStatus();
   });
 }

@@ -174,6 +174,9 @@ class Communicator {
   // This communicator carries stream `index`'s operations
   // (core/comm/comm_stream.h): its spans go on that stream's track.
   void ProfileAsStream(int index, int priority);
+  // Profiling: a span named `name` from `start_ns` (Recorder::Now) until
+  // now on this communicator's stream track (a stream's host callback).
+  void RecordStreamSpan(const char* name, int64_t start_ns);
 
  private:
   class CollectivePeers;

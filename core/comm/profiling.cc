@@ -159,6 +159,12 @@ void Communicator::RecordP2p(const char* name, int64_t start_ns, size_t bytes, s
                 profile_stream_, profile_priority_, profile_stream_ >= 0 ? profile_track_ : 0, s);
 }
 
+void Communicator::RecordStreamSpan(const char* name, int64_t start_ns) {
+  if (profile_ == nullptr) return;
+  RecordP2pSpan(*profile_, name, start_ns, 0, 1, coll_ctx_, -1, -1, profile_stream_,
+                profile_priority_, profile_stream_ >= 0 ? profile_track_ : 0, absl::OkStatus());
+}
+
 void Communicator::ProfileRequest(Request& r, const char* name, int64_t start_ns, size_t bytes,
                                   size_t elem_size, int peer, int tag) {
   auto p = std::make_shared<ProfiledRequest>();

@@ -122,6 +122,7 @@ TEST(ProfileTest, FourRanksOneFile) {
       auto s = CommStream::Create(c, 3);
       ASSERT_TRUE(s.ok()) << s.status();
       (*s)->Enqueue(AllReduceOp(v.data(), 64));
+      (*s)->EnqueueHost([](void*) {}, nullptr);
       ASSERT_TRUE((*s)->Synchronize().ok());
       ASSERT_TRUE((*s)->Destroy().ok());
     }
@@ -217,6 +218,15 @@ TEST(ProfileTest, FourRanksOneFile) {
     EXPECT_EQ(s["args"]["peer"], 5 - s["pid"].get<int>());
     (s["name"] == "isend" ? isends : irecvs) += 1;
   }
+  int callbacks = 0;
+  for (const auto& s : spans) {
+    if (s["name"] != "host_callback") continue;
+    ++callbacks;
+    EXPECT_EQ(s["cat"], "stream");
+    EXPECT_EQ(s["args"]["priority"], 3);
+    EXPECT_GE(s["tid"].get<int>(), 1001);
+  }
+  EXPECT_EQ(callbacks, 4);
   EXPECT_EQ(isends, 4);
   EXPECT_EQ(irecvs, 4);
   EXPECT_EQ(stream_ops, 4);
