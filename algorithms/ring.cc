@@ -320,6 +320,15 @@ double RingAllReduceCost(double bytes, int nranks, const LinkModel& link) {
 }
 
 absl::Status RingAllReduceRun(Peers& p, const CollectiveCall& c, const RunEnv& env) {
+  if (env.switch_order != nullptr && !env.switch_order->empty()) {
+    // Across switches: the ring crosses each switch boundary once (and
+    // each host boundary within a switch once), whatever the size.
+    ReorderedPeers by_switch(p, *env.switch_order);
+    RunEnv rest = env;
+    rest.switch_order = nullptr;
+    rest.ring_order = nullptr;
+    return RingAllReduceRun(by_switch, c, rest);
+  }
   if (IsHalfFloat(c.dtype) && !HalfTravelsAsIs(Algorithm::kRing, p.size())) {
     // The reduce-scatter runs on float32; the allgather moves the rounded
     // 16-bit blocks.

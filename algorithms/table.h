@@ -66,6 +66,9 @@ struct RunEnv {
   // Ranks by the CPUs they share (RingOrderByPlacement), for the ring
   // allreduce where RingByCpu says so; empty: rank order.
   const std::vector<int>* ring_order = nullptr;
+  // Ranks grouped by switch, then host (core/topology/switches.h), for the
+  // ring allreduce at every size (before ring_order); empty: not used.
+  const std::vector<int>* switch_order = nullptr;
   // The communicator's shared segment and what waits in it, with the call's
   // sequence number and fingerprint (Algorithm::kSegment only).
   ShmCollective* segment = nullptr;

@@ -83,7 +83,8 @@ sources_of() {
     config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \
                          core/bootstrap/store_client.cc core/bootstrap/job.cc $(p2p_sources) @pb \
-                         core/topology/placement.cc transports/provider.cc transports/registry.cc \
+                         core/topology/placement.cc core/topology/switches.cc @topopb \
+                         transports/provider.cc transports/registry.cc \
                          transports/tcp/tcp_transport.cc transports/tcp/tcp_protocol.cc \
                          transports/shm/shm_transport.cc transports/shm/shm_send.cc \
                          transports/shm/shm_receive.cc transports/shm/shm_progress.cc \
@@ -107,15 +108,28 @@ CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-li
 LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format absl_time \
           absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lzstd -lxxhash -lpthread -ldl"
 
-# store.pb.{h,cc}, regenerated when store.proto changes.
+# store.pb.{h,cc} and topology.pb.{h,cc}, regenerated when their .proto
+# changes.
 gen_proto() {
-  local stamp="$GEN/core/bootstrap/store.proto.sha"
-  local sum
-  sum="$(sha1sum "$ROOT/core/bootstrap/store.proto" | cut -d' ' -f1)"
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ] || [ ! -f "$GEN/core/bootstrap/store.pb.cc" ]; then
-    protoc --proto_path="$ROOT" --cpp_out="$GEN" "$ROOT/core/bootstrap/store.proto" || return 1
-    echo "$sum" > "$stamp"
-  fi
+  local proto stamp sum
+  for proto in core/bootstrap/store core/topology/topology; do
+    stamp="$GEN/$proto.proto.sha"
+    sum="$(sha1sum "$ROOT/$proto.proto" | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ] || [ ! -f "$GEN/$proto.pb.cc" ]; then
+      protoc --proto_path="$ROOT" --cpp_out="$GEN" "$ROOT/$proto.proto" || return 1
+      echo "$sum" > "$stamp"
+    fi
+  done
+}
+
+# A source's path: @pb and @topopb are the generated store and topology
+# messages.
+src_path() {
+  case "$1" in
+    @pb) echo "$GEN/core/bootstrap/store.pb.cc" ;;
+    @topopb) echo "$GEN/core/topology/topology.pb.cc" ;;
+    *) echo "$ROOT/$1" ;;
+  esac
 }
 
 # The object for one source: cached under a hash of the source, every
@@ -123,7 +137,7 @@ gen_proto() {
 HDR_SUM=""
 obj_for() {
   local src="$1" path
-  if [ "$src" = @pb ]; then path="$GEN/core/bootstrap/store.pb.cc"; else path="$ROOT/$src"; fi
+  path="$(src_path "$src")"
   local key
   key="$( { cat "$path"; echo "$HDR_SUM"; echo "${CXXFLAGS[*]}"; "$CXX" --version | head -1; } \
           | sha1sum | cut -c1-16)"
@@ -132,7 +146,7 @@ obj_for() {
 
 compile() {
   local src="$1" out="$2" path
-  if [ "$src" = @pb ]; then path="$GEN/core/bootstrap/store.pb.cc"; else path="$ROOT/$src"; fi
+  path="$(src_path "$src")"
   [ -f "$out" ] && return 0
   "$CXX" "${CXXFLAGS[@]}" -c "$path" -o "$out.tmp.$$" 2>"$out.log" \
     && mv "$out.tmp.$$" "$out" && rm -f "$out.log" && return 0

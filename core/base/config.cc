@@ -36,6 +36,8 @@ constexpr char kProfile[] = "profile";
 constexpr char kProfileMaxEvents[] = "profile_max_events";
 constexpr char kProfileFile[] = "profile_file";
 constexpr char kCompression[] = "compression";
+constexpr char kSwitchId[] = "switch_id";
+constexpr char kTopology[] = "topology";
 constexpr char kDeltaCacheBytes[] = "delta_cache_bytes";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
@@ -207,6 +209,12 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
   } else if (key == kProfileFile) {
     if (value.empty()) return BadValue(label, value, "a file's path");
     opts->profile_file = std::string(value);
+  } else if (key == kSwitchId) {
+    if (value.empty()) return BadValue(label, value, "a non-empty switch or rack label");
+    opts->switch_id = std::string(value);
+  } else if (key == kTopology) {
+    if (value.empty()) return BadValue(label, value, "a topology file's path");
+    opts->topology = std::string(value);
   } else if (key == kCompression) {
     // none | fp16 | bf16 | delta | fp16,delta | bf16,delta (either order).
     Options::Half half = Options::Half::kNone;
@@ -280,7 +288,7 @@ const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
       kPlugins, kFusionBytes, kChunkBytes, kProfile, kProfileMaxEvents, kProfileFile,
-      kCompression, kDeltaCacheBytes};
+      kCompression, kDeltaCacheBytes, kSwitchId, kTopology};
   return *kKeys;
 }
 

@@ -57,6 +57,10 @@ struct Options {
                                         // in or loaded from plugins; no duplicates
   std::string algo = "auto";            // auto | ring | tree | direct
   std::string host_id;                  // default net::HostName()
+  // The network switch (or rack) this rank hangs off, or a file mapping
+  // hosts to switches (core/topology/switches.h); both empty: unknown.
+  std::string switch_id;
+  std::string topology;
   std::vector<std::string> plugins;     // shared objects to load at init
   // Allreduces queued back to back on a stream run as one up to this many
   // bytes (core/comm/comm_stream.h); 0: never fused; -1 ("auto"): the cost

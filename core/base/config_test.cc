@@ -42,7 +42,7 @@ TEST(ConfigTest, KeysInApiOrder) {
                                           "timeout_ms", "transports", "algo", "host_id",
                                           "plugins", "fusion_bytes", "chunk_bytes", "profile",
                                           "profile_max_events", "profile_file", "compression",
-                                          "delta_cache_bytes"));
+                                          "delta_cache_bytes", "switch_id", "topology"));
 }
 
 TEST(ConfigTest, Compression) {
@@ -139,6 +139,8 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   ASSERT_TRUE(cfg.Set("profile_file", "/tmp/p.json").ok());
   ASSERT_TRUE(cfg.Set("compression", "bf16").ok());
   ASSERT_TRUE(cfg.Set("delta_cache_bytes", "1024").ok());
+  ASSERT_TRUE(cfg.Set("switch_id", "rack7").ok());
+  ASSERT_TRUE(cfg.Set("topology", "/etc/hcomm/topo.txt").ok());
   absl::StatusOr<Options> o = cfg.Resolve(FakeEnv({}));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
@@ -157,6 +159,8 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   EXPECT_EQ(o->profile_file, "/tmp/p.json");
   EXPECT_EQ(o->compression_half, Options::Half::kBf16);
   EXPECT_EQ(o->delta_cache_bytes, 1024);
+  EXPECT_EQ(o->switch_id, "rack7");
+  EXPECT_EQ(o->topology, "/etc/hcomm/topo.txt");
   for (const std::string& k : Config::Keys()) EXPECT_EQ(o->sources[k], "config") << k;
 }
 
@@ -418,6 +422,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"timeout_ms", "9223372036854775808", "a positive integer"},
         BadCase{"transports", "u-d-p", "'u-d-p' is not a name"},
         BadCase{"compression", "gzip", "none, fp16, bf16, delta"},
+        BadCase{"switch_id", "", "a non-empty switch"},
+        BadCase{"topology", "", "a topology file"},
         BadCase{"delta_cache_bytes", "lots", "a number of bytes"},
         BadCase{"transports", "shm,tcp,shm", "'shm' appears twice"},
         BadCase{"transports", "shm,,tcp", "empty item"},

@@ -194,6 +194,7 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
         RunEnv env;
         env.link = &link_;
         env.ring_order = &ring_order_;
+        env.switch_order = &switch_order_;
         env.segment = shm_coll_.get();
         env.waiter = &peers;
         env.seq = static_cast<uint64_t>(tag);
@@ -218,8 +219,23 @@ void Communicator::DebugChoice(const CollectiveCall& call, size_t bytes, const C
   }
   // The ring allreduce's order, where it is not the rank order.
   std::string order;
-  if (call.op == CollectiveOp::kAllReduce && choice.algo == Algorithm::kRing && size_ > 2 &&
-      RingByCpu(bytes * (IsHalfFloat(call.dtype) ? 2 : 1), &ring_order_)) {
+  if (call.op == CollectiveOp::kAllReduce && choice.algo == Algorithm::kRing &&
+      !switch_order_.empty()) {
+    // "ranks by switch 0 2 | 1 3 (s1 | s2)": where the ring crosses switches.
+    std::string ranks, names;
+    for (size_t i = 0; i < switch_order_.size(); ++i) {
+      const Placement& at = engine_->placement(group_to_world_[switch_order_[i]]);
+      const bool next_switch =
+          i > 0 && at.switch_id !=
+                       engine_->placement(group_to_world_[switch_order_[i - 1]]).switch_id;
+      absl::StrAppend(&ranks, i == 0 ? "" : (next_switch ? " | " : " "), switch_order_[i]);
+      if (i == 0 || next_switch) {
+        absl::StrAppend(&names, i == 0 ? "" : " | ", at.switch_id.empty() ? "?" : at.switch_id);
+      }
+    }
+    order = absl::StrCat(", ranks by switch ", ranks, " (", names, ")");
+  } else if (call.op == CollectiveOp::kAllReduce && choice.algo == Algorithm::kRing &&
+             size_ > 2 && RingByCpu(bytes * (IsHalfFloat(call.dtype) ? 2 : 1), &ring_order_)) {
     order = absl::StrCat(", ranks by CPU ", absl::StrJoin(ring_order_, " "));
   }
   fprintf(stderr, "hcomm INFO: %s %s %s %d ranks -> %s%s (%s)%s\n", CollectiveOpName(call.op),

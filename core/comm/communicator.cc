@@ -12,6 +12,7 @@
 #include "core/base/shm_file.h"
 #include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
+#include "core/topology/switches.h"
 
 namespace hcomm {
 
@@ -80,6 +81,14 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
   world_to_group_ = std::move(w2g);
   // The order the placements suggest (SetUpRingOrder keeps it where no
   // member talks to another over shared memory).
+  if (size_ > 1) {
+    std::vector<std::string> switches, hosts;
+    for (int w : group_to_world_) {
+      switches.push_back(engine_->placement(w).switch_id);
+      hosts.push_back(engine_->placement(w).host);
+    }
+    switch_order_ = RingOrderBySwitch(switches, hosts);
+  }
   if (size_ > 2) {
     std::vector<std::string> placement;
     for (int w : group_to_world_) {

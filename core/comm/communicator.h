@@ -64,6 +64,10 @@ class Communicator {
   // up to 4 MiB where ranks share CPUs and all talk over TCP
   // (RingByPlacement); empty: rank order.
   const std::vector<int>& ring_order() const { return ring_order_; }
+  // The ring allreduce's order where the members hang off more than one
+  // switch: grouped by switch, then host (core/topology/switches.h); empty
+  // otherwise.
+  const std::vector<int>& switch_order() const { return switch_order_; }
   absl::Duration timeout() const {
     return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
@@ -303,6 +307,7 @@ class Communicator {
   // all talk over TCP (RingOrderByPlacement; empty: rank order), the same
   // on every member.
   std::vector<int> ring_order_;
+  std::vector<int> switch_order_;
   Engine::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {
     bool valid = false;

@@ -16,6 +16,7 @@
 #include "core/base/status.h"
 #include "core/bootstrap/handshake.h"
 #include "core/p2p/engine.h"
+#include "core/topology/switches.h"
 #include "transports/registry.h"
 
 namespace hcomm {
@@ -130,6 +131,9 @@ absl::Status Engine::Bootstrap(const Options& opts) {
                                    "loads more)"));
     }
   }
+  // (A bad topology file fails here, before this rank joins the others.)
+  absl::StatusOr<std::string> switch_id = SwitchOf(opts.switch_id, opts.topology, host_id_);
+  if (!switch_id.ok()) return Annotate(switch_id.status(), where);
   if (size_ == 1) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + absl::Milliseconds(opts.timeout_ms);
   HCOMM_ASSIGN_OR_RETURN(job_, Job::Join(opts, deadline));
@@ -150,6 +154,7 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   mine.set_host(host_id_);
   mine.set_pid(getpid());
   mine.set_cpus(OwnCpus());
+  mine.set_switch_id(*switch_id);
   std::vector<std::unique_ptr<Provider>> opened(allowed.size());
   std::vector<std::string> unusable(allowed.size());
   for (size_t i = 0; i < allowed.size(); ++i) {
@@ -169,7 +174,9 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   HCOMM_RETURN_IF_ERROR(Annotate(job_->Publish(mine, deadline), where));
   HCOMM_ASSIGN_OR_RETURN(std::vector<store::RankCard> cards, job_->Cards(deadline));
   placement_.resize(size_);
-  for (int r = 0; r < size_; ++r) placement_[r] = Placement{cards[r].host(), cards[r].cpus()};
+  for (int r = 0; r < size_; ++r) {
+    placement_[r] = Placement{cards[r].host(), cards[r].cpus(), cards[r].switch_id()};
+  }
 
   // Ranks of this host outnumbering their CPUs change how waits behave.
   oversubscribed_ = CpusShared(placement_, host_id_);

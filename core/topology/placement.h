@@ -16,6 +16,7 @@ namespace hcomm {
 struct Placement {
   std::string host;  // host id
   std::string cpus;  // the CPUs it may use, "0" or "0,1" ("-": unknown)
+  std::string switch_id;  // its switch (core/topology/switches.h); "": unknown
 };
 
 // The CPUs this process may run on, "0,1,..." ("-" where it cannot tell).
