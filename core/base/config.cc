@@ -55,7 +55,7 @@ bool TransportName(absl::string_view s) {
 
 const std::vector<std::string>& ValidAlgos() {
   static const auto* const kValid =
-      new std::vector<std::string>{"auto", "ring", "tree", "direct"};
+      new std::vector<std::string>{"auto", "ring", "tree", "direct", "hierarchical"};
   return *kValid;
 }
 

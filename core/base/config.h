@@ -55,7 +55,7 @@ struct Options {
   int64_t timeout_ms = 300000;          // > 0
   std::vector<std::string> transports;  // empty = auto; names of transports built
                                         // in or loaded from plugins; no duplicates
-  std::string algo = "auto";            // auto | ring | tree | direct
+  std::string algo = "auto";            // auto | ring | tree | direct | hierarchical
   std::string host_id;                  // default net::HostName()
   // The network switch (or rack) this rank hangs off, or a file mapping
   // hosts to switches (core/topology/switches.h); both empty: unknown.

@@ -267,6 +267,10 @@ absl::Status Communicator::CheckCall(CollectivePeers& peers, int tag) {
 
 absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType t,
                                      ReduceOp op) {
+  if (ABSL_PREDICT_FALSE(hierarchical_.load(std::memory_order_relaxed)) && HierarchyFits() &&
+      op != ReduceOp::kAvg && count > 0) {
+    return HierarchicalAllReduce(send, recv, count, t, op);
+  }
   return RunCollective({CollectiveOp::kAllReduce, send, recv, count, t, op, -1});
 }
 

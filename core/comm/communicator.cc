@@ -88,7 +88,18 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       hosts.push_back(engine_->placement(w).host);
     }
     switch_order_ = RingOrderBySwitch(switches, hosts);
+    // The hierarchy's shape: ranks per host, the same on every host.
+    std::map<std::string, int> per_host;
+    for (const std::string& h : hosts) ++per_host[h];
+    const int local = per_host.begin()->second;
+    const bool uniform = std::all_of(per_host.begin(), per_host.end(),
+                                     [local](const auto& e) { return e.second == local; });
+    if (uniform && per_host.size() >= 2 && local >= 2) {
+      hier_hosts_ = static_cast<int>(per_host.size());
+      hier_local_ = local;
+    }
   }
+  hierarchical_.store(opts.algo == "hierarchical", std::memory_order_relaxed);
   if (size_ > 2) {
     std::vector<std::string> placement;
     for (int w : group_to_world_) {
@@ -113,6 +124,7 @@ absl::Status Communicator::SetOption(absl::string_view key, absl::string_view va
     // Applies to collectives called afterwards; every rank should change it
     // at the same point.
     forced_algo_.store(ParseAlgo(o.algo), std::memory_order_relaxed);
+    hierarchical_.store(o.algo == "hierarchical", std::memory_order_relaxed);
     return absl::OkStatus();
   }
   if (key == "fusion_bytes") {
@@ -388,6 +400,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   o.timeout_ms = timeout_ms_.load();
   o.algo = AlgorithmName(forced_algo_.load());
   o.fusion_bytes = fusion_bytes_.load();
+  o.compression_half = static_cast<Options::Half>(compression_half_.load());
+  o.compression_delta = compression_delta_.load();
+  o.delta_cache_bytes = delta_cache_bytes_.load();
   std::unique_ptr<Communicator> child(
       new Communicator(engine_, std::move(members_world), ctx, o));
   child->profile_ = profile_;
@@ -506,10 +521,15 @@ absl::Status Communicator::Destroy() {
   }
   shm_coll_.reset();
   absl::Status s;
+  // The hierarchy's groups go first (they share this one's engine).
+  if (intra_host_ != nullptr) s.Update(intra_host_->Destroy());
+  if (across_hosts_ != nullptr) s.Update(across_hosts_->Destroy());
+  intra_host_.reset();
+  across_hosts_.reset();
   // The connections are shared by the world and every group made from it:
   // the last of them to go closes them, whichever it is.
   if (engine_->LeaveCommunicator()) {
-    s = engine_->Destroy();
+    s.Update(engine_->Destroy());
   } else {
     engine_->CloseContexts(p2p_ctx_, 2, Deadline());
   }

@@ -106,6 +106,10 @@ class Communicator {
     return HalfOf(static_cast<Options::Half>(compression_half_.load(std::memory_order_relaxed)), f);
   }
 
+  // Whether algo=hierarchical applies to this communicator's allreduces:
+  // several hosts with the same number (>= 2) of its ranks on each.
+  bool hierarchy_fits() const { return HierarchyFits(); }
+
   // What `delta` keeps now (core/comm/delta_state.h).
   const DeltaState& delta_state() const { return *delta_; }
 
@@ -207,6 +211,13 @@ class Communicator {
     return compression_delta_.load(std::memory_order_relaxed) && bytes >= kMinDeltaBytes &&
            tag >= 0 && half_peers_[peer] != 0;
   }
+  // algo=hierarchical (hierarchical.cc): whether this communicator has
+  // the shape for it (several hosts, the same number of ranks >= 2 on
+  // each), and the allreduce in three steps over its host and cross-host
+  // groups, made on first use.
+  bool HierarchyFits() const { return hier_hosts_ >= 2; }
+  absl::Status HierarchicalAllReduce(const void* send, void* recv, size_t count, DataType t,
+                                     ReduceOp op);
   // Broadcast of `bytes` bytes as a delta against the previous broadcast
   // of that size from `root` (delta_broadcast.cc), or whole where a rank
   // lacks the base.
@@ -308,6 +319,13 @@ class Communicator {
   // on every member.
   std::vector<int> ring_order_;
   std::vector<int> switch_order_;
+  // algo=hierarchical: set by SetOption; hosts x ranks per host where the
+  // shape fits (hier_hosts_ 0: it does not); the groups, once made.
+  std::atomic<bool> hierarchical_{false};
+  int hier_hosts_ = 0;
+  int hier_local_ = 0;
+  std::unique_ptr<Communicator> intra_host_;
+  std::unique_ptr<Communicator> across_hosts_;
   Engine::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {
     bool valid = false;

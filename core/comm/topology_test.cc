@@ -1,6 +1,7 @@
 // Switches (core/topology/switches.h) as a communicator uses them: the ring
 // allreduce visits the ranks grouped by switch, with the same order on
 // every rank and exact results; a bad topology file fails init saying so.
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -61,6 +62,50 @@ TEST_F(TopologyTest, BadFileFailsInitNamingIt) {
   EXPECT_EQ(CodeOf(made.status()), ErrorCode::kInvalidArgument) << made.status();
   EXPECT_NE(std::string(made.status().message()).find("broken.txt': line 1"), std::string::npos)
       << made.status();
+}
+
+// algo=hierarchical over two pretend hosts (shm within, TCP between): exact
+// results at every size (padded where the ranks per host do not divide the
+// count), in place and not, several ops; where the shape does not fit (all
+// ranks on one host), the flat algorithms run.
+TEST(HierarchicalTest, AllReduceAcrossTwoHosts) {
+  for (int n : {4, 6, -4}) {
+    // -4: four ranks on one host.
+    const bool one_host = n < 0;
+    n = std::abs(n);
+    testing::SetTransportMode(one_host ? testing::TransportMode::kShm
+                                       : testing::TransportMode::kMixed);
+    testing::RunRanks(n, [n, one_host](int rank, const Options& base) {
+      Options o = base;
+      o.algo = "hierarchical";
+      auto made = Communicator::Init(o);
+      ASSERT_TRUE(made.ok()) << made.status();
+      Communicator& c = **made;
+      EXPECT_EQ(c.hierarchy_fits(), !one_host) << n;
+      for (size_t count : {size_t{1}, size_t{5}, size_t{1000}, size_t{300001}}) {
+        std::vector<int32_t> v(count), got(count);
+        for (size_t i = 0; i < count; ++i) v[i] = static_cast<int32_t>(i % 1000 + rank);
+        absl::Status st =
+            c.AllReduce(v.data(), got.data(), count, DataType::kInt32, ReduceOp::kSum);
+        ASSERT_TRUE(st.ok()) << "n " << n << " rank " << rank << ": " << st;
+        const int32_t ranks_sum = n * (n - 1) / 2;
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(got[i], static_cast<int32_t>(n * (i % 1000)) + ranks_sum)
+              << "n " << n << " rank " << rank << " count " << count << " i " << i;
+        }
+        ASSERT_TRUE(c.AllReduce(v.data(), v.data(), count, DataType::kInt32, ReduceOp::kMax).ok());
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(v[i], static_cast<int32_t>(i % 1000) + n - 1) << count << " " << i;
+        }
+      }
+      std::vector<float> f(4099, 0.5f);
+      ASSERT_TRUE(c.AllReduce(f.data(), f.data(), f.size(), DataType::kFloat32, ReduceOp::kAvg)
+                      .ok());
+      EXPECT_EQ(f[4098], 0.5f);
+      EXPECT_TRUE(c.Destroy().ok());
+    });
+  }
+  testing::SetTransportMode(testing::TransportMode::kDefault);
 }
 
 }  // namespace
