@@ -1,24 +1,30 @@
-// hcomm_run: the local launcher. Starts N ranks of a program on this host,
-// gives each the environment that hcomm_comm_init() reads, prefixes every
-// line the ranks print with "[rank R] ", and stops the whole job as soon as
-// one rank fails.
+// hcomm_run: the launcher. Starts one node's ranks of a program, gives each
+// the environment that hcomm_comm_init() reads, prefixes every line the
+// ranks print with "[rank R] " (unless --tag-output=0), and stops the whole
+// job on this node as soon as one of its ranks fails.
 //
-// Example:
+// Example (one host; options and usage: hcomm_run_options.h):
 //   hcomm_run -n 4 --timeout 600 -- ./allreduce_app --size 1M
+// Two hosts, 2 ranks each (RANK 0..3), torchrun's flag names; run on each
+// host with its --node-rank and the same HCOMM_JOB_TOKEN exported:
+//   hcomm_run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 2 -- ./app
+//   hcomm_run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -n 2 -- ./app
 //
-// Each rank gets the launcher's environment plus RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_WORLD_SIZE (= N), MASTER_ADDR=127.0.0.1, MASTER_PORT and
-// HCOMM_JOB_TOKEN (64 hex chars from getrandom(), or the launcher's own
-// HCOMM_JOB_TOKEN when that is set and non-empty) and HCOMM_JOB_KEY (16 hex
-// chars from getrandom(), fresh for every launch; rank 0 names the job's
-// /dev/shm segments "hcomm-<key>-..." with it). Inherited HCOMM_RANK,
-// HCOMM_WORLD_SIZE and HCOMM_STORE_ADDR are removed, because the library
-// would prefer them over the values the launcher sets.
+// What each rank gets (RANK, WORLD_SIZE, LOCAL_RANK, ..., HCOMM_JOB_TOKEN,
+// HCOMM_JOB_KEY, OMP_NUM_THREADS) and why the key is per launch on one node
+// but derived from the token on several: hcomm_run_env.h. Rank 0 names the
+// job's /dev/shm segments "hcomm-<key>-..." with HCOMM_JOB_KEY. The
+// launchers of different nodes do not talk to each other: a failing rank
+// stops its own node's job, and the other nodes' ranks then see a peer
+// failure (or their --timeout) and end in turn.
 //
 // The ranks unlink their /dev/shm segments once every local rank has
 // attached, so a job stopped during init would leave them behind: after
 // every rank has ended, however it ended, the launcher removes whatever
-// /dev/shm still holds under the job's key.
+// /dev/shm still holds under the job's key. (Nodes that share one /dev/shm,
+// such as network namespaces of one machine, share that key too: the first
+// launcher to finish removes the names of all of them, which is harmless
+// once the job's communicators are set up.)
 //
 // Every rank runs in its own process group, with stdin from /dev/null and
 // stdout/stderr on pipes that the launcher polls; the launcher writes whole
@@ -33,22 +39,19 @@
 // (not the ranks' own children) SIGKILL (PR_SET_PDEATHSIG), so no rank runs
 // on as an orphan.
 //
-// Plain C++17 and POSIX (Linux: pipe2, getrandom, prctl, sigabbrev_np);
-// single threaded, so the forked children only call exec-safe functions.
+// C++17 and POSIX (Linux: pipe2, getrandom, prctl, sigabbrev_np), and
+// OpenSSL's HMAC for the multi-node key; single threaded, so the forked
+// children only call exec-safe functions.
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -56,24 +59,23 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tools/hcomm_run_env.h"
+#include "tools/hcomm_run_options.h"
+
 extern char** environ;
 
 namespace hcomm_run {
 namespace {
 
-constexpr int kMaxRanks = 1024;
 constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 constexpr int kExitTimeout = 124;
 constexpr int kExitExecFailed = 127;
-constexpr double kMaxTimeoutSeconds = 1e8;
 constexpr std::chrono::seconds kKillGrace(3);
 // After the last rank has been reaped, how long to keep reading pipes that a
 // leftover grandchild may still hold open.
@@ -86,49 +88,9 @@ constexpr size_t kMaxLineBytes = 1 << 20;
 // until it drains. The launcher itself never blocks on its output.
 constexpr size_t kMaxQueuedBytes = 4 << 20;
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr size_t kTokenBytes = 32;
-constexpr size_t kJobKeyBytes = 8;  // 16 hex digits, as the library expects
 constexpr char kShmDir[] = "/dev/shm";
 
-constexpr char kUsage[] =
-    "usage: hcomm_run -n N [--timeout S] [--port P] [--bind-to auto|core|none] -- PROG "
-    "[ARGS...]\n"
-    "\n"
-    "Starts N local ranks of PROG (1 <= N <= 1024). Each rank gets RANK,\n"
-    "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,\n"
-    "MASTER_PORT, HCOMM_JOB_TOKEN (fresh unless already set) and\n"
-    "HCOMM_JOB_KEY (always fresh) in its environment. Output lines are\n"
-    "prefixed with \"[rank R] \" (a line over 1 MiB is cut there, each\n"
-    "piece prefixed). If a rank fails, the others are stopped\n"
-    "(SIGTERM, SIGKILL after 3 s). When all have ended, the job's segments\n"
-    "left in /dev/shm (hcomm-<HCOMM_JOB_KEY>-*) are removed.\n"
-    "\n"
-    "options:\n"
-    "  -n, --nproc N   number of ranks\n"
-    "  --timeout S     stop the job after S seconds (exit status 124)\n"
-    "  --port P        MASTER_PORT to use (default: a free port)\n"
-    "  --bind-to W     core: pin rank R to the R-th CPU this launcher may use\n"
-    "                  (round robin); none: let the kernel place them; auto\n"
-    "                  (default): core when the ranks outnumber those CPUs,\n"
-    "                  none otherwise\n"
-    "  -h, --help      print this message\n"
-    "\n"
-    "exit status: 0 if all ranks exit 0; the first failing rank's status\n"
-    "(128+signal if it was killed); 124 on timeout; 2 on bad usage.\n";
-
 using Clock = std::chrono::steady_clock;
-
-struct Options {
-  int nranks = 0;
-  std::optional<double> timeout_s;
-  int port = 0;  // 0: pick a free one.
-  // --bind-to: core pins each rank to one CPU, none leaves them to the
-  // kernel, auto (the default) is core where the ranks outnumber the CPUs
-  // this launcher may use, none otherwise.
-  enum class Bind { kAuto, kCore, kNone } bind = Bind::kAuto;
-  std::string program_path;       // Resolved path that is exec'd.
-  std::vector<std::string> argv;  // argv[0] is PROG as the user wrote it.
-};
 
 // ---------------------------------------------------------------------------
 // Small helpers.
@@ -168,171 +130,10 @@ std::string SignalName(int sig) {
   return "signal " + std::to_string(sig);
 }
 
-std::optional<long> ParseInt(const char* text, long min, long max) {
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  long value = strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || value < min || value > max) return std::nullopt;
-  return value;
-}
-
-std::optional<double> ParseSeconds(const char* text) {
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  double value = strtod(text, &end);
-  if (errno != 0 || *end != '\0' || !std::isfinite(value) || value <= 0 ||
-      value > kMaxTimeoutSeconds) {
-    return std::nullopt;
-  }
-  return value;
-}
-
 std::string FormatSeconds(double s) {
   char buf[64];
   snprintf(buf, sizeof(buf), "%g", s);
   return buf;
-}
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-// Resolves PROG like execvp() does: as a path if it contains '/', else
-// through $PATH. Returns nullopt if no executable regular file is found.
-std::optional<std::string> ResolveProgram(const std::string& prog) {
-  if (prog.empty()) return std::nullopt;
-  if (prog.find('/') != std::string::npos) {
-    if (IsExecutableFile(prog)) return prog;
-    return std::nullopt;
-  }
-  const char* path_env = getenv("PATH");
-  std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + prog;
-    if (IsExecutableFile(candidate)) return candidate;
-    start = end + 1;
-  }
-  return std::nullopt;
-}
-
-// Returns 0 and fills `opts` on success, or the exit status to use
-// (kExitUsage, or -1 for --help which the caller turns into 0).
-int ParseArgs(int argc, char** argv, Options* opts) {
-  bool have_n = false;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      WriteAll(STDOUT_FILENO, kUsage);
-      return -1;
-    }
-    if (arg.empty() || arg[0] != '-') break;  // First word of the program.
-
-    // Split "--opt=value"; "-nN" is accepted too.
-    std::string name = arg;
-    std::optional<std::string> value;
-    size_t eq = arg.find('=');
-    if (arg.compare(0, 2, "--") == 0 && eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else if (arg.size() > 2 && arg.compare(0, 2, "-n") == 0) {
-      name = "-n";
-      value = arg.substr(2);
-    }
-    if (name != "-n" && name != "--nproc" && name != "--timeout" && name != "--port" &&
-        name != "--bind-to") {
-      return UsageError("unknown option '" + arg + "'");
-    }
-    if (!value) {
-      if (i + 1 >= argc) return UsageError("option '" + name + "' needs a value");
-      value = argv[++i];
-    }
-    if (name == "-n" || name == "--nproc") {
-      std::optional<long> n = ParseInt(value->c_str(), 1, kMaxRanks);
-      if (!n) {
-        return UsageError("-n needs an integer from 1 to " + std::to_string(kMaxRanks) +
-                          ", got '" + *value + "'");
-      }
-      opts->nranks = static_cast<int>(*n);
-      have_n = true;
-    } else if (name == "--timeout") {
-      opts->timeout_s = ParseSeconds(value->c_str());
-      if (!opts->timeout_s) {
-        return UsageError("--timeout needs a positive number of seconds, got '" + *value + "'");
-      }
-    } else if (name == "--bind-to") {
-      if (*value != "core" && *value != "none" && *value != "auto") {
-        return UsageError("--bind-to needs 'core', 'none' or 'auto', got '" + *value + "'");
-      }
-      opts->bind = *value == "core"   ? Options::Bind::kCore
-                   : *value == "none" ? Options::Bind::kNone
-                                      : Options::Bind::kAuto;
-    } else {  // --port
-      std::optional<long> p = ParseInt(value->c_str(), 1, 65535);
-      if (!p) return UsageError("--port needs an integer from 1 to 65535, got '" + *value + "'");
-      opts->port = static_cast<int>(*p);
-    }
-  }
-  if (!have_n) return UsageError("missing -n N");
-  if (i >= argc) return UsageError("no program given");
-  for (; i < argc; ++i) opts->argv.emplace_back(argv[i]);
-  std::optional<std::string> resolved = ResolveProgram(opts->argv[0]);
-  if (!resolved) {
-    return UsageError("program '" + opts->argv[0] + "' not found or not executable");
-  }
-  opts->program_path = *resolved;
-  return 0;
-}
-
-// Binds 127.0.0.1:0, reads the port the kernel chose, closes the socket.
-std::optional<int> PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  std::optional<int> port;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-// `nbytes` bytes from getrandom(), as 2 * nbytes lowercase hex digits.
-std::optional<std::string> RandomHex(size_t nbytes) {
-  std::vector<unsigned char> bytes(nbytes);
-  size_t got = 0;
-  while (got < bytes.size()) {
-    ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return std::nullopt;
-    }
-    got += static_cast<size_t>(n);
-  }
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : bytes) {
-    hex += kHex[b >> 4];
-    hex += kHex[b & 0xf];
-  }
-  return hex;
 }
 
 // Removes every entry of /dev/shm named "hcomm-<key>-..." (ring segments,
@@ -503,14 +304,15 @@ class Job {
 
  private:
   int RunJob();
-  bool StartRanks(const std::vector<std::string>& base_env, int port, const std::string& token,
-                  const std::string& job_key);
+  bool StartRanks(const std::vector<std::string>& base_env, const JobIdentity& id);
   void ReadStream(Stream& s);
   void EmitLines(Stream& s, bool eof);
   void Reap();
   void BeginStop(int sig);
   void SignalAll(int sig);
   int RunningCount() const;
+  // Local rank `local` as the job numbers it: RANK (node_rank * -n + local).
+  std::string RankName(int local) const { return std::to_string(opts_.GlobalRank(local)); }
   // A launcher message (one line), queued like the ranks' output.
   void Say(const std::string& text) { err_.data += "hcomm_run: " + text + "\n"; }
   OutQueue& QueueFor(int fd) { return fd == STDERR_FILENO ? err_ : out_; }
@@ -532,8 +334,7 @@ int Job::RunningCount() const {
                                         [](const Rank& r) { return r.running; }));
 }
 
-bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
-                     const std::string& token, const std::string& job_key) {
+bool Job::StartRanks(const std::vector<std::string>& base_env, const JobIdentity& id) {
   const int n = opts_.nranks;
   const pid_t launcher_pid = getpid();
   std::vector<char*> argv;
@@ -567,20 +368,12 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
     cpu_set_t bind;
     CPU_ZERO(&bind);
     if (!cpus.empty()) CPU_SET(cpus[r % cpus.size()], &bind);
-    std::vector<std::string> env = base_env;
-    env.push_back("RANK=" + std::to_string(r));
-    env.push_back("WORLD_SIZE=" + std::to_string(n));
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back("MASTER_PORT=" + std::to_string(port));
-    env.push_back("HCOMM_JOB_TOKEN=" + token);
-    env.push_back("HCOMM_JOB_KEY=" + job_key);
+    const std::vector<std::string> env = RankEnvironment(base_env, opts_, id, r);
     std::vector<char*> envp;
     for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
     std::string exec_error_prefix =
-        "hcomm_run: rank " + std::to_string(r) + ": cannot execute '" + opts_.argv[0] + "': ";
+        "hcomm_run: rank " + RankName(r) + ": cannot execute '" + opts_.argv[0] + "': ";
 
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0) {
@@ -664,7 +457,7 @@ bool Job::StartRanks(const std::vector<std::string>& base_env, int port,
 // write. At EOF (or when the partial line grows too long) the rest is
 // printed too, with a newline added.
 void Job::EmitLines(Stream& s, bool eof) {
-  const std::string prefix = "[rank " + std::to_string(s.rank) + "] ";
+  const std::string prefix = opts_.tag_output ? "[rank " + RankName(s.rank) + "] " : "";
   std::string out;
   size_t start = 0;
   while (true) {
@@ -734,15 +527,15 @@ void Job::Reap() {
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (ok || stopping_) break;  // Exits after the stop began are expected.
       if (WIFEXITED(status)) {
-        Say("rank " + std::to_string(r) + " exited with status " +
+        Say("rank " + RankName(static_cast<int>(r)) + " exited with status " +
                 std::to_string(WEXITSTATUS(status)));
         exit_code_ = WEXITSTATUS(status);
       } else if (WIFSIGNALED(status)) {
-        Say("rank " + std::to_string(r) + " was killed by signal " +
+        Say("rank " + RankName(static_cast<int>(r)) + " was killed by signal " +
                 SignalName(WTERMSIG(status)) + (WCOREDUMP(status) ? " (core dumped)" : ""));
         exit_code_ = 128 + WTERMSIG(status);
       } else {
-        Say("rank " + std::to_string(r) + " ended with wait status " +
+        Say("rank " + RankName(static_cast<int>(r)) + " ended with wait status " +
                 std::to_string(status));
         exit_code_ = kExitFailure;
       }
@@ -770,45 +563,11 @@ int Job::Run() {
 int Job::RunJob() {
   // Environment shared by all ranks: the launcher's, minus what we set and
   // what the library would prefer over it.
-  static const char* const kDropped[] = {
-      "RANK",         "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-      "MASTER_PORT",  "HCOMM_JOB_TOKEN", "HCOMM_RANK", "HCOMM_WORLD_SIZE", "HCOMM_STORE_ADDR",
-      "HCOMM_JOB_KEY"};
-  std::vector<std::string> base_env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string entry = *e;
-    std::string key = entry.substr(0, entry.find('='));
-    bool drop = std::any_of(std::begin(kDropped), std::end(kDropped),
-                            [&](const char* k) { return key == k; });
-    if (!drop) base_env.push_back(std::move(entry));
-  }
-
-  int port = opts_.port;
-  if (port == 0) {
-    std::optional<int> p = PickFreePort();
-    if (!p) {
-      Say(std::string("cannot find a free port on 127.0.0.1: ") + strerror(errno));
-      return kExitFailure;
-    }
-    port = *p;
-  }
-  std::string token;
-  const char* inherited = getenv("HCOMM_JOB_TOKEN");
-  if (inherited != nullptr && *inherited != '\0') {
-    token = inherited;
-  } else {
-    std::optional<std::string> t = RandomHex(kTokenBytes);
-    if (!t) {
-      Say(std::string("getrandom failed: ") + strerror(errno));
-      return kExitFailure;
-    }
-    token = *t;
-  }
-  // Fresh for every launch, even when the token is inherited: it names what
-  // this job, and only this job, leaves in /dev/shm.
-  std::optional<std::string> job_key = RandomHex(kJobKeyBytes);
-  if (!job_key) {
-    Say(std::string("getrandom failed: ") + strerror(errno));
+  const std::vector<std::string> base_env = BaseEnvironment(environ);
+  std::string error;
+  const std::optional<JobIdentity> id = MakeJobIdentity(opts_, &error);
+  if (!id) {
+    Say(error);
     return kExitFailure;
   }
 
@@ -823,7 +582,7 @@ int Job::RunJob() {
   }
 
   const Clock::time_point start = Clock::now();
-  if (!StartRanks(base_env, port, token, *job_key)) {
+  if (!StartRanks(base_env, *id)) {
     exit_code_ = kExitFailure;
     BeginStop(SIGTERM);
   }
@@ -849,7 +608,7 @@ int Job::RunJob() {
       for (size_t r = 0; r < ranks_.size(); ++r) {
         if (!ranks_[r].running) continue;
         if (!running.empty()) running += ",";
-        running += std::to_string(r);
+        running += RankName(static_cast<int>(r));
       }
       Say("timeout after " + FormatSeconds(*opts_.timeout_s) +
               " s; ranks still running: " + running);
@@ -943,7 +702,7 @@ int Job::RunJob() {
     if (s.fd >= 0) close(s.fd);
   }
   // Every rank has been reaped, so none is still creating segments.
-  RemoveJobSegments(*job_key);
+  RemoveJobSegments(id->job_key);
   return exit_code_.value_or(0);
 }
 
@@ -953,9 +712,16 @@ int Job::RunJob() {
 int main(int argc, char** argv) {
   hcomm_run::EnsureStdFds();
   hcomm_run::Options opts;
-  int rc = hcomm_run::ParseArgs(argc, argv, &opts);
-  if (rc == -1) return 0;  // --help
-  if (rc != 0) return rc;
+  std::string error;
+  switch (hcomm_run::ParseArgs(argc, argv, &opts, &error)) {
+    case hcomm_run::ParseResult::kOk:
+      break;
+    case hcomm_run::ParseResult::kHelp:
+      hcomm_run::WriteAll(STDOUT_FILENO, hcomm_run::kUsage);
+      return 0;
+    case hcomm_run::ParseResult::kUsageError:
+      return hcomm_run::UsageError(error);
+  }
   hcomm_run::Job job(std::move(opts));
   return job.Run();
 }

@@ -115,14 +115,15 @@ expect_out_line "[rank 0] 0 sekrit 23456 unset"
 expect_out_line "[rank 1] 1 sekrit 23456 unset"
 
 begin "--bind-to core pins rank r to the r-th allowed CPU; none leaves them all"
-ncpu=$(nproc)
+ncpu=$(env -u OMP_NUM_THREADS nproc)
 launch -n 3 --bind-to core -- /bin/sh -c 'echo "cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
 expect_rc 0
 mapfile -t allowed < <(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' | while IFS=- read a b; do seq "$a" "${b:-$a}"; done)
 for r in 0 1 2; do
   expect_out_line "[rank $r] cpus=${allowed[$((r % ${#allowed[@]}))]}"
 done
-launch -n 1 --bind-to none -- /bin/sh -c 'echo "n=$(nproc)"'
+# nproc obeys OMP_NUM_THREADS, which the launcher sets to 1: leave it out.
+launch -n 1 --bind-to none -- /bin/sh -c 'echo "n=$(env -u OMP_NUM_THREADS nproc)"'
 expect_rc 0
 expect_out_line "[rank 0] n=$ncpu"
 launch -n 1 --bind-to socket -- /bin/true
@@ -334,6 +335,113 @@ grep -q "^\[rank [01]\] hcomm_run: rank [01]: cannot execute '$TMP/noexec_format
   fail "no exec error message"
 grep -qE '^hcomm_run: rank [01] exited with status 127$' "$ERR" || fail "no failure report"
 
+begin "one node of a multi-node job: torchrun's variables, global rank numbers"
+HCOMM_JOB_TOKEN=sekrit GROUP_RANK=7 NODE_RANK=7 launch --nnodes 3 --node-rank 1 \
+  --master-addr 10.1.2.3 --master-port 29555 -n 2 -- /bin/sh -c \
+  'echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK"
+   echo "node=$NODE_RANK addr=$MASTER_ADDR port=$MASTER_PORT token=$HCOMM_JOB_TOKEN"
+   echo "key=$HCOMM_JOB_KEY"'
+expect_rc 0
+for r in 2 3; do
+  expect_out_line "[rank $r] rank=$r world=6 local=$((r - 2)) lws=2 group=1"
+  expect_out_line "[rank $r] node=1 addr=10.1.2.3 port=29555 token=sekrit"
+done
+[ "$(grep -c '^\[rank [23]\] ' "$OUT")" -eq 6 ] || fail "want 6 lines of ranks 2 and 3"
+mkeys=$(sed -n 's/^\[rank [23]\] key=//p' "$OUT" | sort -u)
+[ "$(echo "$mkeys" | wc -l)" -eq 1 ] || fail "keys differ across ranks: $mkeys"
+echo "$mkeys" | grep -qxE '[0-9a-f]{16}' || fail "key is not 16 hex chars: $mkeys"
+# "--opt=value" forms and --nproc-per-node; node 0 (RANK 0, 1) of the same
+# job gets the same key: it is derived from the token and the port.
+HCOMM_JOB_TOKEN=sekrit launch --nnodes=3 --node-rank=0 --master-addr=10.1.2.3 --port=29555 \
+  --nproc-per-node=2 -- /bin/sh -c 'echo "rank=$RANK world=$WORLD_SIZE key=$HCOMM_JOB_KEY"'
+expect_rc 0
+expect_out_line "[rank 0] rank=0 world=6 key=$mkeys"
+expect_out_line "[rank 1] rank=1 world=6 key=$mkeys"
+# Another port or token: another key.
+for variant in "sekrit 29556" "other 29555"; do
+  set -- $variant
+  HCOMM_JOB_TOKEN=$1 launch --nnodes 2 --master-addr 10.1.2.3 --master-port "$2" -n 1 -- \
+    /bin/sh -c 'echo "key=$HCOMM_JOB_KEY"'
+  expect_rc 0
+  grep -qxE '\[rank 0\] key=[0-9a-f]{16}' "$OUT" || fail "token $1 port $2: no 16 hex char key"
+  grep -qxF "[rank 0] key=$mkeys" "$OUT" && fail "token $1 port $2: the same key as sekrit 29555"
+done
+set --
+
+begin "single node: GROUP_RANK, NODE_RANK, OMP_NUM_THREADS"
+launch -n 2 -- /bin/sh -c 'echo "group=$GROUP_RANK node=$NODE_RANK omp=$OMP_NUM_THREADS"'
+expect_rc 0
+expect_out_line "[rank 1] group=0 node=0 omp=1"
+OMP_NUM_THREADS=4 launch -n 1 -- /bin/sh -c 'echo "omp=$OMP_NUM_THREADS"'
+expect_rc 0
+expect_out_line "[rank 0] omp=4"
+
+begin "-nN, --nproc, --nproc-per-node; PROG without --; PROG's options are its own"
+for form in "-n2" "--nproc 2" "--nproc=2" "--nproc-per-node 2"; do
+  # shellcheck disable=SC2086  # word splitting intended
+  launch $form -- /bin/sh -c 'echo "world=$WORLD_SIZE"'
+  expect_rc 0
+  expect_out_line "[rank 1] world=2"
+done
+launch -n 1 /bin/echo -n --timeout x
+expect_rc 0
+printf '[rank 0] --timeout x\n' | cmp -s - "$OUT" || fail "PROG's arguments were not passed on"
+
+begin "--tag-output=0: the ranks' lines as they are"
+launch -n 2 --tag-output=0 -- /bin/sh -c 'echo "{\"rank\": $RANK}"; echo "err $RANK" >&2'
+expect_rc 0
+expect_out_line '{"rank": 0}'
+expect_out_line '{"rank": 1}'
+[ "$(wc -l <"$OUT")" -eq 2 ] || fail "want 2 stdout lines"
+expect_err_line "err 0"
+expect_err_line "err 1"
+launch -n 1 --tag-output 1 -- /bin/echo tagged
+expect_rc 0
+expect_out_line "[rank 0] tagged"
+# The launcher's own messages keep their "hcomm_run: " and global numbers.
+HCOMM_JOB_TOKEN=sekrit launch --tag-output=0 --nnodes 2 --node-rank 1 --master-addr 10.1.2.3 \
+  --master-port 29555 -n 2 -- /bin/sh -c 'echo "rank $RANK out"; [ "$LOCAL_RANK" = 0 ] || exit 3'
+expect_rc 3
+expect_out_line "rank 3 out"
+expect_err_line "hcomm_run: rank 3 exited with status 3"
+HCOMM_JOB_TOKEN=sekrit launch --timeout 1 --nnodes 2 --node-rank 1 --master-addr 10.1.2.3 \
+  --master-port 29555 -n 2 -- /bin/sh -c 'exec sleep 60'
+expect_rc 124
+expect_err_line "hcomm_run: timeout after 1 s; ranks still running: 2,3"
+
+begin "multi-node usage errors say what is missing"
+multi="--nnodes 2 --node-rank 1 --master-addr 10.1.2.3 --master-port 29555 -n 1 -- true"
+# shellcheck disable=SC2086
+env -u HCOMM_JOB_TOKEN "$RUN" $multi >"$OUT" 2>"$ERR" </dev/null
+RC=$?
+expect_rc 2
+grep -q '^hcomm_run: --nnodes 2: HCOMM_JOB_TOKEN is not set (or empty); every node must use' \
+  "$ERR" || fail "no message about HCOMM_JOB_TOKEN"
+grep -qF 'export HCOMM_JOB_TOKEN=$(openssl rand -hex 32)' "$ERR" || fail "no example"
+# shellcheck disable=SC2086
+HCOMM_JOB_TOKEN= launch $multi
+expect_rc 2
+grep -q 'HCOMM_JOB_TOKEN is not set (or empty)' "$ERR" || fail "empty token accepted"
+HCOMM_JOB_TOKEN=t launch --nnodes 2 --master-port 29555 -n 1 -- true
+expect_rc 2
+grep -q '^hcomm_run: --nnodes 2 needs --master-addr' "$ERR" || fail "no message about --master-addr"
+HCOMM_JOB_TOKEN=t launch --nnodes 2 --master-addr 10.1.2.3 -n 1 -- true
+expect_rc 2
+grep -q '^hcomm_run: --nnodes 2 needs --master-port' "$ERR" || fail "no message about --master-port"
+HCOMM_JOB_TOKEN=t launch --nnodes 2 --node-rank 2 --master-addr a --master-port 1 -n 1 -- true
+expect_rc 2
+expect_err_line "hcomm_run: --node-rank 2 is out of range for --nnodes 2 (0 to 1)"
+launch --master 1 -n 1 -- true
+expect_rc 2
+grep -qF "hcomm_run: ambiguous option '--master' (--master-addr, --master-port," "$ERR" ||
+  fail "no message about an ambiguous option"
+launch --tag-output=yes -n 1 -- true
+expect_rc 2
+expect_err_line "hcomm_run: --tag-output needs 0 or 1, got 'yes'"
+launch --master-port 0 -n 1 -- true
+expect_rc 2
+expect_err_line "hcomm_run: --master-port needs an integer from 1 to 65535, got '0'"
+
 begin "usage errors"
 touch "$TMP/not_executable"
 chmod -x "$TMP/not_executable"
@@ -341,7 +449,12 @@ for args in "" "-- true" "-n 0 -- true" "-n 1025 -- true" "-n abc -- true" "-n 2
             "-n 2 -- /nonexistent/prog" "-n 2 -- no_such_program_hcomm_xyz" \
             "-n 2 -- $TMP/not_executable" "-n 2 -- $TMP" "--bogus -n 2 -- true" \
             "-n 2 --timeout 0 -- true" "-n 2 --timeout x -- true" "-n 2 --port 70000 -- true" \
-            "-n"; do
+            "-n" "--nproc" "--timeout" "-n 1 --timeout" "--help=x" "-x -n 1 -- true" \
+            "--nnodes 0 -n 1 -- true" "--nnodes x -n 1 -- true" "--nnodes 65537 -n 1 -- true" \
+            "--node-rank -1 -n 1 -- true" "--node-rank 1 -n 1 -- true" "--nnodes 2 -n 1 -- true" \
+            "--nnodes 2 --master-addr a --master-port 5 -n 1 -- true" "--master-addr= -n 1 -- true" \
+            "--tag-output 2 -n 1 -- true" "--tag-output" "--nproc-per-node 0 -- true" \
+            "--master-port x -n 1 -- true"; do
   # shellcheck disable=SC2086  # word splitting intended
   launch $args
   [ "$RC" -eq 2 ] || fail "'hcomm_run $args': exit status $RC, want 2"

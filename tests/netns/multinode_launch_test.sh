@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# hcomm_run's multi-host launch (torchrun's flags) on one machine: two
+# network namespaces play hosts a and b, joined by one veth (eth0 on each
+# side, 10.X.Y.1/24 and .2; no shaping). The root namespace is never
+# touched. On each host one launcher runs
+#   ip netns exec HOST env -i PATH=.. HCOMM_JOB_TOKEN=T HCOMM_HOST_ID=HOST
+#     hcomm_run --nnodes 2 --node-rank R --master-addr 10.X.Y.1 --master-port P -n 2 -- PROG
+# (HCOMM_HOST_ID: the namespaces share one hostname, but not their
+# loopback or abstract sockets, so each must count as a host of its own).
+#
+#   (a) environment: PROG prints RANK, WORLD_SIZE, LOCAL_RANK,
+#       LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT and
+#       the token, with --tag-output=0: exactly the 4 expected lines, and the
+#       same HCOMM_JOB_KEY on both hosts.
+#   (b) healthy: PROG is multihost_rank healthy aabb (shm to the host-mate,
+#       tcp across the veth; p2p and every collective, every result
+#       checked): both launchers exit 0, all 4 ranks print "ok: all", and
+#       nothing of the job is left in /dev/shm.
+#   (c) node-rank mismatch: both launchers say --node-rank 0. Both must
+#       fail (not exit 0, not be stopped by their --timeout 60) within 60 s,
+#       and a rank must say that another process took its rank.
+#   (d) different tokens on the two hosts: both fail within 60 s (host a's
+#       ranks by their 8 s init timeout); host b's ranks say the store
+#       refused their token.
+#   (e) no HCOMM_JOB_TOKEN: hcomm_run refuses at once (exit 2) and says
+#       to export the same token on every node.
+#
+# Every wait is bounded; the namespaces and every process started in them
+# are removed on exit, pass or fail. Prints "SKIP: ..." and exits 0 only
+# when `ip netns add` is impossible.
+set -uo pipefail
+for d in "${TEST_SRCDIR:-}" "${RUNFILES_DIR:-}" "$0.runfiles" "$(dirname "$0")/../.."; do
+  if [[ -n "$d" && -f "$d/hcomm/tests/acceptance/testlib.sh" ]]; then
+    source "$d/hcomm/tests/acceptance/testlib.sh"
+    break
+  fi
+done
+declare -F runfile >/dev/null || { echo "FAIL: testlib.sh not in the runfiles" >&2; exit 1; }
+
+run="$(runfile tools/hcomm_run)" || fail "hcomm_run not in the runfiles"
+prog="$(runfile tests/netns/multihost_rank)" || fail "multihost_rank not in the runfiles"
+
+id="hcml-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
+hosts=(a b) # node R runs on host ${hosts[R]}
+subnet="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
+master="$subnet.1"
+port=$((20000 + RANDOM % 20000)) # part k's store listens on port + k
+work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/multinode_launch.XXXXXX")"
+made=() # namespaces created so far
+
+cleanup() {
+  local ns p
+  # Our launchers (ip netns exec execs, so these are hcomm_run; their ranks
+  # die with them), then anything else left inside our namespaces.
+  for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
+  for ns in "${made[@]}"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  { wait; } 2>/dev/null
+  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ns_of() { echo "$id-$1"; }
+
+# --- the two hosts ------------------------------------------------------------
+
+# The one check for the environment: can we create a namespace at all?
+if ! err="$(ip netns add "$(ns_of a)" 2>&1)"; then
+  echo "SKIP: cannot create network namespaces here (ip netns add: $err)"
+  exit 0
+fi
+made+=("$(ns_of a)")
+
+setup_network() {
+  local h ns i=1
+  ip netns add "$(ns_of b)" || return 1
+  made+=("$(ns_of b)")
+  ip -n "$(ns_of a)" link add eth0 type veth peer name eth0 netns "$(ns_of b)" || return 1
+  for h in "${hosts[@]}"; do
+    ns="$(ns_of "$h")"
+    ip -n "$ns" link set lo up || return 1
+    ip -n "$ns" addr add "$subnet.$i/24" dev eth0 || return 1
+    ip -n "$ns" link set eth0 up || return 1
+    i=$((i + 1))
+  done
+}
+setup_network || fail "could not build the namespaces (see above)"
+for h in "${hosts[@]}"; do
+  echo "host $h: namespace $(ns_of "$h"), $(ip -n "$(ns_of "$h")" -4 -br addr show eth0)"
+done
+
+timeout_ms=20000
+new_token() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# --- launchers ----------------------------------------------------------------
+
+# launch_nodes PART LIMIT TOKEN_A TOKEN_B RANK_A RANK_B [HCOMM_RUN ARGS...]:
+# one launcher on each host, node ranks RANK_A and RANK_B, with the store at
+# host a's address and port + PART, waited for up to LIMIT s. An empty token
+# is left out of the launcher's environment; the ranks get
+# HCOMM_TIMEOUT_MS=$timeout_ms. Sets dir (host h's output in
+# $dir/h.out and .err), node_rc[i] (124: killed at the limit) and took[i]
+# (seconds until launcher i ended).
+launch_nodes() {
+  local part="$1" limit="$2" i h tok deadline left t0
+  local toks=("$3" "$4") node_ranks=("$5" "$6")
+  shift 6
+  dir="$work/$part"
+  mkdir -p "$dir"
+  local pid=()
+  t0="$(now)"
+  for i in 0 1; do
+    h="${hosts[i]}"
+    tok=()
+    [[ -n "${toks[i]}" ]] && tok=(HCOMM_JOB_TOKEN="${toks[i]}")
+    ip netns exec "$(ns_of "$h")" env -i PATH=/usr/bin:/bin "${tok[@]}" \
+      HCOMM_HOST_ID="$(ns_of "$h")" HCOMM_TIMEOUT_MS="$timeout_ms" \
+      "$run" --nnodes 2 --node-rank "${node_ranks[i]}" --master-addr "$master" \
+      --master-port "$((port + part))" "$@" >"$dir/$h.out" 2>"$dir/$h.err" </dev/null &
+    pid[i]=$!
+  done
+  deadline=$(($(date +%s) + limit))
+  node_rc=()
+  took=()
+  for i in 0 1; do
+    left=$((deadline - $(date +%s)))
+    ((left > 0)) || left=1
+    node_rc[i]=0
+    wait_pid "${pid[i]}" "$left" || node_rc[i]=$?
+    took[i]="$(elapsed "$t0")"
+  done
+}
+
+show_logs() {
+  local h f
+  for h in "${hosts[@]}"; do
+    for f in out err; do
+      [[ -s "$dir/$h.$f" ]] || continue
+      echo "----- host $h, hcomm_run's std$f"
+      cat "$dir/$h.$f"
+    done
+  done
+}
+
+# --- (a) environment ----------------------------------------------------------
+echo "=== (a) the environment of 2 nodes x 2 ranks"
+tok="$(new_token)"
+launch_nodes 0 30 "$tok" "$tok" 0 1 --tag-output=0 -n 2 -- /bin/sh -c \
+  'echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE" \
+     "GROUP_RANK=$GROUP_RANK NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT" \
+     "token=$HCOMM_JOB_TOKEN"
+   echo "key=$HCOMM_JOB_KEY" >&2'
+for i in 0 1; do
+  [[ "${node_rc[i]}" -eq 0 ]] || { show_logs; fail "(a): host ${hosts[i]}'s launcher exited ${node_rc[i]}"; }
+done
+expected=""
+for r in 0 1 2 3; do
+  expected+="RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2"
+  expected+=" GROUP_RANK=$((r / 2)) NODE_RANK=$((r / 2)) MASTER_ADDR=$master MASTER_PORT=$port"
+  expected+=" token=$tok"$'\n'
+done
+got="$(cat "$dir/a.out" "$dir/b.out" | sort)"
+if [[ "$got" != "$(sort <<<"${expected%$'\n'}")" ]]; then
+  show_logs
+  fail "(a): the ranks' environment is not as expected; want:"$'\n'"$expected"
+fi
+keys="$(cat "$dir/a.err" "$dir/b.err" | sort -u)"
+[[ "$keys" =~ ^key=[0-9a-f]{16}$ ]] ||
+  { show_logs; fail "(a): the hosts' ranks got different or malformed job keys: $keys"; }
+sed 's/ token=.*//' "$dir/a.out" "$dir/b.out"
+echo "(a) passed: RANK 0..3, WORLD_SIZE 4, GROUP_RANK 0 and 1, one job key"
+
+# --- (b) healthy --------------------------------------------------------------
+echo "=== (b) multihost_rank healthy on 2 nodes x 2 ranks"
+tok="$(new_token)"
+start="$(now)"
+launch_nodes 1 180 "$tok" "$tok" 0 1 -n 2 --timeout 150 -- /bin/sh -c \
+  'echo "key=$HCOMM_JOB_KEY"; exec "$0" "$@"' "$prog" healthy aabb
+for i in 0 1; do
+  if [[ "${node_rc[i]}" -ne 0 ]]; then
+    show_logs
+    [[ "${node_rc[i]}" -eq 124 ]] && fail "(b): host ${hosts[i]}'s launcher hung (killed after 180 s)"
+    fail "(b): host ${hosts[i]}'s launcher exited ${node_rc[i]}"
+  fi
+done
+for r in 0 1 2 3; do
+  grep -qxF "[rank $r] ok: all" "$dir/${hosts[r / 2]}.out" ||
+    { show_logs; fail "(b): rank $r (host ${hosts[r / 2]}) did not print 'ok: all'"; }
+done
+if grep -q 'FAIL\|CORRUPT' "$dir"/*.out "$dir"/*.err; then
+  show_logs
+  fail "(b): a rank reported a failure"
+fi
+grep -h 'transports:' "$dir"/*.out
+key="$(sed -n 's/^\[rank 0\] key=//p' "$dir/a.out")"
+[[ "$key" =~ ^[0-9a-f]{16}$ ]] || { show_logs; fail "(b): no job key from rank 0: '$key'"; }
+left_over="$(ls /dev/shm 2>/dev/null | grep "^hcomm-$key-")"
+[[ -z "$left_over" ]] || fail "(b): the job left segments in /dev/shm: $left_over"
+echo "(b) passed in $(elapsed "$start") s: both launchers exited 0, every check of the 4 ranks passed"
+
+# --- (c) node-rank mismatch ---------------------------------------------------
+echo "=== (c) both launchers say --node-rank 0"
+timeout_ms=8000 # (d): host a's ranks wait this long for the ranks that never come
+tok="$(new_token)"
+launch_nodes 2 90 "$tok" "$tok" 0 0 -n 2 --timeout 60 -- "$prog" healthy aabb
+show_logs
+for i in 0 1; do
+  case "${node_rc[i]}" in
+    0) fail "(c): host ${hosts[i]}'s launcher exited 0 with two nodes 0" ;;
+    124) fail "(c): host ${hosts[i]}'s launcher ended by its --timeout 60 (or hung): no clear failure" ;;
+  esac
+  echo "(c) host ${hosts[i]}: hcomm_run exited ${node_rc[i]} after ${took[i]} s"
+done
+grep -q 'another process joined the store at .* as rank [01] first' "$dir"/*.out "$dir"/*.err ||
+  fail "(c): no rank said that another process took its rank"
+echo "(c) passed: both launchers failed, saying that two processes claimed one rank"
+
+# --- (d) different tokens -----------------------------------------------------
+echo "=== (d) the hosts export different tokens"
+launch_nodes 3 90 "$(new_token)" "$(new_token)" 0 1 -n 2 --timeout 60 -- "$prog" healthy aabb
+show_logs
+for i in 0 1; do
+  case "${node_rc[i]}" in
+    0) fail "(d): host ${hosts[i]}'s launcher exited 0 with a wrong token" ;;
+    124) fail "(d): host ${hosts[i]}'s launcher ended by its --timeout 60 (or hung)" ;;
+  esac
+  echo "(d) host ${hosts[i]}: hcomm_run exited ${node_rc[i]} after ${took[i]} s"
+done
+grep -q 'PERMISSION_DENIED\|refused our job token' "$dir/b.out" "$dir/b.err" ||
+  fail "(d): host b's ranks did not say that their token was refused"
+echo "(d) passed"
+
+# --- (e) no token -------------------------------------------------------------
+echo "=== (e) no HCOMM_JOB_TOKEN"
+launch_nodes 4 10 "" "" 0 1 -n 2 -- /bin/true
+head -qn1 "$dir/a.err" "$dir/b.err"
+for i in 0 1; do
+  [[ "${node_rc[i]}" -eq 2 ]] ||
+    fail "(e): host ${hosts[i]}'s launcher exited ${node_rc[i]}, want 2 (usage error)"
+  grep -qF 'export the same HCOMM_JOB_TOKEN on every node' "$dir/${hosts[i]}.err" ||
+    fail "(e): host ${hosts[i]}: no message saying to export the same HCOMM_JOB_TOKEN"
+done
+echo "(e) passed"
+
+echo "PASS: environment, healthy job, node-rank mismatch, token mismatch, missing token"
