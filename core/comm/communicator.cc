@@ -6,12 +6,17 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/base/shm_file.h"
 #include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
+#include "core/topology/placement.h"
 #include "core/topology/switches.h"
 
 namespace hcomm {
@@ -23,6 +28,28 @@ namespace {
 LinkModel WithChunk(LinkModel link, int64_t chunk_bytes) {
   if (chunk_bytes > 0) link.chunk_bytes = static_cast<double>(chunk_bytes);
   return link;
+}
+
+}  // namespace
+
+namespace {
+
+// Whether the ranks on any of the members' hosts outnumber the CPUs they
+// may use: the same answer on every member (it comes from every rank's
+// published placement, not from this rank's host alone), so that every
+// member prices the algorithms alike and picks the same one. (Where hosts
+// differ, a rank that priced by its own host would pick another algorithm
+// than its peers, and the collective would mix two protocols.)
+bool MembersShareCpus(const Engine& engine, const std::vector<int>& members) {
+  if (engine.size() < 2) return engine.oversubscribed();
+  std::vector<Placement> all(engine.size());
+  for (int w = 0; w < engine.size(); ++w) all[w] = engine.placement(w);
+  std::set<std::string> hosts;
+  for (int w : members) hosts.insert(all[w].host);
+  for (const std::string& h : hosts) {
+    if (CpusShared(all, h)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -56,7 +83,8 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       compression_half_(static_cast<int>(opts.compression_half)),
       compression_delta_(opts.compression_delta),
       delta_cache_bytes_(opts.delta_cache_bytes),
-      link_(WithChunk(LinkModelFor(engine_->TransportName(), engine_->oversubscribed()),
+      link_(WithChunk(LinkModelFor(engine_->TransportName(),
+                                   MembersShareCpus(*engine_, group_to_world_)),
                       opts.chunk_bytes)),
       debug_info_(DebugInfo()),
       check_calls_(engine_->check_collectives()),

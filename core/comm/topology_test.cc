@@ -108,5 +108,31 @@ TEST(HierarchicalTest, AllReduceAcrossTwoHosts) {
   testing::SetTransportMode(testing::TransportMode::kDefault);
 }
 
+// Hosts that differ in how crowded they are (three ranks on one pretend
+// host, two on the other, all sharing this machine's CPUs): every rank
+// still picks the same algorithm for each call (they price the links from
+// everyone's placement, not their own host's), so the automatic choice
+// gives the right answer at every size.
+TEST(UnevenHostsTest, AutomaticChoicesAgree) {
+  testing::SetTransportMode(testing::TransportMode::kMixed);
+  testing::RunRanks(5, [](int rank, const Options& o) {
+    auto made = Communicator::Init(o);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Communicator& c = **made;
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{100000}, size_t{1} << 20}) {
+      std::vector<int32_t> v(count, rank + 1), got(count, -1);
+      absl::Status s = c.AllReduce(v.data(), got.data(), count, DataType::kInt32, ReduceOp::kSum);
+      ASSERT_TRUE(s.ok()) << "rank " << rank << " count " << count << ": " << s;
+      ASSERT_EQ(got[0], 15) << "rank " << rank << " count " << count;
+      ASSERT_EQ(got[count - 1], 15) << "rank " << rank << " count " << count;
+      std::vector<int32_t> b(count, rank == 3 ? 7 : 0);
+      ASSERT_TRUE(c.Broadcast(b.data(), count, DataType::kInt32, 3).ok());
+      ASSERT_EQ(b[count - 1], 7);
+    }
+    EXPECT_TRUE(c.Destroy().ok());
+  });
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
 }  // namespace
 }  // namespace hcomm
