@@ -24,6 +24,10 @@
 #       refused their token.
 #   (e) no HCOMM_JOB_TOKEN: hcomm_run refuses at once (exit 2) and says
 #       to export the same token on every node.
+#   (f) the seed's multi-machine example (examples/python/multi_machine.py)
+#       on 2 nodes x 4 ranks: a group per machine, a group of the machines'
+#       first ranks, a send across it and an allreduce within each machine;
+#       all 8 ranks report their checks.
 #
 # Every wait is bounded; the namespaces and every process started in them
 # are removed on exit, pass or fail. Prints "SKIP: ..." and exits 0 only
@@ -39,6 +43,8 @@ declare -F runfile >/dev/null || { echo "FAIL: testlib.sh not in the runfiles" >
 
 run="$(runfile tools/hcomm_run)" || fail "hcomm_run not in the runfiles"
 prog="$(runfile tests/netns/multihost_rank)" || fail "multihost_rank not in the runfiles"
+example="$(runfile examples/python/multi_machine_rank)" ||
+  fail "examples/python/multi_machine_rank not in the runfiles"
 
 id="hcml-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
 hosts=(a b) # node R runs on host ${hosts[R]}
@@ -244,4 +250,22 @@ for i in 0 1; do
 done
 echo "(e) passed"
 
-echo "PASS: environment, healthy job, node-rank mismatch, token mismatch, missing token"
+# --- (f) the seed's multi-machine example --------------------------------------
+echo "=== (f) examples/python/multi_machine.py on 2 nodes x 4 ranks"
+tok="$(new_token)"
+start="$(now)"
+launch_nodes 5 180 "$tok" "$tok" 0 1 -n 4 --timeout 150 -- "$example"
+for i in 0 1; do
+  if [[ "${node_rc[i]}" -ne 0 ]]; then
+    show_logs
+    fail "(f): host ${hosts[i]}'s launcher exited ${node_rc[i]}"
+  fi
+done
+for r in 0 1 2 3 4 5 6 7; do
+  grep -q "^\[rank $r\] rank $r: machine $((r / 4)) of 2 .* ok$" "$dir/${hosts[r / 4]}.out" ||
+    { show_logs; fail "(f): rank $r (host ${hosts[r / 4]}) did not report its checks"; }
+done
+cat "$dir/a.out" "$dir/b.out"
+echo "(f) passed in $(elapsed "$start") s"
+
+echo "PASS: environment, healthy job, node-rank mismatch, token mismatch, missing token, the multi-machine example"
