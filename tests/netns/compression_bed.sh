@@ -74,51 +74,10 @@ if [[ "$mode" != run ]]; then
   bench="$(runfile tools/hcomm_bench)" || fail "hcomm_bench not in the runfiles"
 fi
 
-id="hcb-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
-hosts=(a b) # rank r runs on host ${hosts[r]}
-subnet="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
-port=$((20000 + RANDOM % 20000)) # run k's store listens on port + k
-work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/compression_bed.XXXXXX")"
-made=() # namespaces created so far
-
-cleanup() {
-  local ns p
-  # Our rank processes still running (ip netns exec execs, so these are the
-  # ranks), then anything else left inside our namespaces.
-  for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
-  for ns in "${made[@]}"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-  { wait; } 2>/dev/null
-  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-ns_of() { echo "$id-$1"; }
-
-# --- the bed ------------------------------------------------------------------
-
-# The one check for the environment: can we create a namespace at all?
-if ! err="$(ip netns add "$(ns_of a)" 2>&1)"; then
-  echo "SKIP: cannot create network namespaces here (ip netns add: $err)"
-  exit 0
-fi
-made+=("$(ns_of a)")
-
-setup_network() {
-  local h ns i=1
-  ip netns add "$(ns_of b)" || return 1
-  made+=("$(ns_of b)")
-  ip -n "$(ns_of a)" link add eth0 type veth peer name eth0 netns "$(ns_of b)" || return 1
-  for h in "${hosts[@]}"; do
-    ns="$(ns_of "$h")"
-    ip -n "$ns" link set lo up || return 1
-    ip -n "$ns" addr add "$subnet.$i/24" dev eth0 || return 1
-    ip -n "$ns" link set eth0 up || return 1
-    i=$((i + 1))
-  done
-}
+# Hosts a and b, rank r on host ${hosts[r]}; run k's store listens on
+# port + k.
+two_hosts="$(runfile tests/netns/two_hosts.sh)" || fail "two_hosts.sh not in the runfiles"
+BED_PREFIX=hcb BED_NAME=compression_bed source "$two_hosts"
 
 # The shaping, on each end's egress. tbf lets a full bucket (burst) pass
 # at the veth's own speed; its queue holds 50 ms at the rate.

@@ -46,52 +46,11 @@ prog="$(runfile tests/netns/multihost_rank)" || fail "multihost_rank not in the 
 example="$(runfile examples/python/multi_machine_rank)" ||
   fail "examples/python/multi_machine_rank not in the runfiles"
 
-id="hcml-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
-hosts=(a b) # node R runs on host ${hosts[R]}
-subnet="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
+# Hosts a and b, node R on host ${hosts[R]}; part k's store listens on
+# port + k.
+two_hosts="$(runfile tests/netns/two_hosts.sh)" || fail "two_hosts.sh not in the runfiles"
+BED_PREFIX=hcml BED_NAME=multinode_launch source "$two_hosts"
 master="$subnet.1"
-port=$((20000 + RANDOM % 20000)) # part k's store listens on port + k
-work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/multinode_launch.XXXXXX")"
-made=() # namespaces created so far
-
-cleanup() {
-  local ns p
-  # Our launchers (ip netns exec execs, so these are hcomm_run; their ranks
-  # die with them), then anything else left inside our namespaces.
-  for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
-  for ns in "${made[@]}"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-  { wait; } 2>/dev/null
-  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-ns_of() { echo "$id-$1"; }
-
-# --- the two hosts ------------------------------------------------------------
-
-# The one check for the environment: can we create a namespace at all?
-if ! err="$(ip netns add "$(ns_of a)" 2>&1)"; then
-  echo "SKIP: cannot create network namespaces here (ip netns add: $err)"
-  exit 0
-fi
-made+=("$(ns_of a)")
-
-setup_network() {
-  local h ns i=1
-  ip netns add "$(ns_of b)" || return 1
-  made+=("$(ns_of b)")
-  ip -n "$(ns_of a)" link add eth0 type veth peer name eth0 netns "$(ns_of b)" || return 1
-  for h in "${hosts[@]}"; do
-    ns="$(ns_of "$h")"
-    ip -n "$ns" link set lo up || return 1
-    ip -n "$ns" addr add "$subnet.$i/24" dev eth0 || return 1
-    ip -n "$ns" link set eth0 up || return 1
-    i=$((i + 1))
-  done
-}
 setup_network || fail "could not build the namespaces (see above)"
 for h in "${hosts[@]}"; do
   echo "host $h: namespace $(ns_of "$h"), $(ip -n "$(ns_of "$h")" -4 -br addr show eth0)"
