@@ -14,6 +14,7 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kTree: return "tree";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kSegment: return "shared memory";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "unknown";
 }

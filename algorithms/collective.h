@@ -30,7 +30,9 @@ struct Request;
 
 // kSegment: the shared-segment collectives (algorithms/shm_collective.h),
 // named "shared memory".
-enum class Algorithm { kAuto = 0, kRing = 1, kTree = 2, kDirect = 3, kSegment = 4 };
+// kHierarchical: steps over groups of the communicator (core/comm/hierarchical.cc),
+// not a row of the table.
+enum class Algorithm { kAuto = 0, kRing = 1, kTree = 2, kDirect = 3, kSegment = 4, kHierarchical = 5 };
 const char* AlgorithmName(Algorithm a);
 
 class Peers {

@@ -1,5 +1,7 @@
 #include "algorithms/selector.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace hcomm {
@@ -58,6 +60,12 @@ Choice Choose(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link, 
   return c;
 }
 
+// `link` with `share` flows on it at once.
+LinkModel Shared(LinkModel link, double share) {
+  link.gbps /= share;
+  return link;
+}
+
 }  // namespace
 
 Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link,
@@ -65,6 +73,46 @@ Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkMode
   Choice c = Choose(op, bytes, nranks, link, forced, segment);
   c.entry = FindAlgorithm(op, c.algo);
   return c;
+}
+
+double FlatCostUs(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link) {
+  const Choice c = Choose(op, bytes, nranks, link, Algorithm::kAuto, false);
+  return c.cost_us[static_cast<int>(c.algo)];
+}
+
+HierarchyCost PriceHierarchy(CollectiveOp op, size_t bytes,
+                             const std::vector<HierarchyLevel>& levels, size_t level,
+                             double share) {
+  HierarchyCost h;
+  // Flat over every rank from `level` up: as slow as the slowest link it
+  // crosses (a ring ordered by switch and host crosses each boundary once
+  // each way, so every boundary carries what any link of the ring does).
+  int ranks = 1;
+  LinkModel slowest = levels[level].link;
+  for (size_t i = level; i < levels.size(); ++i) {
+    ranks *= levels[i].members;
+    if (levels[i].link.gbps < slowest.gbps) slowest = levels[i].link;
+  }
+  for (size_t i = level; i < levels.size(); ++i) {
+    slowest.alpha_us = std::max(slowest.alpha_us, levels[i].link.alpha_us);
+  }
+  h.flat_us = FlatCostUs(op, bytes, ranks, Shared(slowest, share));
+  const int members = levels[level].members;
+  if (level + 1 >= levels.size() || members < 2 || bytes == 0) return h;
+  // Within the group: split the vector among its members, and join the
+  // slices at the end.
+  const LinkModel within = Shared(levels[level].link, share);
+  const CollectiveOp split =
+      op == CollectiveOp::kBroadcast ? CollectiveOp::kScatter : CollectiveOp::kReduceScatter;
+  const CollectiveOp join =
+      op == CollectiveOp::kReduce ? CollectiveOp::kGather : CollectiveOp::kAllGather;
+  h.within_us = FlatCostUs(split, bytes, members, within) + FlatCostUs(join, bytes, members, within);
+  const size_t slice = (bytes + members - 1) / members;
+  const HierarchyCost above = PriceHierarchy(op, slice, levels, level + 1, share * members);
+  h.across_hierarchical = above.us >= 0 && above.us < above.flat_us;
+  h.across_us = h.across_hierarchical ? above.us : above.flat_us;
+  h.us = h.within_us + h.across_us;
+  return h;
 }
 
 }  // namespace hcomm

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "algorithms/collective.h"
 #include "algorithms/cost_model.h"
@@ -40,6 +41,38 @@ struct Choice {
 // communicator runs collectives in a shared segment.
 Choice ChooseAlgorithm(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link,
                        Algorithm forced, bool segment = false);
+
+// The cheapest flat algorithm's cost for `op` (bytes as above), in us.
+double FlatCostUs(CollectiveOp op, size_t bytes, int nranks, const LinkModel& link);
+
+// Hierarchical collectives (core/comm/hierarchical.cc) over levels of
+// groups: ranks of a host, hosts of a switch, switches. Level i's groups
+// each hold `members` groups of level i-1 (ranks at level 0) that talk to
+// each other over `link`; the last level is the top, its members the
+// top groups. Two hosts of 4 ranks on one switch:
+//
+//   {{4, LinkModelFor("shm")}, {2, LinkModelFor("tcp")}}
+struct HierarchyLevel {
+  int members;
+  LinkModel link;
+};
+
+// A hierarchical allreduce, broadcast or reduce of `bytes` from level
+// `level` up: within each group of that level a reduce_scatter (or
+// scatter), then the operation on one slice of 1/members among the groups'
+// counterparts, the cheaper of flat and hierarchical again, then an
+// allgather (or gather) within the group. The groups of a level run at
+// once, so each shares the links above it with its siblings.
+struct HierarchyCost {
+  double us = -1;         // the whole, hierarchical (< 0: no level to split)
+  double within_us = 0;   // the steps within this level's groups
+  double across_us = 0;   // the slice's operation among the groups
+  bool across_hierarchical = false;  // which the slice's operation is
+  double flat_us = 0;     // the same operation flat over all ranks
+};
+HierarchyCost PriceHierarchy(CollectiveOp op, size_t bytes,
+                             const std::vector<HierarchyLevel>& levels, size_t level = 0,
+                             double share = 1);
 
 }  // namespace hcomm
 

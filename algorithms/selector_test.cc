@@ -144,6 +144,51 @@ TEST(SelectorTest, ExplainNamesEveryCandidateWithItsCost) {
 
 // chunk_bytes' default is the largest power of two whose bytes take at
 // most kChunkUs on the link, per link.
+// Two hosts of 4 ranks (shared memory within, TCP between): a large
+// allreduce pays for the steps within the hosts by moving a quarter of the
+// vector per rank between them; a small one does not.
+TEST(HierarchyTest, LargeAllReduceSplitsByHost) {
+  const std::vector<HierarchyLevel> levels = {{4, LinkModelFor("shm")}, {2, LinkModelFor("tcp")}};
+  const HierarchyCost big = PriceHierarchy(CollectiveOp::kAllReduce, 64 << 20, levels);
+  EXPECT_GT(big.us, 0);
+  EXPECT_LT(big.us, big.flat_us);
+  EXPECT_NEAR(big.us, big.within_us + big.across_us, 1e-6);
+  EXPECT_FALSE(big.across_hierarchical);  // the top level has no groups of its own
+  // The flat price is the table's cheapest over all 8 ranks on TCP.
+  EXPECT_DOUBLE_EQ(big.flat_us,
+                   FlatCostUs(CollectiveOp::kAllReduce, 64 << 20, 8, LinkModelFor("tcp")));
+  // Where the ranks of a host talk over TCP as well, a small allreduce pays
+  // for three steps what the flat one does in one.
+  const std::vector<HierarchyLevel> tcp_only = {{4, LinkModelFor("tcp")},
+                                                {2, LinkModelFor("tcp")}};
+  const HierarchyCost small = PriceHierarchy(CollectiveOp::kAllReduce, 8, tcp_only);
+  EXPECT_GT(small.us, small.flat_us);
+}
+
+// Four hosts of 2 ranks on two switches: where the link between switches
+// is as fast as the others, splitting the hosts' slices again by switch
+// gains nothing; where it is 40x slower, the cross-host step is itself
+// hierarchical, and broadcast and reduce split too.
+TEST(HierarchyTest, SlowLinkBetweenSwitchesNestsTheLevels) {
+  const LinkModel tcp = LinkModelFor("tcp");
+  LinkModel slow = tcp;
+  slow.gbps = tcp.gbps / 40;
+  const std::vector<HierarchyLevel> even = {
+      {2, LinkModelFor("shm")}, {2, tcp}, {2, tcp}};
+  const std::vector<HierarchyLevel> uneven = {
+      {2, LinkModelFor("shm")}, {2, tcp}, {2, slow}};
+  EXPECT_FALSE(PriceHierarchy(CollectiveOp::kAllReduce, 16 << 20, even).across_hierarchical);
+  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kBroadcast,
+                          CollectiveOp::kReduce}) {
+    const HierarchyCost c = PriceHierarchy(op, 16 << 20, uneven);
+    EXPECT_TRUE(c.across_hierarchical) << CollectiveOpName(op);
+    EXPECT_LT(c.us, c.flat_us) << CollectiveOpName(op);
+  }
+  // The flat price runs at the slowest link's rate.
+  const HierarchyCost c = PriceHierarchy(CollectiveOp::kAllReduce, 16 << 20, uneven);
+  EXPECT_DOUBLE_EQ(c.flat_us, FlatCostUs(CollectiveOp::kAllReduce, 16 << 20, 8, slow));
+}
+
 TEST(CostModelTest, ChunkBytesFromTheModel) {
   for (const char* transport : {"tcp", "shm"}) {
     SCOPED_TRACE(transport);

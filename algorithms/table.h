@@ -57,6 +57,9 @@ struct CollectiveCall {
   DataType dtype;
   ReduceOp reduce;
   int root;
+  // Run in steps over the communicator's groups (core/comm/hierarchical.cc)
+  // rather than by a row of the table.
+  bool hierarchical = false;
 };
 
 // What a run may use besides its peers.

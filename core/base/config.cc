@@ -39,6 +39,7 @@ constexpr char kCompression[] = "compression";
 constexpr char kSwitchId[] = "switch_id";
 constexpr char kTopology[] = "topology";
 constexpr char kDeltaCacheBytes[] = "delta_cache_bytes";
+constexpr char kSwitchLinkMbit[] = "switch_link_mbit";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
@@ -241,6 +242,10 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
     HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 0, int64_t{1} << 40,
                                                "a number of bytes from 0 to 2^40"));
     opts->delta_cache_bytes = v;
+  } else if (key == kSwitchLinkMbit) {
+    HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 0, int64_t{1} << 30,
+                                               "Mbit/s from 0 (as between hosts) to 2^30"));
+    opts->switch_link_mbit = v;
   } else if (key == kPlugins) {
     HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
     opts->plugins = std::move(v);
@@ -288,7 +293,7 @@ const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
       kPlugins, kFusionBytes, kChunkBytes, kProfile, kProfileMaxEvents, kProfileFile,
-      kCompression, kDeltaCacheBytes, kSwitchId, kTopology};
+      kCompression, kDeltaCacheBytes, kSwitchId, kTopology, kSwitchLinkMbit};
   return *kKeys;
 }
 

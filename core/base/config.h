@@ -61,6 +61,10 @@ struct Options {
   // hosts to switches (core/topology/switches.h); both empty: unknown.
   std::string switch_id;
   std::string topology;
+  // The bandwidth of a link between switches, Mbit/s, as the cost model
+  // prices it when it weighs hierarchical collectives (0: as fast as a link
+  // between hosts). Must be equal on every rank.
+  int64_t switch_link_mbit = 0;
   std::vector<std::string> plugins;     // shared objects to load at init
   // Allreduces queued back to back on a stream run as one up to this many
   // bytes (core/comm/comm_stream.h); 0: never fused; -1 ("auto"): the cost

@@ -42,7 +42,8 @@ TEST(ConfigTest, KeysInApiOrder) {
                                           "timeout_ms", "transports", "algo", "host_id",
                                           "plugins", "fusion_bytes", "chunk_bytes", "profile",
                                           "profile_max_events", "profile_file", "compression",
-                                          "delta_cache_bytes", "switch_id", "topology"));
+                                          "delta_cache_bytes", "switch_id", "topology",
+                                          "switch_link_mbit"));
 }
 
 TEST(ConfigTest, Compression) {
@@ -141,6 +142,7 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   ASSERT_TRUE(cfg.Set("delta_cache_bytes", "1024").ok());
   ASSERT_TRUE(cfg.Set("switch_id", "rack7").ok());
   ASSERT_TRUE(cfg.Set("topology", "/etc/hcomm/topo.txt").ok());
+  ASSERT_TRUE(cfg.Set("switch_link_mbit", "200").ok());
   absl::StatusOr<Options> o = cfg.Resolve(FakeEnv({}));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
@@ -161,6 +163,7 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   EXPECT_EQ(o->delta_cache_bytes, 1024);
   EXPECT_EQ(o->switch_id, "rack7");
   EXPECT_EQ(o->topology, "/etc/hcomm/topo.txt");
+  EXPECT_EQ(o->switch_link_mbit, 200);
   for (const std::string& k : Config::Keys()) EXPECT_EQ(o->sources[k], "config") << k;
 }
 
@@ -407,6 +410,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"rank", "1048576", "an integer from 0 to"},
         BadCase{"rank", "99999999999999999999999", "an integer from 0 to"},
         BadCase{"world_size", "0", "an integer from 1 to 1048576"},
+        BadCase{"switch_link_mbit", "-5", "Mbit/s from 0"},
+        BadCase{"switch_link_mbit", "fast", "Mbit/s from 0"},
         BadCase{"world_size", "1048577", "an integer from 1 to 1048576"},
         BadCase{"world_size", "4294967297", "an integer from 1 to"},
         BadCase{"world_size", "2.0", "an integer from 1 to"},

@@ -145,19 +145,20 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
                         : 1;
   const Choice& choice = ChooseCached(call.op, bytes * widen, forced_algo_.load());
   const AlgorithmEntry* entry = choice.entry;
-  const bool in_segment = choice.algo == Algorithm::kSegment;
-  if (chosen != nullptr) *chosen = choice.algo;
+  const bool in_segment = choice.algo == Algorithm::kSegment && !call.hierarchical;
+  if (chosen != nullptr) *chosen = call.hierarchical ? Algorithm::kHierarchical : choice.algo;
   // Described only if something goes wrong: a collective's hot path
   // formats nothing.
   CallInfo info{call.op, ticket, call.count, call.dtype, call.reduce, call.root, choice.algo,
                 size_};
-  if (debug_info_ && rank_ == 0) DebugChoice(call, bytes, choice);
+  if (debug_info_ && rank_ == 0 && !call.hierarchical) DebugChoice(call, bytes, choice);
   absl::Status s;
   // Compression (core/comm/wire_codec.h): float32 pieces of these
   // collectives travel as 16-bit floats where the link pays for it; every
   // rank must have the same setting, which the fingerprint carries.
   HalfFormat half;
   const bool compress = call.dtype == DataType::kFloat32 && size_ > 1 && !in_segment &&
+                        !call.hierarchical &&
                         (call.op == CollectiveOp::kAllReduce || call.op == CollectiveOp::kReduce ||
                          call.op == CollectiveOp::kReduceScatter ||
                          call.op == CollectiveOp::kAllGather ||
@@ -186,7 +187,9 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
     if (s.ok() && !in_segment && check_calls_ && fingerprints_ && size_ > 1) {
       s = CheckCall(peers, tag);
     }
-    if (s.ok()) {
+    if (s.ok() && call.hierarchical) {
+      s = RunHierarchical(call);
+    } else if (s.ok()) {
       if (entry == nullptr) {
         s = Internal(absl::StrCat("no ", AlgorithmName(choice.algo), " ",
                                   CollectiveOpName(call.op), " in the algorithm table"));
@@ -267,9 +270,10 @@ absl::Status Communicator::CheckCall(CollectivePeers& peers, int tag) {
 
 absl::Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType t,
                                      ReduceOp op) {
-  if (ABSL_PREDICT_FALSE(hierarchical_.load(std::memory_order_relaxed)) && HierarchyFits() &&
-      op != ReduceOp::kAvg && count > 0) {
-    return HierarchicalAllReduce(send, recv, count, t, op);
+  if (ABSL_PREDICT_FALSE(HierarchyFits()) && op != ReduceOp::kAvg &&
+      UsesHierarchy(CollectiveOp::kAllReduce, count * DataTypeSize(t))) {
+    HCOMM_RETURN_IF_ERROR(MakeHierarchyGroups());
+    return RunCollective({CollectiveOp::kAllReduce, send, recv, count, t, op, -1, true});
   }
   return RunCollective({CollectiveOp::kAllReduce, send, recv, count, t, op, -1});
 }
@@ -283,12 +287,22 @@ absl::Status Communicator::Broadcast(void* buf, size_t count, DataType t, int ro
       std::any_of(half_peers_.begin(), half_peers_.end(), [](char c) { return c != 0; })) {
     return BroadcastDelta(buf, bytes, root);
   }
+  if (ABSL_PREDICT_FALSE(HierarchyFits()) && UsesHierarchy(CollectiveOp::kBroadcast, bytes)) {
+    HCOMM_RETURN_IF_ERROR(MakeHierarchyGroups());
+    return RunCollective(
+        {CollectiveOp::kBroadcast, buf, buf, count, t, ReduceOp::kSum, root, true});
+  }
   return RunCollective({CollectiveOp::kBroadcast, buf, buf, count, t, ReduceOp::kSum, root});
 }
 
 absl::Status Communicator::Reduce(const void* send, void* recv, size_t count, DataType t,
                                   ReduceOp op, int root) {
   HCOMM_RETURN_IF_ERROR(CheckRoot(CollectiveOp::kReduce, root));
+  if (ABSL_PREDICT_FALSE(HierarchyFits()) && op != ReduceOp::kAvg &&
+      UsesHierarchy(CollectiveOp::kReduce, count * DataTypeSize(t))) {
+    HCOMM_RETURN_IF_ERROR(MakeHierarchyGroups());
+    return RunCollective({CollectiveOp::kReduce, send, recv, count, t, op, root, true});
+  }
   return RunCollective({CollectiveOp::kReduce, send, recv, count, t, op, root});
 }
 

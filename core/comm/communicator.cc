@@ -83,6 +83,7 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       compression_half_(static_cast<int>(opts.compression_half)),
       compression_delta_(opts.compression_delta),
       delta_cache_bytes_(opts.delta_cache_bytes),
+      switch_link_mbit_(opts.switch_link_mbit),
       link_(WithChunk(LinkModelFor(engine_->TransportName(),
                                    MembersShareCpus(*engine_, group_to_world_)),
                       opts.chunk_bytes)),
@@ -116,16 +117,7 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
       hosts.push_back(engine_->placement(w).host);
     }
     switch_order_ = RingOrderBySwitch(switches, hosts);
-    // The hierarchy's shape: ranks per host, the same on every host.
-    std::map<std::string, int> per_host;
-    for (const std::string& h : hosts) ++per_host[h];
-    const int local = per_host.begin()->second;
-    const bool uniform = std::all_of(per_host.begin(), per_host.end(),
-                                     [local](const auto& e) { return e.second == local; });
-    if (uniform && per_host.size() >= 2 && local >= 2) {
-      hier_hosts_ = static_cast<int>(per_host.size());
-      hier_local_ = local;
-    }
+    SetUpHierarchy(hosts, switches);
   }
   hierarchical_.store(opts.algo == "hierarchical", std::memory_order_relaxed);
   if (size_ > 2) {
@@ -426,7 +418,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
     std::vector<int> members_world, uint32_t ctx) {
   Options o;
   o.timeout_ms = timeout_ms_.load();
-  o.algo = AlgorithmName(forced_algo_.load());
+  o.algo = hierarchical_.load() ? "hierarchical" : AlgorithmName(forced_algo_.load());
+  o.switch_link_mbit = switch_link_mbit_;
   o.fusion_bytes = fusion_bytes_.load();
   o.compression_half = static_cast<Options::Half>(compression_half_.load());
   o.compression_delta = compression_delta_.load();
@@ -550,10 +543,10 @@ absl::Status Communicator::Destroy() {
   shm_coll_.reset();
   absl::Status s;
   // The hierarchy's groups go first (they share this one's engine).
-  if (intra_host_ != nullptr) s.Update(intra_host_->Destroy());
-  if (across_hosts_ != nullptr) s.Update(across_hosts_->Destroy());
-  intra_host_.reset();
-  across_hosts_.reset();
+  if (hier_within_ != nullptr) s.Update(hier_within_->Destroy());
+  if (hier_across_ != nullptr) s.Update(hier_across_->Destroy());
+  hier_within_.reset();
+  hier_across_.reset();
   // The connections are shared by the world and every group made from it:
   // the last of them to go closes them, whichever it is.
   if (engine_->LeaveCommunicator()) {

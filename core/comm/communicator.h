@@ -106,9 +106,16 @@ class Communicator {
     return HalfOf(static_cast<Options::Half>(compression_half_.load(std::memory_order_relaxed)), f);
   }
 
-  // Whether algo=hierarchical applies to this communicator's allreduces:
-  // several hosts with the same number (>= 2) of its ranks on each.
+  // Whether hierarchical collectives can run on this communicator: its
+  // members fall into groups of the same size >= 2, by host, or (one
+  // member per host) by switch; and the levels the cost model prices
+  // them over (hierarchical.cc).
   bool hierarchy_fits() const { return HierarchyFits(); }
+  const std::vector<HierarchyLevel>& hierarchy_levels() const { return hier_levels_; }
+  // Whether an allreduce, broadcast or reduce of `bytes` per rank runs
+  // hierarchically: algo=hierarchical, or under auto the cost model's
+  // choice (the same on every member).
+  bool UsesHierarchy(CollectiveOp op, size_t bytes);
 
   // What `delta` keeps now (core/comm/delta_state.h).
   const DeltaState& delta_state() const { return *delta_; }
@@ -211,13 +218,22 @@ class Communicator {
     return compression_delta_.load(std::memory_order_relaxed) && bytes >= kMinDeltaBytes &&
            tag >= 0 && half_peers_[peer] != 0;
   }
-  // algo=hierarchical (hierarchical.cc): whether this communicator has
-  // the shape for it (several hosts, the same number of ranks >= 2 on
-  // each), and the allreduce in three steps over its host and cross-host
-  // groups, made on first use.
-  bool HierarchyFits() const { return hier_hosts_ >= 2; }
+  // Hierarchical collectives (hierarchical.cc): the shape from the
+  // members' hosts and switches, the groups (made on first use), and the
+  // operations in three steps over them.
+  void SetUpHierarchy(const std::vector<std::string>& hosts,
+                      const std::vector<std::string>& switches);
+  bool HierarchyFits() const { return hier_groups_ >= 2; }
+  absl::Status MakeHierarchyGroups();
+  // The rank, in the group of members with place `index` in their group,
+  // of group `group`'s member with that place.
+  int AcrossRank(int group, int index) const;
+  absl::Status RunHierarchical(const CollectiveCall& call);
   absl::Status HierarchicalAllReduce(const void* send, void* recv, size_t count, DataType t,
                                      ReduceOp op);
+  absl::Status HierarchicalBroadcast(void* buf, size_t count, DataType t, int root);
+  absl::Status HierarchicalReduce(const void* send, void* recv, size_t count, DataType t,
+                                  ReduceOp op, int root);
   // Broadcast of `bytes` bytes as a delta against the previous broadcast
   // of that size from `root` (delta_broadcast.cc), or whole where a rank
   // lacks the base.
@@ -296,6 +312,7 @@ class Communicator {
   std::atomic<int> compression_half_;  // Options::Half
   std::atomic<bool> compression_delta_;
   std::atomic<int64_t> delta_cache_bytes_;
+  const int64_t switch_link_mbit_;
   // Per rank of this communicator: whether compression applies to it
   // (CompressesTo).
   std::vector<char> half_peers_;
@@ -319,13 +336,29 @@ class Communicator {
   // on every member.
   std::vector<int> ring_order_;
   std::vector<int> switch_order_;
-  // algo=hierarchical: set by SetOption; hosts x ranks per host where the
-  // shape fits (hier_hosts_ 0: it does not); the groups, once made.
+  // algo=hierarchical: set by SetOption. The hierarchy's first level:
+  // hier_groups_ groups (hosts, or switches) of hier_local_ members each
+  // (0: no such shape); each member's group and place in it; the groups'
+  // members by place; the levels priced; how many sibling groups run at
+  // once beside this communicator (a parent's across-group: its members
+  // per group); the last choice priced; the groups, once made.
   std::atomic<bool> hierarchical_{false};
-  int hier_hosts_ = 0;
+  int hier_groups_ = 0;
   int hier_local_ = 0;
-  std::unique_ptr<Communicator> intra_host_;
-  std::unique_ptr<Communicator> across_hosts_;
+  const char* hier_level_ = "host";
+  std::vector<int> hier_group_of_, hier_index_of_;
+  std::vector<std::vector<int>> hier_members_;
+  std::vector<HierarchyLevel> hier_levels_;
+  double hier_share_ = 1;
+  absl::Mutex hier_mu_;
+  struct {
+    bool valid = false;
+    CollectiveOp op;
+    size_t bytes = 0;
+    bool hierarchical = false;
+  } hier_choice_ ABSL_GUARDED_BY(hier_mu_);
+  std::unique_ptr<Communicator> hier_within_;
+  std::unique_ptr<Communicator> hier_across_;
   Engine::Activity* activity_;  // of coll_ctx_, for hang reports
   struct {
     bool valid = false;

@@ -108,6 +108,90 @@ TEST(HierarchicalTest, AllReduceAcrossTwoHosts) {
   testing::SetTransportMode(testing::TransportMode::kDefault);
 }
 
+// Hierarchical broadcast and reduce over two pretend hosts (ranks
+// alternate between them): every root, counts that the ranks per host do
+// not divide, exact results; non-roots' receive buffers untouched.
+TEST(HierarchicalTest, BroadcastAndReduceFromEveryRoot) {
+  testing::SetTransportMode(testing::TransportMode::kMixed);
+  for (int n : {4, 6}) {
+    testing::RunRanks(n, [n](int rank, const Options& base) {
+      Options o = base;
+      o.algo = "hierarchical";
+      auto made = Communicator::Init(o);
+      ASSERT_TRUE(made.ok()) << made.status();
+      Communicator& c = **made;
+      ASSERT_TRUE(c.hierarchy_fits());
+      for (size_t count : {size_t{1}, size_t{7}, size_t{100003}}) {
+        for (int root = 0; root < n; ++root) {
+          std::vector<int32_t> b(count, -1);
+          if (rank == root) {
+            for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(i * 3 + root);
+          }
+          absl::Status s = c.Broadcast(b.data(), count, DataType::kInt32, root);
+          ASSERT_TRUE(s.ok()) << "n " << n << " root " << root << ": " << s;
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(b[i], static_cast<int32_t>(i * 3 + root))
+                << "n " << n << " rank " << rank << " root " << root << " i " << i;
+          }
+          std::vector<int32_t> v(count), got(count, -7);
+          for (size_t i = 0; i < count; ++i) v[i] = static_cast<int32_t>(i % 100 + rank);
+          s = c.Reduce(v.data(), got.data(), count, DataType::kInt32, ReduceOp::kSum, root);
+          ASSERT_TRUE(s.ok()) << "n " << n << " root " << root << ": " << s;
+          for (size_t i = 0; i < count; ++i) {
+            const int32_t want = rank == root ? static_cast<int32_t>(n * (i % 100) + n * (n - 1) / 2)
+                                              : -7;
+            ASSERT_EQ(got[i], want) << "n " << n << " rank " << rank << " root " << root;
+          }
+        }
+      }
+      EXPECT_TRUE(c.Destroy().ok());
+    });
+  }
+  testing::SetTransportMode(testing::TransportMode::kDefault);
+}
+
+// Four hosts of two ranks on two switches (hosts alternate): the levels are
+// ranks per host, hosts per switch, switches; the cross-host groups split
+// again by switch. Allreduce, broadcast and reduce are exact, forced and
+// under auto with a slow link between the switches.
+TEST_F(TopologyTest, HostsAndSwitchesNest) {
+  for (const char* algo : {"hierarchical", "auto"}) {
+    testing::RunRanks(8, [algo](int rank, const Options& base) {
+      Options o = base;
+      o.host_id = absl::StrCat("h", rank % 4);
+      o.switch_id = absl::StrCat("s", rank % 2);
+      o.algo = algo;
+      o.switch_link_mbit = 100;
+      auto made = Communicator::Init(o);
+      ASSERT_TRUE(made.ok()) << made.status();
+      Communicator& c = **made;
+      ASSERT_EQ(c.hierarchy_levels().size(), 3u);
+      for (const HierarchyLevel& l : c.hierarchy_levels()) EXPECT_EQ(l.members, 2);
+      EXPECT_DOUBLE_EQ(c.hierarchy_levels()[2].link.gbps, 100.0 / 8000);
+      if (std::string(algo) == "auto") {
+        EXPECT_TRUE(c.UsesHierarchy(CollectiveOp::kAllReduce, 4 << 20));
+        EXPECT_FALSE(c.UsesHierarchy(CollectiveOp::kAllReduce, 4));
+      }
+      for (size_t count : {size_t{3}, size_t{1} << 20}) {
+        std::vector<int32_t> v(count, rank + 1), got(count, -1);
+        absl::Status s = c.AllReduce(v.data(), got.data(), count, DataType::kInt32, ReduceOp::kSum);
+        ASSERT_TRUE(s.ok()) << algo << " rank " << rank << ": " << s;
+        ASSERT_EQ(got[0], 36);
+        ASSERT_EQ(got[count - 1], 36);
+        std::vector<int32_t> b(count, rank == 5 ? 9 : 0);
+        ASSERT_TRUE(c.Broadcast(b.data(), count, DataType::kInt32, 5).ok());
+        ASSERT_EQ(b[count - 1], 9);
+        s = c.Reduce(v.data(), got.data(), count, DataType::kInt32, ReduceOp::kMax, 6);
+        ASSERT_TRUE(s.ok()) << s;
+        if (rank == 6) {
+          ASSERT_EQ(got[count - 1], 8);
+        }
+      }
+      EXPECT_TRUE(c.Destroy().ok());
+    });
+  }
+}
+
 // Hosts that differ in how crowded they are (three ranks on one pretend
 // host, two on the other, all sharing this machine's CPUs): every rank
 // still picks the same algorithm for each call (they price the links from
