@@ -143,7 +143,8 @@ HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
  * the world communicator's destroy), profile_max_events, profile_file,
  * compression ("none", "fp16", "bf16", "delta", "fp16,delta", "bf16,delta":
  * docs/compression.md), delta_cache_bytes, switch_id, topology (a file
- * mapping hosts to switches: docs/topology.md).
+ * mapping hosts to switches: docs/topology.md), switch_link_mbit (the
+ * bandwidth between switches the cost model assumes; 0: as between hosts).
  * The value is validated now. Neither string is retained.
  * Errors: INVALID_ARGUMENT (NULL argument, unknown key, or a value that does
  * not parse; the message names the key).
