@@ -9,6 +9,10 @@
 // host with its --node-rank and the same HCOMM_JOB_TOKEN exported:
 //   hcomm_run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 2 -- ./app
 //   hcomm_run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -n 2 -- ./app
+// The same job from a hostfile, one command for every host (each launcher
+// finds its own line; slots may differ from host to host):
+//   printf '10.0.0.1 slots=2\n10.0.0.2 slots=2\n' > hosts
+//   hcomm_run --hostfile hosts --master-port 29500 -- ./app
 //
 // What each rank gets (RANK, WORLD_SIZE, LOCAL_RANK, ..., HCOMM_JOB_TOKEN,
 // HCOMM_JOB_KEY, OMP_NUM_THREADS) and why the key is per launch on one node
@@ -311,7 +315,7 @@ class Job {
   void BeginStop(int sig);
   void SignalAll(int sig);
   int RunningCount() const;
-  // Local rank `local` as the job numbers it: RANK (node_rank * -n + local).
+  // Local rank `local` as the job numbers it: RANK (the node's first + local).
   std::string RankName(int local) const { return std::to_string(opts_.GlobalRank(local)); }
   // A launcher message (one line), queued like the ranks' output.
   void Say(const std::string& text) { err_.data += "hcomm_run: " + text + "\n"; }

@@ -11,6 +11,9 @@
 // Rank i of node R (of N nodes with LOCAL ranks each) gets the launcher's
 // environment plus:
 //   RANK=R*LOCAL+i  WORLD_SIZE=N*LOCAL  LOCAL_RANK=i  LOCAL_WORLD_SIZE=LOCAL
+//   (with --hostfile, whose hosts may hold different counts: RANK = the
+//   slots of the hosts before R + i, WORLD_SIZE = all slots, LOCAL = R's;
+//   see Options::GlobalRank)
 //   GROUP_RANK=R  NODE_RANK=R  (torchrun sets GROUP_RANK; NODE_RANK is its flag's name)
 //   MASTER_ADDR, MASTER_PORT  (where rank 0 serves the rendezvous store)
 //   HCOMM_JOB_TOKEN  the launcher's own when set and non-empty (required

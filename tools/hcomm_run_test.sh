@@ -442,6 +442,53 @@ launch --master-port 0 -n 1 -- true
 expect_rc 2
 expect_err_line "hcomm_run: --master-port needs an integer from 1 to 65535, got '0'"
 
+begin "--hostfile: this machine's line gives its node rank and ranks"
+# 127.0.0.1 is on this machine's loopback; 203.0.113.x (TEST-NET-3) is not.
+printf '# one host\n127.0.0.1 slots=2\n' >"$TMP/hosts1"
+launch --hostfile "$TMP/hosts1" -- /bin/sh -c \
+  'echo "rank=$RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE node=$NODE_RANK addr=$MASTER_ADDR"'
+expect_rc 0
+expect_out_line "[rank 0] rank=0 world=2 lws=2 node=0 addr=127.0.0.1"
+expect_out_line "[rank 1] rank=1 world=2 lws=2 node=0 addr=127.0.0.1"
+# Uneven slots: node 0 holds ranks 0-1, this machine (node 1) 2-4, node 2 rank 5.
+printf '203.0.113.1 slots=2\n\n127.0.0.1:3   # this machine\n203.0.113.3\n' >"$TMP/hosts3"
+HCOMM_JOB_TOKEN=sekrit launch --hostfile "$TMP/hosts3" --master-port 29555 -- /bin/sh -c \
+  'echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE node=$NODE_RANK"
+   echo "addr=$MASTER_ADDR port=$MASTER_PORT"'
+expect_rc 0
+for r in 2 3 4; do
+  expect_out_line "[rank $r] rank=$r world=6 local=$((r - 2)) lws=3 node=1"
+  expect_out_line "[rank $r] addr=203.0.113.1 port=29555"
+done
+[ "$(grep -c '^\[rank [234]\] ' "$OUT")" -eq 6 ] || fail "want 6 lines of ranks 2, 3 and 4"
+# --node-rank overrides the match.
+HCOMM_JOB_TOKEN=sekrit launch --hostfile "$TMP/hosts3" --node-rank 2 --port 29555 -- \
+  /bin/sh -c 'echo "rank=$RANK world=$WORLD_SIZE node=$NODE_RANK"'
+expect_rc 0
+expect_out_line "[rank 5] rank=5 world=6 node=2"
+
+begin "--hostfile usage errors name the file and line"
+printf '203.0.113.1\n203.0.113.2 slots=2\n' >"$TMP/hosts_other"
+HCOMM_JOB_TOKEN=t launch --hostfile "$TMP/hosts_other" --master-port 29555 -- true
+expect_rc 2
+grep -q "^hcomm_run: $TMP/hosts_other: no line names this machine (its names: .*127\.0\.0\.1" \
+  "$ERR" || fail "no message saying that no line names this machine"
+printf '127.0.0.1\n203.0.113.1\n203.0.113.1:2\n' >"$TMP/hosts_twice"
+HCOMM_JOB_TOKEN=t launch --hostfile "$TMP/hosts_twice" --master-port 29555 -- true
+expect_rc 2
+grep -qF "hcomm_run: $TMP/hosts_twice:3: host '203.0.113.1' is listed twice (also on line 2)" \
+  "$ERR" || fail "no message about the host listed twice"
+HCOMM_JOB_TOKEN=t launch --hostfile "$TMP/hosts3" --nnodes 3 --master-port 29555 -- true
+expect_rc 2
+grep -q '^hcomm_run: --hostfile and --nnodes conflict' "$ERR" || fail "no message about --nnodes"
+env -u HCOMM_JOB_TOKEN "$RUN" --hostfile "$TMP/hosts3" --master-port 29555 -- true \
+  >"$OUT" 2>"$ERR" </dev/null
+RC=$?
+expect_rc 2
+grep -qF "hcomm_run: --hostfile $TMP/hosts3 (3 hosts): HCOMM_JOB_TOKEN is not set" "$ERR" ||
+  fail "no message about HCOMM_JOB_TOKEN"
+grep -q '^usage: hcomm_run' "$ERR" || fail "no usage message"
+
 begin "usage errors"
 touch "$TMP/not_executable"
 chmod -x "$TMP/not_executable"
@@ -454,7 +501,8 @@ for args in "" "-- true" "-n 0 -- true" "-n 1025 -- true" "-n abc -- true" "-n 2
             "--node-rank -1 -n 1 -- true" "--node-rank 1 -n 1 -- true" "--nnodes 2 -n 1 -- true" \
             "--nnodes 2 --master-addr a --master-port 5 -n 1 -- true" "--master-addr= -n 1 -- true" \
             "--tag-output 2 -n 1 -- true" "--tag-output" "--nproc-per-node 0 -- true" \
-            "--master-port x -n 1 -- true"; do
+            "--master-port x -n 1 -- true" "--hostfile -- true" "--hostfile= -- true" \
+            "--hostfile /nonexistent/hosts -- true"; do
   # shellcheck disable=SC2086  # word splitting intended
   launch $args
   [ "$RC" -eq 2 ] || fail "'hcomm_run $args': exit status $RC, want 2"
@@ -468,6 +516,7 @@ begin "--help"
 launch --help
 expect_rc 0
 grep -q '^usage: hcomm_run -n N' "$OUT" || fail "--help prints no usage"
+grep -q '^  --hostfile FILE ' "$OUT" || fail "--help does not list --hostfile"
 
 echo
 if [ "$FAILURES" -ne 0 ]; then

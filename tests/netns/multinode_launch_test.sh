@@ -5,6 +5,7 @@
 # touched. On each host one launcher runs
 #   ip netns exec HOST env -i PATH=.. HCOMM_JOB_TOKEN=T HCOMM_HOST_ID=HOST
 #     hcomm_run --nnodes 2 --node-rank R --master-addr 10.X.Y.1 --master-port P -n 2 -- PROG
+# (or, in (g), the same `hcomm_run --hostfile FILE ...` on both)
 # (HCOMM_HOST_ID: the namespaces share one hostname, but not their
 # loopback or abstract sockets, so each must count as a host of its own).
 #
@@ -28,6 +29,14 @@
 #       on 2 nodes x 4 ranks: a group per machine, a group of the machines'
 #       first ranks, a send across it and an allreduce within each machine;
 #       all 8 ranks report their checks.
+#   (g) the hostfile mode: both hosts run the very same
+#         hcomm_run --hostfile FILE --master-port P -- PROG
+#       with FILE listing "10.X.Y.1 slots=1" and "10.X.Y.2:2"; each
+#       launcher finds its own line by its eth0 address, so host a runs
+#       rank 0 and host b ranks 1 and 2 (uneven slots): every rank's
+#       environment is as the file says and multihost_rank's healthy checks
+#       pass on all 3. With a hostfile that names neither host, both
+#       launchers refuse at once (exit 2): no line names their machine.
 #
 # Every wait is bounded; the namespaces and every process started in them
 # are removed on exit, pass or fail. Prints "SKIP: ..." and exits 0 only
@@ -61,17 +70,15 @@ new_token() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # --- launchers ----------------------------------------------------------------
 
-# launch_nodes PART LIMIT TOKEN_A TOKEN_B RANK_A RANK_B [HCOMM_RUN ARGS...]:
-# one launcher on each host, node ranks RANK_A and RANK_B, with the store at
-# host a's address and port + PART, waited for up to LIMIT s. An empty token
-# is left out of the launcher's environment; the ranks get
-# HCOMM_TIMEOUT_MS=$timeout_ms. Sets dir (host h's output in
-# $dir/h.out and .err), node_rc[i] (124: killed at the limit) and took[i]
-# (seconds until launcher i ended).
-launch_nodes() {
+# launch_hosts PART LIMIT TOKEN_A TOKEN_B: one launcher on each host, host
+# a's with the arguments in the array args_a, b's with those in args_b,
+# waited for up to LIMIT s. An empty token is left out of the launcher's
+# environment; the ranks get HCOMM_TIMEOUT_MS=$timeout_ms. Sets dir (host
+# h's output in $dir/h.out and .err), node_rc[i] (124: killed at the limit)
+# and took[i] (seconds until launcher i ended).
+launch_hosts() {
   local part="$1" limit="$2" i h tok deadline left t0
-  local toks=("$3" "$4") node_ranks=("$5" "$6")
-  shift 6
+  local toks=("$3" "$4")
   dir="$work/$part"
   mkdir -p "$dir"
   local pid=()
@@ -80,11 +87,12 @@ launch_nodes() {
     h="${hosts[i]}"
     tok=()
     [[ -n "${toks[i]}" ]] && tok=(HCOMM_JOB_TOKEN="${toks[i]}")
+    local -n host_args="args_$h"
     ip netns exec "$(ns_of "$h")" env -i PATH=/usr/bin:/bin "${tok[@]}" \
       HCOMM_HOST_ID="$(ns_of "$h")" HCOMM_TIMEOUT_MS="$timeout_ms" \
-      "$run" --nnodes 2 --node-rank "${node_ranks[i]}" --master-addr "$master" \
-      --master-port "$((port + part))" "$@" >"$dir/$h.out" 2>"$dir/$h.err" </dev/null &
+      "$run" "${host_args[@]}" >"$dir/$h.out" 2>"$dir/$h.err" </dev/null &
     pid[i]=$!
+    unset -n host_args
   done
   deadline=$(($(date +%s) + limit))
   node_rc=()
@@ -96,6 +104,25 @@ launch_nodes() {
     wait_pid "${pid[i]}" "$left" || node_rc[i]=$?
     took[i]="$(elapsed "$t0")"
   done
+}
+
+# launch_nodes PART LIMIT TOKEN_A TOKEN_B RANK_A RANK_B [HCOMM_RUN ARGS...]:
+# launch_hosts with torchrun's flags: node ranks RANK_A and RANK_B, the
+# store at host a's address and port + PART.
+launch_nodes() {
+  local common=(--nnodes 2 --master-addr "$master" --master-port "$((port + $1))")
+  args_a=("${common[@]}" --node-rank "$5" "${@:7}")
+  args_b=("${common[@]}" --node-rank "$6" "${@:7}")
+  launch_hosts "$1" "$2" "$3" "$4"
+}
+
+# launch_hostfile PART LIMIT TOKEN FILE [HCOMM_RUN ARGS...]: launch_hosts
+# with one command for both hosts, `hcomm_run --hostfile FILE --master-port
+# port+PART ARGS...`, and one token.
+launch_hostfile() {
+  args_a=(--hostfile "$4" --master-port "$((port + $1))" "${@:5}")
+  args_b=("${args_a[@]}")
+  launch_hosts "$1" "$2" "$3" "$3"
 }
 
 show_logs() {
@@ -227,4 +254,60 @@ done
 cat "$dir/a.out" "$dir/b.out"
 echo "(f) passed in $(elapsed "$start") s"
 
-echo "PASS: environment, healthy job, node-rank mismatch, token mismatch, missing token, the multi-machine example"
+# --- (g) one command for both hosts, from a hostfile ---------------------------
+echo "=== (g) --hostfile: the same command on both hosts, 1 + 2 ranks"
+hostfile="$work/hosts"
+printf '%s\n' "# multinode_launch_test's hosts: a is node 0 (the master), b node 1" \
+  "$subnet.1 slots=1" "" "$subnet.2:2   # host b" >"$hostfile"
+sed 's/^/  | /' "$hostfile"
+tok="$(new_token)"
+start="$(now)"
+launch_hostfile 6 180 "$tok" "$hostfile" --timeout 150 -- /bin/sh -c \
+  'echo "env: RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK" \
+     "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR" \
+     "MASTER_PORT=$MASTER_PORT key=$HCOMM_JOB_KEY"
+   exec "$0" "$@"' "$prog" healthy abb
+for i in 0 1; do
+  if [[ "${node_rc[i]}" -ne 0 ]]; then
+    show_logs
+    [[ "${node_rc[i]}" -eq 124 ]] && fail "(g): host ${hosts[i]}'s launcher hung (killed after 180 s)"
+    fail "(g): host ${hosts[i]}'s launcher exited ${node_rc[i]}"
+  fi
+done
+# Host a holds rank 0, host b ranks 1 and 2 (its LOCAL_RANK 0 and 1).
+host_of=(a b b)
+local_of=(0 0 1)
+for r in 0 1 2; do
+  h="${host_of[r]}"
+  want="[rank $r] env: RANK=$r WORLD_SIZE=3 LOCAL_RANK=${local_of[r]}"
+  want+=" LOCAL_WORLD_SIZE=$((r == 0 ? 1 : 2)) NODE_RANK=$((r == 0 ? 0 : 1))"
+  want+=" MASTER_ADDR=$master MASTER_PORT=$((port + 6)) key="
+  grep -qF "$want" "$dir/$h.out" ||
+    { show_logs; fail "(g): host $h lacks the line of rank $r: $want..."; }
+  grep -qxF "[rank $r] ok: all" "$dir/$h.out" ||
+    { show_logs; fail "(g): rank $r (host $h) did not print 'ok: all'"; }
+done
+if grep -q 'FAIL\|CORRUPT' "$dir"/*.out "$dir"/*.err; then
+  show_logs
+  fail "(g): a rank reported a failure"
+fi
+keys="$(sed -n 's/^\[rank [012]\] env: .* key=//p' "$dir/a.out" "$dir/b.out" | sort -u)"
+[[ "$keys" =~ ^[0-9a-f]{16}$ ]] ||
+  { show_logs; fail "(g): the hosts' ranks got different or malformed job keys: $keys"; }
+left_over="$(ls /dev/shm 2>/dev/null | grep "^hcomm-$keys-")"
+[[ -z "$left_over" ]] || fail "(g): the job left segments in /dev/shm: $left_over"
+grep -h 'env:' "$dir/a.out" "$dir/b.out" | sed 's/ key=.*//'
+echo "(g) each host found its line; the job passed in $(elapsed "$start") s"
+# A hostfile that names neither host: both refuse at once, naming the file.
+printf '%s\n' "$subnet.3 slots=2" "$subnet.4 slots=2" >"$work/hosts_other"
+launch_hostfile 7 10 "$tok" "$work/hosts_other" -- /bin/true
+head -qn1 "$dir/a.err" "$dir/b.err"
+for i in 0 1; do
+  [[ "${node_rc[i]}" -eq 2 ]] ||
+    fail "(g): host ${hosts[i]}'s launcher exited ${node_rc[i]} with a hostfile naming neither host, want 2"
+  grep -qF "hcomm_run: $work/hosts_other: no line names this machine" "$dir/${hosts[i]}.err" ||
+    fail "(g): host ${hosts[i]}: no message saying that no line of the hostfile names it"
+done
+echo "(g) passed"
+
+echo "PASS: environment, healthy job, node-rank mismatch, token mismatch, missing token, the multi-machine example, the hostfile"
