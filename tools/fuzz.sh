@@ -83,7 +83,7 @@ sources_of() {
     config)        echo "${COMMON[*]} core/base/config.cc fuzz/config_fuzzer.cc" ;;
     fabric_frames) echo "${COMMON[*]} core/base/config.cc core/bootstrap/handshake.cc core/bootstrap/store_server.cc \
                          core/bootstrap/store_client.cc core/bootstrap/job.cc $(p2p_sources) @pb \
-                         core/topology/placement.cc core/topology/switches.cc @topopb \
+                         core/topology/placement.cc core/topology/switches.cc core/topology/host_topology.cc @topopb \
                          transports/provider.cc transports/registry.cc \
                          transports/tcp/tcp_transport.cc transports/tcp/tcp_protocol.cc \
                          transports/shm/shm_transport.cc transports/shm/shm_send.cc \
@@ -106,7 +106,7 @@ CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-li
           -I"$ROOT" -I"$ROOT/c_api/include" -I"$GEN" -include "$ROOT/fuzz/clang_compat.h"
           -Wno-unused-command-line-argument)
 LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format absl_time \
-          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lzstd -lxxhash -lpthread -ldl"
+          absl_strings absl_flat_hash_map protobuf libcrypto 2>/dev/null) -lzstd -lxxhash -lhwloc -lpthread -ldl"
 
 # store.pb.{h,cc} and topology.pb.{h,cc}, regenerated when their .proto
 # changes.

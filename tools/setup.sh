@@ -13,6 +13,7 @@ PKGS=(
   nlohmann-json3-dev python3-torch
   chromium libzstd-dev python3-jsonschema
   libxxhash-dev
+  libhwloc-dev slurmd slurmctld slurm-client munge
 )
 
 missing=()

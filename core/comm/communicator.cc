@@ -16,6 +16,7 @@
 #include "core/base/shm_file.h"
 #include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
+#include "core/topology/host_topology.h"
 #include "core/topology/placement.h"
 #include "core/topology/switches.h"
 
@@ -63,6 +64,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const Options& 
       new Communicator(std::move(shared), std::move(all), 0, opts));
   HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpShmCollective(), "init"));
   HCOMM_RETURN_IF_ERROR(Annotate(world->SetUpRingOrder(), "init"));
+  if (world->debug_info_) world->DescribeHost();
   return world;
 }
 
@@ -112,11 +114,13 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
   // member talks to another over shared memory).
   if (size_ > 1) {
     std::vector<std::string> switches, hosts;
+    std::vector<int> numa;
     for (int w : group_to_world_) {
       switches.push_back(engine_->placement(w).switch_id);
       hosts.push_back(engine_->placement(w).host);
+      numa.push_back(engine_->placement(w).numa);
     }
-    switch_order_ = RingOrderBySwitch(switches, hosts);
+    switch_order_ = RingOrderBySwitch(switches, hosts, numa);
     SetUpHierarchy(hosts, switches);
   }
   hierarchical_.store(opts.algo == "hierarchical", std::memory_order_relaxed);
@@ -131,6 +135,23 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, std::vector<int> grou
 }
 
 Communicator::~Communicator() { Destroy().IgnoreError(); }
+
+void Communicator::DescribeHost() const {
+  // The first rank of each host says what hwloc found there and where its
+  // host's ranks are: "hcomm INFO: host node-a: 1 package, 1 NUMA node, 2
+  // cores, 2 PUs (flat: one NUMA node); ranks 0 1 on NUMA nodes 0 0".
+  const std::string& host = engine_->placement(engine_->rank()).host;
+  std::string ranks, nodes;
+  for (int r = 0; r < engine_->size(); ++r) {
+    const Placement& at = engine_->placement(r);
+    if (at.host != host) continue;
+    if (ranks.empty() && r != engine_->rank()) return;  // not this host's first
+    absl::StrAppend(&ranks, ranks.empty() ? "" : " ", r);
+    absl::StrAppend(&nodes, nodes.empty() ? "" : " ", at.numa < 0 ? "?" : absl::StrCat(at.numa));
+  }
+  fprintf(stderr, "hcomm INFO: host %s: %s; ranks %s on NUMA nodes %s\n", host.c_str(),
+          ThisHost().Describe().c_str(), ranks.c_str(), nodes.c_str());
+}
 
 absl::Status Communicator::SetOption(absl::string_view key, absl::string_view value) {
   Options o;

@@ -221,6 +221,9 @@ class Communicator {
   // Hierarchical collectives (hierarchical.cc): the shape from the
   // members' hosts and switches, the groups (made on first use), and the
   // operations in three steps over them.
+  // HCOMM_DEBUG=INFO at init: the host's layout (hwloc) and its ranks'
+  // NUMA nodes, from the host's first rank.
+  void DescribeHost() const;
   void SetUpHierarchy(const std::vector<std::string>& hosts,
                       const std::vector<std::string>& switches);
   bool HierarchyFits() const { return hier_groups_ >= 2; }

@@ -16,6 +16,7 @@
 #include "core/base/status.h"
 #include "core/bootstrap/handshake.h"
 #include "core/p2p/engine.h"
+#include "core/topology/host_topology.h"
 #include "core/topology/switches.h"
 #include "transports/registry.h"
 
@@ -155,6 +156,7 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   mine.set_pid(getpid());
   mine.set_cpus(OwnCpus());
   mine.set_switch_id(*switch_id);
+  mine.set_numa_plus_one(NumaNodeOf(mine.cpus(), ThisHost()) + 1);
   std::vector<std::unique_ptr<Provider>> opened(allowed.size());
   std::vector<std::string> unusable(allowed.size());
   for (size_t i = 0; i < allowed.size(); ++i) {
@@ -175,7 +177,8 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   HCOMM_ASSIGN_OR_RETURN(std::vector<store::RankCard> cards, job_->Cards(deadline));
   placement_.resize(size_);
   for (int r = 0; r < size_; ++r) {
-    placement_[r] = Placement{cards[r].host(), cards[r].cpus(), cards[r].switch_id()};
+    placement_[r] = Placement{cards[r].host(), cards[r].cpus(), cards[r].switch_id(),
+                              cards[r].numa_plus_one() - 1};
   }
 
   // Ranks of this host outnumbering their CPUs change how waits behave.

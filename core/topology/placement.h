@@ -4,7 +4,7 @@
 //   std::vector<Placement> where = ...;          // by rank, the same everywhere
 //   bool shared = CpusShared(where, my_host);    // waits yield, not spin
 //
-// (Switches and NUMA nodes join this package with the multi-host work.)
+// Switches: switches.h; the host's NUMA nodes and CPUs: host_topology.h.
 #ifndef HCOMM_CORE_TOPOLOGY_PLACEMENT_H_
 #define HCOMM_CORE_TOPOLOGY_PLACEMENT_H_
 
@@ -17,6 +17,7 @@ struct Placement {
   std::string host;  // host id
   std::string cpus;  // the CPUs it may use, "0" or "0,1" ("-": unknown)
   std::string switch_id;  // its switch (core/topology/switches.h); "": unknown
+  int numa = -1;  // the NUMA node all its CPUs are on (host_topology.h); -1: unknown or several
 };
 
 // The CPUs this process may run on, "0,1,..." ("-" where it cannot tell).

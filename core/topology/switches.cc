@@ -67,7 +67,8 @@ absl::StatusOr<std::string> SwitchOf(const std::string& switch_id,
 }
 
 std::vector<int> RingOrderBySwitch(const std::vector<std::string>& switches,
-                                   const std::vector<std::string>& hosts) {
+                                   const std::vector<std::string>& hosts,
+                                   const std::vector<int>& numa) {
   const int n = static_cast<int>(switches.size());
   if (std::set<std::string>(switches.begin(), switches.end()).size() < 2) return {};
   // Each switch, and each host, ranks by its first member.
@@ -81,7 +82,9 @@ std::vector<int> RingOrderBySwitch(const std::vector<std::string>& switches,
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     const int sa = switch_first[switches[a]], sb = switch_first[switches[b]];
     if (sa != sb) return sa < sb;
-    return host_first[hosts[a]] < host_first[hosts[b]];
+    const int ha = host_first[hosts[a]], hb = host_first[hosts[b]];
+    if (ha != hb || numa.empty()) return ha < hb;
+    return numa[a] < numa[b];
   });
   return order;
 }

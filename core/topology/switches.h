@@ -25,12 +25,14 @@ absl::StatusOr<std::string> SwitchOf(const std::string& switch_id,
 
 // Members (by index) in the order a ring should visit them: grouped by
 // switch (in order of each switch's lowest member), within a switch by
-// host (likewise), then by index; so the ring crosses from one switch to
-// another as many times as there are switches, and between hosts of a
-// switch as many times as it has hosts. Empty where all members share one
-// switch (or none is known): rank order then.
+// host (likewise), within a host by NUMA node (`numa`, by member, -1
+// unknown; empty: all unknown), then by index; so the ring crosses from one
+// switch to another as many times as there are switches, and between hosts
+// of a switch as many times as it has hosts. Empty where all members share
+// one switch (or none is known): rank order then.
 std::vector<int> RingOrderBySwitch(const std::vector<std::string>& switches,
-                                   const std::vector<std::string>& hosts);
+                                   const std::vector<std::string>& hosts,
+                                   const std::vector<int>& numa = {});
 
 }  // namespace hcomm
 

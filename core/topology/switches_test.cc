@@ -58,6 +58,10 @@ TEST(SwitchesTest, RingOrderGroupsSwitchesThenHosts) {
   EXPECT_EQ(RingOrderBySwitch(sw, hosts), (std::vector<int>{0, 4, 2, 6, 1, 5, 3, 7}));
   // One switch (or none known): rank order.
   EXPECT_TRUE(RingOrderBySwitch({"s", "s", "s"}, {"a", "b", "a"}).empty());
+  // Within a host, by NUMA node (unknown, -1, first), then by index.
+  EXPECT_EQ(RingOrderBySwitch({"s1", "s1", "s2", "s1", "s1"}, {"a", "a", "b", "a", "a"},
+                              {1, 0, 0, -1, 0}),
+            (std::vector<int>{3, 1, 4, 0, 2}));
   EXPECT_TRUE(RingOrderBySwitch({"", ""}, {"a", "b"}).empty());
   // Unknown counts as a switch of its own.
   EXPECT_EQ(RingOrderBySwitch({"", "s1", "", "s1"}, {"a", "b", "c", "d"}),
