@@ -4,6 +4,8 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -70,6 +72,14 @@ bool JobEndedHere(uint64_t id) {
 
 std::string CardKey(int rank) { return absl::StrCat("hcomm/card/", rank); }
 
+// Prints `line` on stderr the first time `said` is asked, in this process.
+void WarnOnce(std::atomic<bool>* said, const std::string& line) {
+  if (said->exchange(true)) return;
+  fprintf(stderr, "%s\n", line.c_str());
+}
+std::atomic<bool> g_said_no_token{false};
+std::atomic<bool> g_said_every_address{false};
+
 }  // namespace
 
 Job::Job(const Options& opts, net::HostPort store_hp)
@@ -100,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Join(const Options& opts, absl::Time d
 absl::Status Job::Connect(absl::Time deadline) {
   if (rank_ == 0) {
     auto server = StoreServer::Start(store_hp_.host, store_hp_.port, token_);
+    std::string reach = store_hp_.ToString();  // where the store can be reached
     if (!server.ok()) {
       // store_addr may name this host by an address it cannot bind (behind
       // NAT, say): the store then listens on every address.
@@ -109,9 +120,27 @@ absl::Status Job::Connect(absl::Time deadline) {
                         absl::StrCat(where_, ": cannot serve the store at ", store_hp_.ToString(),
                                      " (nor on 0.0.0.0: ", any.status().message(), ")"));
       }
+      // Said once per process, as every job of it would say the same.
+      WarnOnce(&g_said_every_address,
+               absl::StrCat("hcomm WARN: ", where_, ": cannot serve the store at ",
+                            store_hp_.ToString(), " (", server.status().message(),
+                            "), so it listens on every address of this host instead (0.0.0.0:",
+                            store_hp_.port, "): whoever reaches this host on port ",
+                            store_hp_.port, " reaches the store; give store_addr an address "
+                            "this host can bind to keep it to that one"));
+      reach = absl::StrCat("port ", store_hp_.port, " on any address of this host");
       server = std::move(any);
     }
     server_ = std::move(server).value();
+    // A job without a token lets in whoever reaches its store (one rank
+    // starts no store: Setup does not join a job then).
+    if (token_.empty() && size_ > 1) {
+      WarnOnce(&g_said_no_token,
+               absl::StrCat("hcomm WARN: ", where_, ": no job token (HCOMM_JOB_TOKEN, or the "
+                            "job_token key): any process that reaches ", reach,
+                            " can join this job; hcomm_run sets one, or export the same "
+                            "HCOMM_JOB_TOKEN to every rank (said once per process)"));
+    }
   }
   for (;;) {
     auto client = StoreClient::Connect(store_hp_, token_, deadline);

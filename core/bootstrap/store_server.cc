@@ -9,6 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <new>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -28,8 +32,9 @@
 namespace hcomm {
 namespace {
 
-// A silent stranger cannot hold a connection slot longer than this.
-constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
+// A frame's buffer starts at this size (or the frame's, if smaller) and
+// then at most doubles per step, each step only once the previous one is full.
+constexpr size_t kFirstFrameChunk = 64 * 1024;
 // Time allowed to receive the rest of a request, or to send a response, once
 // it has started.
 constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
@@ -58,6 +63,21 @@ std::string QuoteList(absl::Span<const std::string> keys) {
   return out;
 }
 
+std::atomic<StoreServer::AllocationHook> g_alloc_hook{nullptr};
+
+// What an exception that reached a connection's thread was, for the log.
+std::string DescribeException(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc& ex) {
+    return absl::StrCat("out of memory (", ex.what(), ")");
+  } catch (const std::exception& ex) {
+    return absl::StrCat("exception: ", ex.what());
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 void* ThreadMain(void* arg) {
   std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
   (*fn)();
@@ -69,7 +89,11 @@ bool SpawnThread(std::function<void()> fn, pthread_t* out) {
   pthread_attr_t attr;
   if (pthread_attr_init(&attr) != 0) return false;
   pthread_attr_setstacksize(&attr, kThreadStackBytes);
-  auto* arg = new std::function<void()>(std::move(fn));
+  auto* arg = new (std::nothrow) std::function<void()>(std::move(fn));
+  if (arg == nullptr) {
+    pthread_attr_destroy(&attr);
+    return false;
+  }
   int rc = pthread_create(out, &attr, &ThreadMain, arg);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
@@ -113,12 +137,40 @@ void SetError(const absl::Status& s, store::Response* resp) {
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
                                                                 std::string token) {
+  return Start(host, port, std::move(token), StoreLimits());
+}
+
+void StoreServer::SetAllocationHookForTest(AllocationHook hook) { g_alloc_hook.store(hook); }
+
+size_t StoreServer::PendingFrameBytes() const {
+  absl::MutexLock l(&mu_);
+  return pending_frame_bytes_;
+}
+
+absl::Status StoreServer::AwaitPendingFrameBytes(size_t n, absl::Time deadline) {
+  struct Arg {
+    StoreServer* server;
+    size_t n;
+  } arg{this, n};
+  auto enough = [](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return a->server->pending_frame_bytes_ >= a->n;
+  };
+  bool ok = mu_.LockWhenWithDeadline(absl::Condition(+enough, &arg), deadline);
+  const size_t have = pending_frame_bytes_;
+  mu_.Unlock();
+  if (ok) return absl::OkStatus();
+  return Timeout(absl::StrCat("store server: ", have, " bytes reserved for frames, wanted ", n));
+}
+
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
+                                                                std::string token,
+                                                                const StoreLimits& limits) {
   int bound = 0;
   HCOMM_ASSIGN_OR_RETURN(net::Fd lfd, net::Listen(host, port, &bound));
   net::Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return Internal(absl::StrCat("store server: eventfd: ", strerror(errno)));
   std::unique_ptr<StoreServer> server(
-      new StoreServer(std::move(lfd), std::move(wake), bound, std::move(token)));
+      new StoreServer(std::move(lfd), std::move(wake), bound, std::move(token), limits));
   StoreServer* s = server.get();
   if (!SpawnThread([s] { s->AcceptLoop(); }, &s->accept_thread_)) {
     return Internal("store server: cannot start the accept thread");
@@ -128,7 +180,12 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
 }
 
 StoreServer::StoreServer(net::Fd listen_fd, net::Fd wake_fd, int port, std::string token)
+    : StoreServer(std::move(listen_fd), std::move(wake_fd), port, std::move(token), StoreLimits()) {}
+
+StoreServer::StoreServer(net::Fd listen_fd, net::Fd wake_fd, int port, std::string token,
+                         const StoreLimits& limits)
     : token_(std::move(token)),
+      limits_(limits),
       port_(port),
       listen_fd_(std::move(listen_fd)),
       wake_fd_(std::move(wake_fd)) {}
@@ -184,13 +241,18 @@ void StoreServer::AcceptLoop() {
       ssize_t n = ::read(wake_fd_.get(), &count, sizeof count);
       (void)n;
     }
-    ReapFinished();
+    try {
+      ReapFinished();
+    } catch (const std::exception& e) {  // a vector's allocation: retried next round
+      fprintf(stderr, "hcomm WARN: store server on port %d: reaping connection threads: %s\n",
+              port_, e.what());
+    }
     if (Stopping()) return;
     if (r <= 0 || listener_dead || (fds[1].revents & POLLIN) == 0) continue;
     for (;;) {
       int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
-        Admit(fd);
+        Admit(fd);  // closes fd itself on any failure
         continue;
       }
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
@@ -210,18 +272,40 @@ void StoreServer::AcceptLoop() {
 void StoreServer::Admit(int fd) {
   net::SetNoDelay(fd).IgnoreError();  // fails harmlessly on non-TCP sockets
   absl::MutexLock l(&mu_);
-  if (stopping_ || conns_.size() >= kMaxConnections) {
+  if (stopping_ || authenticated_ >= limits_.max_connections) {
     ::close(fd);  // the client sees the connection closed
     return;
   }
-  net::Fd::Own(fd);  // a fork's child closes it (core/base/net.h)
+  // Room for the newcomer among those still in the handshake: the oldest
+  // goes. Shutting its socket down ends its handshake at once; its thread
+  // then closes it and leaves.
+  while (!unauthenticated_.empty() &&
+         unauthenticated_.size() >= std::max<size_t>(limits_.max_unauthenticated, 1)) {
+    const uint64_t oldest = *unauthenticated_.begin();
+    unauthenticated_.erase(unauthenticated_.begin());
+    auto it = conns_.find(oldest);
+    if (it != conns_.end() && it->second.fd >= 0) ::shutdown(it->second.fd, SHUT_RDWR);
+  }
   const uint64_t id = next_conn_id_++;
-  Conn& conn = conns_[id];
-  conn.fd = fd;
-  if (!SpawnThread([this, id, fd] { ServeConnection(id, fd); }, &conn.thread)) {
+  Conn* conn = nullptr;
+  try {
+    conn = &conns_[id];
+    unauthenticated_.insert(id);
+  } catch (const std::exception& e) {
+    conns_.erase(id);
+    unauthenticated_.erase(id);
+    ::close(fd);
+    fprintf(stderr, "hcomm WARN: store server on port %d: refused a connection: %s\n", port_,
+            e.what());
+    return;
+  }
+  net::Fd::Own(fd);  // a fork's child closes it (core/base/net.h)
+  conn->fd = fd;
+  if (!SpawnThread([this, id, fd] { ServeConnection(id, fd); }, &conn->thread)) {
     net::Fd::Disown(fd);
     ::close(fd);
     conns_.erase(id);
+    unauthenticated_.erase(id);
   }
 }
 
@@ -243,20 +327,86 @@ void StoreServer::ReapFinished() {
 }
 
 void StoreServer::ServeConnection(uint64_t id, int fd) {
-  if (!Stopping()) {
-    absl::Status s = HandshakeAsServer(fd, token_, absl::Now() + kHandshakeTimeout);
-    // A failed handshake (stranger, wrong token, junk) just ends the connection.
-    if (s.ok()) ServeRequests(fd);
+  // The thread boundary: nothing may escape it (it would end rank 0's
+  // process). A failure here costs this connection only.
+  try {
+    AuthenticateAndServe(id, fd);
+  } catch (...) {
+    const std::string why = DescribeException(std::current_exception());
+    fprintf(stderr,
+            "hcomm WARN: store server on port %d: dropped connection %llu after %s while "
+            "serving it; the store keeps serving the others\n",
+            port_, static_cast<unsigned long long>(id), why.c_str());
   }
   {
     absl::MutexLock l(&mu_);
     net::Fd::Disown(fd);
     ::close(fd);
-    Conn& conn = conns_[id];
-    conn.fd = -1;
-    conn.done = true;
+    unauthenticated_.erase(id);
+    auto it = conns_.find(id);  // always there: only the accept thread reaps done ones
+    if (it != conns_.end()) {
+      if (it->second.authenticated) --authenticated_;
+      it->second.authenticated = false;
+      it->second.fd = -1;
+      it->second.done = true;
+    }
   }
   Wake();  // have the accept thread join us
+}
+
+void StoreServer::AuthenticateAndServe(uint64_t id, int fd) {
+  if (Stopping()) return;
+  absl::Status s = HandshakeAsServer(fd, token_, absl::Now() + limits_.handshake_timeout);
+  // A failed handshake (stranger, wrong token, junk) just ends the connection.
+  if (!s.ok()) return;
+  {
+    absl::MutexLock l(&mu_);
+    // Dropped for a newer stranger while it finished: it lost its place.
+    if (unauthenticated_.erase(id) == 0) return;
+    if (authenticated_ >= limits_.max_connections) return;
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    it->second.authenticated = true;
+    ++authenticated_;
+  }
+  ServeRequests(fd);
+}
+
+absl::StatusOr<std::string> StoreServer::ReadRequestFrame(int fd, absl::Time deadline) {
+  unsigned char hdr[4];
+  HCOMM_RETURN_IF_ERROR(net::ReadFull(fd, hdr, sizeof hdr, deadline));
+  const uint32_t n = static_cast<uint32_t>(hdr[0]) | (static_cast<uint32_t>(hdr[1]) << 8) |
+                     (static_cast<uint32_t>(hdr[2]) << 16) |
+                     (static_cast<uint32_t>(hdr[3]) << 24);
+  if (n > kMaxFrameBytes) {
+    return InvalidArgument(
+        absl::StrCat("frame of ", n, " bytes exceeds the limit of ", kMaxFrameBytes));
+  }
+  // What this frame has added to pending_frame_bytes_; given back however
+  // we leave (an error, or an exception from a failed allocation).
+  struct Reservation {
+    StoreServer* server;
+    size_t bytes = 0;
+    ~Reservation() {
+      absl::MutexLock l(&server->mu_);
+      server->pending_frame_bytes_ -= bytes;
+    }
+  } reservation{this};
+  std::string out;
+  size_t got = 0;
+  while (got < n) {
+    if (got == out.size()) {
+      const size_t next = std::min<size_t>(n, std::max(kFirstFrameChunk, 2 * got));
+      if (AllocationHook hook = g_alloc_hook.load()) hook(next);
+      out.resize(next);
+      absl::MutexLock l(&mu_);
+      pending_frame_bytes_ += next - reservation.bytes;
+      reservation.bytes = next;
+    }
+    HCOMM_RETURN_IF_ERROR(net::ReadFull(fd, out.data() + got, out.size() - got, deadline));
+    got = out.size();
+  }
+  return out;
 }
 
 void StoreServer::ServeRequests(int fd) {
@@ -265,8 +415,7 @@ void StoreServer::ServeRequests(int fd) {
     absl::Status idle = net::WaitReadable(fd, absl::Now() + kIdleSlice);
     if (CodeOf(idle) == ErrorCode::kTimeout) continue;
     if (!idle.ok()) return;
-    absl::StatusOr<std::string> frame =
-        net::ReadFrame(fd, kMaxFrameBytes, absl::Now() + kFrameTimeout);
+    absl::StatusOr<std::string> frame = ReadRequestFrame(fd, absl::Now() + kFrameTimeout);
     // Closed, truncated or over-long frames: the stream cannot be trusted.
     if (!frame.ok()) return;
     store::Request req;
@@ -305,9 +454,18 @@ bool StoreServer::Handle(int fd, const store::Request& req, store::Response* res
         SetError(s, resp);
         return true;
       }
+      const std::string& key = req.set().key();
+      const std::string& value = req.set().value();
       absl::MutexLock l(&mu_);
-      data_[req.set().key()] = req.set().value();
-      NotifyKeyLocked(req.set().key());
+      auto it = data_.find(key);
+      const size_t old_cost = it == data_.end() ? 0 : EntryCost(key, it->second.size());
+      s = CheckRoomLocked("SET", key, value.size(), old_cost);
+      if (!s.ok()) {
+        SetError(s, resp);
+        return true;
+      }
+      StoreLocked(key, value);
+      NotifyKeyLocked(key);
       return true;
     }
     case store::Request::kGet: {
@@ -353,7 +511,14 @@ bool StoreServer::Handle(int fd, const store::Request& req, store::Response* res
                  resp);
         return true;
       }
-      data_[key] = absl::StrCat(next);
+      const std::string text = absl::StrCat(next);
+      const size_t old_cost = it == data_.end() ? 0 : EntryCost(key, it->second.size());
+      s = CheckRoomLocked("ADD", key, text.size(), old_cost);
+      if (!s.ok()) {
+        SetError(s, resp);
+        return true;
+      }
+      StoreLocked(key, text);
       NotifyKeyLocked(key);
       resp->set_counter(next);
       return true;
@@ -394,6 +559,27 @@ bool StoreServer::Handle(int fd, const store::Request& req, store::Response* res
   return true;
 }
 
+absl::Status StoreServer::CheckRoomLocked(absl::string_view op, const std::string& key,
+                                          size_t value_bytes, size_t old_cost) const {
+  const size_t after = stored_bytes_ - old_cost + EntryCost(key, value_bytes);
+  if (after <= limits_.max_stored_bytes) return absl::OkStatus();
+  return OutOfMem(absl::StrCat(
+      "the store is full: ", op, " of key ", Quote(key), " (", value_bytes,
+      "-byte value) would bring the stored total to ", after, " bytes; the limit is ",
+      limits_.max_stored_bytes, " bytes (", data_.size(), " keys hold ", stored_bytes_,
+      " bytes, counting ", kEntryOverheadBytes, " bytes per key)"));
+}
+
+void StoreServer::StoreLocked(const std::string& key, const std::string& value) {
+  // Counted step by step, so that an allocation that fails midway (the
+  // connection thread catches it) leaves stored_bytes_ exact.
+  auto [it, inserted] = data_.try_emplace(key);
+  if (inserted) stored_bytes_ += EntryCost(key, 0);
+  const size_t old_size = it->second.size();
+  it->second = value;  // strong guarantee: unchanged if it throws
+  stored_bytes_ = stored_bytes_ - old_size + value.size();
+}
+
 std::vector<std::string> StoreServer::MissingLocked(absl::Span<const std::string> keys) const {
   std::vector<std::string> missing;
   for (const std::string& k : keys) {
@@ -414,6 +600,22 @@ absl::Status StoreServer::AwaitKeys(int fd, absl::Span<const std::string> keys,
   *missing = MissingLocked(keys);
   if (missing->empty()) return absl::OkStatus();
   Waiter self;
+  // Unregisters however we leave: registering can fail to allocate, and
+  // a Waiter left registered would dangle. Destroyed before `l` unlocks.
+  struct Registration {
+    StoreServer* server;
+    Waiter* self;
+    absl::Span<const std::string> keys;
+    ~Registration() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      server->waiters_.erase(self);
+      for (const std::string& k : keys) {
+        auto it = server->waiters_by_key_.find(k);
+        if (it == server->waiters_by_key_.end()) continue;
+        it->second.erase(self);
+        if (it->second.empty()) server->waiters_by_key_.erase(it);
+      }
+    }
+  } registration{this, &self, keys};
   waiters_.insert(&self);
   for (const std::string& k : *missing) waiters_by_key_[k].insert(&self);
   absl::Status result;
@@ -437,14 +639,7 @@ absl::Status StoreServer::AwaitKeys(int fd, absl::Span<const std::string> keys,
       break;
     }
   }
-  // Unregister: keys that were set meanwhile are still registered too.
-  waiters_.erase(&self);
-  for (const std::string& k : keys) {
-    auto it = waiters_by_key_.find(k);
-    if (it == waiters_by_key_.end()) continue;
-    it->second.erase(&self);
-    if (it->second.empty()) waiters_by_key_.erase(it);
-  }
+  // `registration` unregisters, also keys that were set meanwhile.
   return result;
 }
 
