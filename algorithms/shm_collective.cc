@@ -32,6 +32,7 @@ ShmCollective::ShmCollective(std::string name, int rank, int nranks, void* base,
   me.probe.store(static_cast<uint64_t>(MonoNs()) ^ reinterpret_cast<uintptr_t>(base) ^
                      (static_cast<uint64_t>(getpid()) << 32) ^ 0x9e3779b97f4a7c15ULL,
                  std::memory_order_release);
+  AllowCmaReadersIfAsked();
 }
 
 bool ShmCollective::ProbeCma() const {

@@ -171,6 +171,11 @@ class ShmCollective {
   size_t slot_bytes() const { return slot_bytes_; }
 
  private:
+  // Where HCOMM_SHM_COLL_CMA=1 asks for cross-memory attach, lets the other
+  // ranks read this process where Yama restricts ptrace (PR_SET_PTRACER_ANY,
+  // once per process); otherwise changes nothing. Called at mapping, so
+  // before any rank's ProbeCma.
+  static void AllowCmaReadersIfAsked();
   ShmCollective(std::string name, int rank, int nranks, void* base, size_t bytes,
                 size_t slot_bytes);
   static size_t SegmentSize(int nranks, size_t slot_bytes);

@@ -4,14 +4,18 @@
 # notices a target that no longer builds, a seed that now crashes, or a
 # shallow bug. Long runs are for `bash tools/fuzz.sh all SECONDS`.
 #
-# Skips (passes, saying so) when clang or its libFuzzer runtime is missing.
+# Fails when clang or its libFuzzer runtime is missing: tools/setup.sh
+# installs both (packages clang and libclang-rt-14-dev), so a machine without
+# them has a broken setup, and a pass would hide that nothing was fuzzed.
 set -uo pipefail
 root="${TEST_SRCDIR:?run me with bazel test}/${TEST_WORKSPACE:-hcomm}"
 seconds="${HCOMM_FUZZ_SMOKE_SECONDS:-10}"
 bash "$root/tools/fuzz.sh" all "$seconds"
 rc=$?
 if [ "$rc" -eq 3 ]; then
-  echo "SKIPPED: clang++ or libclang_rt.fuzzer is not installed (bash tools/setup.sh installs clang and libclang-rt-14-dev); no fuzz target ran"
-  exit 0
+  echo "FAILED: ${CXX:-clang++} or its libFuzzer runtime (libclang_rt.fuzzer) is missing, so no" \
+       "fuzz target ran: install the Debian packages clang and libclang-rt-14-dev" \
+       "(bash tools/setup.sh does)"
+  exit 1
 fi
 exit "$rc"

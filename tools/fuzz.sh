@@ -27,7 +27,8 @@
 # findings: none" or the crashing input and how to replay it) and, last,
 # "fuzz: T targets, N executions, F findings". Exit status: 0 when nothing
 # was found, 1 on a finding or a build failure, 3 when clang or its
-# libFuzzer runtime is missing (`bash tools/setup.sh` installs them).
+# libFuzzer runtime is missing (`bash tools/setup.sh` installs them; the
+# smoke test, fuzz/fuzz_smoke_test.sh, fails then).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TARGETS=(store_request tcp_frames handshake config fabric_frames delta_frames)
@@ -54,12 +55,12 @@ fi
 
 CXX="${CXX:-clang++}"
 if ! command -v "$CXX" >/dev/null 2>&1; then
-  echo "fuzz: $CXX not found; install clang and libclang-rt-14-dev (bash tools/setup.sh)" >&2
+  echo "fuzz: compiler $CXX not found; install the packages clang and libclang-rt-14-dev (bash tools/setup.sh)" >&2
   exit 3
 fi
 RES="$("$CXX" -print-resource-dir 2>/dev/null)"
 if ! ls "$RES"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; then
-  echo "fuzz: $CXX has no libFuzzer runtime under $RES; install libclang-rt-14-dev (bash tools/setup.sh)" >&2
+  echo "fuzz: $CXX has no libFuzzer runtime (libclang_rt.fuzzer-*.a) under ${RES:-its resource directory}; install the package libclang-rt-14-dev (bash tools/setup.sh)" >&2
   exit 3
 fi
 

@@ -272,9 +272,18 @@ inline void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t ns
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
+// The process (pid) that last lowered its ptrace protection: a forked
+// child has not, whatever its parent did.
+inline std::atomic<pid_t>& PtraceAllowedFor() {
+  static std::atomic<pid_t> pid{0};
+  return pid;
+}
+
+// Lets any process of this user ptrace this one: Yama (if present) would
+// otherwise refuse peers' process_vm_readv. Only where CMA is enabled
+// (CmaAllowedByEnv), as it lowers a protection for the whole process.
 inline void AllowPtraceOnce() {
-  // Yama (if present) would otherwise refuse process_vm_readv from peers.
-  static std::atomic<pid_t> done_for{0};
+  std::atomic<pid_t>& done_for = PtraceAllowedFor();
   pid_t me = getpid();
   if (done_for.load(std::memory_order_relaxed) == me) return;
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // EINVAL without Yama: fine

@@ -75,7 +75,6 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
                                         " local peers; at most ", kMaxLocalPeers,
                                         " are supported"));
   }
-  AllowPtraceOnce();
 
   const int n = static_cast<int>(peers.size());
   auto segment_bytes = [n](uint64_t ring) {
@@ -98,6 +97,10 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
 
   std::unique_ptr<ShmTransport> t(new ShmTransport(self, world_size, sink));
   t->cma_enabled_ = CmaAllowedByEnv();
+  // Peers read this process by CMA only where it is enabled here (and
+  // there): only then lower the ptrace protection that Yama would otherwise
+  // apply to their process_vm_readv, and before any peer can probe us.
+  if (t->cma_enabled_) AllowPtraceOnce();
   auto seg = std::make_unique<Segment>();
   seg->name = SegmentName(job_key, self);
   seg->pid = getpid();
@@ -376,6 +379,10 @@ absl::Status ShmTransport::FinishSetup() {
 }
 
 size_t ShmTransport::ring_bytes() const { return seg_->ring_bytes; }
+
+bool ShmTransport::LoweredPtraceProtection() {
+  return PtraceAllowedFor().load(std::memory_order_relaxed) == getpid();
+}
 
 bool ShmTransport::UsesCma(int peer) const {
   Conn* c = ConnFor(peer);

@@ -187,6 +187,13 @@ class ShmTransport final : public Transport {
   // "shm: CMA opt-in").
   bool UsesCma(int peer) const;
 
+  // Whether this process has lowered its ptrace protection (Yama's
+  // PR_SET_PTRACER_ANY: any process of this user may then ptrace it, and
+  // read its memory by CMA). Create does so only where HCOMM_SHM_CMA=1, as
+  // the peers' process_vm_readv needs it; a forked child starts with false.
+  // For tests: Yama's setting cannot be read back.
+  static bool LoweredPtraceProtection();
+
   // Bytes of each ring into this rank's segment, and what the budget alone
   // would have given (more where /dev/shm was short of room).
   size_t ring_bytes() const;

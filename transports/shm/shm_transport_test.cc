@@ -306,6 +306,29 @@ INSTANTIATE_TEST_SUITE_P(Paths, ShmPairTest, ::testing::Values(true, false),
                            return std::string(i.param ? "Cma" : "RingCopy");
                          });
 
+// A rank lowers its ptrace protection (PR_SET_PTRACER_ANY) only where
+// peers read its memory by CMA: without HCOMM_SHM_CMA=1 a whole job leaves
+// it as it was.
+TEST_P(ShmPairTest, LowersPtraceProtectionOnlyForCma) {
+  const std::string key = UniqueKey("ptrace");
+  const bool cma = this->cma();
+  Group g(2, [&](int rank, Link& link) {
+    SetCmaEnv(cma);
+    SHM_CHECK(!ShmTransport::LoweredPtraceProtection());  // a fresh child
+    TestSink sink(2);
+    std::unique_ptr<ShmTransport> t;
+    if (int rc = shm_test::SetUp(rank, 2, key, &sink, link, &t)) return rc;
+    link.Barrier();  // both attached: the CMA choice is known
+    SHM_CHECK(t->UsesCma(1 - rank) == cma);
+    SHM_CHECK(ShmTransport::LoweredPtraceProtection() == cma);
+    t.reset();
+    SHM_CHECK(ShmTransport::LoweredPtraceProtection() == cma);
+    return 0;
+  });
+  EXPECT_EQ(g.Run(), std::vector<int>({0, 0}));
+  EXPECT_TRUE(Leftovers(key).empty());
+}
+
 // Every size class, both ways at once, twice; then CloseWrite both ways.
 TEST_P(ShmPairTest, AllSizesBothWaysThenClose) {
   const std::string key = UniqueKey("sizes");
