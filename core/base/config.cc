@@ -1,5 +1,6 @@
 #include "core/base/config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -43,6 +45,7 @@ constexpr char kSwitchLinkMbit[] = "switch_link_mbit";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
+constexpr char kSlurmStepNodelist[] = "SLURM_STEP_NODELIST";
 
 // A transport's name as its table gives it (transports/provider.h checks
 // the same): which ones exist is known only at init, once plugins load.
@@ -273,6 +276,59 @@ std::optional<std::string> NonEmpty(const EnvLookup& env, const std::string& nam
   return v;
 }
 
+// The first host of a Slurm hostlist: "node[07-09,12],gpu3" -> "node07",
+// "n[1-2]-ib" -> "n1-ib", "a,b" -> "a"; nullopt for one it cannot read.
+std::optional<std::string> FirstSlurmHost(absl::string_view list) {
+  const size_t end = list.find_first_of("[,");
+  if (end == 0) return std::nullopt;
+  if (end == absl::string_view::npos || list[end] == ',') {
+    return std::string(list.substr(0, end));
+  }
+  const size_t close = list.find(']', end);
+  const size_t first_end = list.find_first_of("-,]", end + 1);
+  if (close == absl::string_view::npos || first_end == end + 1) return std::nullopt;
+  const absl::string_view first = list.substr(end + 1, first_end - end - 1);
+  if (!std::all_of(first.begin(), first.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  const absl::string_view rest = list.substr(close + 1);
+  const absl::string_view suffix = rest.substr(0, rest.find(','));
+  if (suffix.find('[') != absl::string_view::npos) return std::nullopt;
+  return absl::StrCat(list.substr(0, end), first, suffix);
+}
+
+// Under srun without MASTER_ADDR: the step's first node, and the first port
+// Slurm reserved for the step (SLURM_STEP_RESV_PORTS, where MpiParams sets
+// ports) or else one from the job and step ids (20000-39999). nullopt
+// outside a step.
+absl::StatusOr<std::optional<std::string>> SlurmStoreAddr(const EnvLookup& env) {
+  std::optional<std::string> nodes = NonEmpty(env, kSlurmStepNodelist);
+  if (!nodes.has_value()) return std::optional<std::string>();
+  std::optional<std::string> host = FirstSlurmHost(*nodes);
+  if (!host.has_value()) {
+    return BadValue(kSlurmStepNodelist, *nodes, "a Slurm hostlist such as node[01-04],gpu7");
+  }
+  int64_t port = -1;
+  if (std::optional<std::string> ports = NonEmpty(env, "SLURM_STEP_RESV_PORTS")) {
+    int64_t p = 0;
+    if (absl::SimpleAtoi(absl::string_view(*ports).substr(0, ports->find_first_of("-,")), &p) &&
+        p > 0 && p < 65536) {
+      port = p;
+    }
+  }
+  if (port < 0) {
+    int64_t job = 0, step = 0;
+    std::optional<std::string> j = NonEmpty(env, "SLURM_JOB_ID");
+    std::optional<std::string> st = NonEmpty(env, "SLURM_STEP_ID");
+    if (!j.has_value() || !absl::SimpleAtoi(*j, &job) || job < 0) {
+      return BadValue("SLURM_JOB_ID", j.value_or(""), "a job id (set by srun)");
+    }
+    if (st.has_value() && (!absl::SimpleAtoi(*st, &step) || step < 0)) step = 0;
+    port = 20000 + (job * 64 + step) % 20000;
+  }
+  return std::optional<std::string>(absl::StrCat(*host, ":", port));
+}
+
 std::string MissingRequired(absl::string_view key) {
   return absl::StrCat(key, " is not set: set config key '", key,
                       "' or one of the environment variables ",
@@ -347,6 +403,15 @@ absl::StatusOr<Options> Config::Resolve(const EnvLookup& env) const {
         found = true;
       }
     }
+    if (!found && key == kStoreAddr && opts.sources[kWorldSize] == "env SLURM_NTASKS") {
+      // A step started by srun alone: rank 0 runs on the step's first node.
+      HCOMM_ASSIGN_OR_RETURN(std::optional<std::string> slurm, SlurmStoreAddr(env));
+      if (slurm.has_value()) {
+        HCOMM_RETURN_IF_ERROR(ParseValue(key, *slurm, kSlurmStepNodelist, &opts));
+        opts.sources[key] = absl::StrCat("env ", kSlurmStepNodelist);
+        found = true;
+      }
+    }
     if (found) {
       if (key == kStoreAddr) store_addr_set = true;
       continue;
@@ -364,7 +429,7 @@ absl::StatusOr<Options> Config::Resolve(const EnvLookup& env) const {
     return InvalidArgument(absl::StrCat(
         "store_addr is not set but world_size is ", opts.world_size, " (",
         opts.sources[kWorldSize], "): set config key 'store_addr', or HCOMM_STORE_ADDR, "
-        "or MASTER_ADDR and MASTER_PORT"));
+        "or MASTER_ADDR and MASTER_PORT (under srun, SLURM_STEP_NODELIST serves)"));
   }
   if (opts.rank >= opts.world_size) {
     return InvalidArgument(absl::StrCat("rank ", opts.rank, " (", opts.sources[kRank],

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "core/base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -191,6 +192,45 @@ TEST(ConfigTest, EveryKeyFromHcommEnv) {
   EXPECT_EQ(o->sources["rank"], "env HCOMM_RANK");
   EXPECT_EQ(o->sources["timeout_ms"], "env HCOMM_TIMEOUT_MS");
   EXPECT_EQ(o->sources["host_id"], "env HCOMM_HOST_ID");
+}
+
+// Under srun alone (no MASTER_ADDR): the store is on the step's first
+// node, at the step's first reserved port or one from the job id.
+TEST(ConfigTest, SrunStepGivesTheStoreAddress) {
+  std::map<std::string, std::string> env = {{"SLURM_PROCID", "2"},
+                                            {"SLURM_NTASKS", "4"},
+                                            {"SLURM_STEP_NODELIST", "node[07-09,12],gpu3"},
+                                            {"SLURM_JOB_ID", "1234"},
+                                            {"SLURM_STEP_ID", "1"}};
+  absl::StatusOr<Options> o = Config().Resolve(FakeEnv(env));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rank, 2);
+  EXPECT_EQ(o->store_addr, absl::StrCat("node07:", 20000 + (1234 * 64 + 1) % 20000));
+  EXPECT_EQ(o->sources["store_addr"], "env SLURM_STEP_NODELIST");
+  env["SLURM_STEP_RESV_PORTS"] = "12000-12003";
+  env["SLURM_STEP_NODELIST"] = "n[1-2]-ib,x";
+  o = Config().Resolve(FakeEnv(env));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->store_addr, "n1-ib:12000");
+  env["SLURM_STEP_NODELIST"] = "solo";
+  o = Config().Resolve(FakeEnv(env));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->store_addr, "solo:12000");
+  // MASTER_ADDR and MASTER_PORT win.
+  env["MASTER_ADDR"] = "10.0.0.9";
+  env["MASTER_PORT"] = "29500";
+  o = Config().Resolve(FakeEnv(env));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->store_addr, "10.0.0.9:29500");
+  // A list it cannot read is an error naming the variable.
+  env.erase("MASTER_ADDR");
+  env.erase("MASTER_PORT");
+  env["SLURM_STEP_NODELIST"] = "[1-2]";
+  ExpectInvalid(Config().Resolve(FakeEnv(env)).status(), {"SLURM_STEP_NODELIST", "[1-2]"});
+  // Outside a step (a batch script: no SLURM_STEP_NODELIST), no address.
+  env.erase("SLURM_STEP_NODELIST");
+  ExpectInvalid(Config().Resolve(FakeEnv(env)).status(),
+                {"store_addr is not set", "SLURM_STEP_NODELIST"});
 }
 
 TEST(ConfigTest, Defaults) {

@@ -309,6 +309,11 @@ srun --label --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 /bin/
   'exec "$0" --nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" \
      --master-port $((MASTER_PORT + 1)) -n 2 --timeout 30 -- /usr/bin/python3 rank.py' \
   "$HCOMM_RUN"
+# srun alone, as a user who sets nothing would run it: the store on the
+# step's first node (SLURM_STEP_NODELIST), its port from the job and step.
+echo "batch: SLURM_STEP_NODELIST=${SLURM_STEP_NODELIST-unset}"
+srun --label --kill-on-bad-exit=1 /bin/sh -c \
+  'unset MASTER_ADDR MASTER_PORT; /usr/bin/python3 "$0" | sed "s/^/alone: /"' rank.py
 EOF
 out="$work/job/out"
 start="$(now)"
@@ -344,6 +349,8 @@ for t in 0 1 2 3; do
     fail "hcomm_run step, node $n: want '[rank $t] hcomm: rank $t size 4 host $node links${links}'"
   grep -qxF "$n: [rank $t] ok: rank $t allreduce" "$out" ||
     fail "hcomm_run step, rank $t: the allreduce checks did not pass"
+  grep -qxF "$t: alone: ok: rank $t allreduce" "$out" ||
+    fail "srun without MASTER_ADDR, task $t: the allreduce checks did not pass"
 done
 if grep -q 'FAIL' "$out"; then fail "a rank reported a failure"; fi
 echo "PASS: sbatch + srun -N 2 -n 4 on slurmctld and 2 slurmd: ranks 0-3 of 4 from" \
