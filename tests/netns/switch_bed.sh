@@ -21,7 +21,10 @@
 # host link at BED_HOST_RATE (1gbit; "none": unshaped). Both are far below
 # what the 2 CPUs move through veths with 8 ranks running, so the links,
 # not the CPUs, set the times (docs/performance.md, "Two switches"). tbf:
-# burst BED_BURST (256kb), queue of 50 ms at the rate. The root namespace
+# burst BED_BURST (1mb, a switch port's buffer: at 256kb the hierarchical
+# allreduce, four flows through the trunk at once, ran 1.4x slower at 4 and
+# 16 MiB, the ring's one flow each way no slower), queue of 50 ms at the
+# rate. The root namespace
 # is never touched.
 #
 # Ranks are started as a multi-host job is (docs/usage.md, "Several hosts";
@@ -92,7 +95,7 @@ esac
 
 slow_rate="${BED_SLOW_RATE:-200mbit}"
 host_rate="${BED_HOST_RATE:-1gbit}"
-burst="${BED_BURST:-256kb}"
+burst="${BED_BURST:-1mb}"
 launcher="$(runfile tools/hcomm_run)" || fail "hcomm_run not in the runfiles"
 bench=""
 if [[ "$mode" != run ]]; then
