@@ -43,6 +43,20 @@ SANITIZER_CI_TARGETS=(
 total_passed=0
 total_failed=0
 final_rc=0
+# count_skipped LOG: the passing targets of one `bazel test` whose own log
+# starts a line with SKIP or SKIPPED (the namespace, Slurm and sanitizer
+# tests where this machine cannot run them): they pass, and are listed.
+skipped=()
+count_skipped() {
+  local t f testlogs
+  testlogs="$(bazel info bazel-testlogs 2>/dev/null)" || return 0
+  for t in $(grep -oE '^//[^ ]+ +(\(cached\) )?PASSED in ' "$1" | awk '{print $1}'); do
+    f="${t#//}"
+    f="$testlogs/${f/://}/test.log"
+    if grep -qE '^(SKIP|SKIPPED)[: ]' "$f" 2>/dev/null; then skipped+=("$t"); fi
+  done
+}
+
 # run_bazel LABEL ARGS...: one `bazel test`, its targets counted in the totals.
 run_bazel() {
   local label="$1" log rc passed failed
@@ -59,6 +73,7 @@ run_bazel() {
   if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=1  # the build itself failed before any test ran
   fi
+  if [ -z "$label" ]; then count_skipped "$log"; fi
   rm -f "$log"
   total_passed=$((total_passed + passed))
   total_failed=$((total_failed + failed))
@@ -87,5 +102,8 @@ case "${SANITIZERS:-}" in
     run_bazel "UndefinedBehaviorSanitizer" --config=ubsan "${targets[@]}"
     ;;
 esac
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "=== tools/test.sh: ${#skipped[@]} of the passed skipped what this machine cannot run: ${skipped[*]}"
+fi
 echo "${total_passed} passed, ${total_failed} failed"
 exit "$final_rc"
