@@ -10,6 +10,8 @@
 #   SANITIZERS=ci bash tools/test.sh   # then one AddressSanitizer +
 #                                      # UndefinedBehaviorSanitizer build over
 #                                      # the CI subset (SANITIZER_CI_TARGETS)
+#   SANITIZERS=tsan bash tools/test.sh # then ThreadSanitizer over the p2p,
+#                                      # collective, stream and transport tests
 #
 # The sanitizer runs use the targets given (default //...); the configs in
 # .bazelrc keep only cc_test targets. docs/sanitizers.md explains them.
@@ -96,6 +98,13 @@ case "${SANITIZERS:-}" in
   ci)
     run_bazel "AddressSanitizer + UndefinedBehaviorSanitizer (CI subset)" \
       --config=asan_ubsan "${SANITIZER_CI_TARGETS[@]}"
+    ;;
+  tsan)
+    # ThreadSanitizer over the point-to-point engine and the collectives
+    # (with the transports and streams under them), or the targets given.
+    [ $# -eq 0 ] && targets=(//core/p2p/... //core/comm/... //core/sched/... //algorithms/...
+                             //transports/...)
+    run_bazel "ThreadSanitizer" --config=tsan "${targets[@]}"
     ;;
   *)
     run_bazel "AddressSanitizer" --config=asan "${targets[@]}"
