@@ -105,13 +105,13 @@ absl::StatusOr<std::unique_ptr<ShmCollective>> ShmCollective::Open(const std::st
   if (nranks < 1 || rank < 0 || rank >= nranks) {
     return InvalidArgument(absl::StrCat("shm collective: rank ", rank, " of ", nranks));
   }
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return Unavailable(absl::StrCat("shm_open(", name, "): ", strerror(errno)));
+  // Checked on the descriptor that is mapped: another user's file, or one
+  // others may write, is refused (core/base/shm_file.h).
+  struct stat st;
+  HCOMM_ASSIGN_OR_RETURN(const int fd, OpenExistingSegment(name, &st));
   // The creator chose the slots' size (and wrote it before the magic): a
   // size it could have chosen, and the file's size for it.
-  struct stat st;
-  size_t bytes = 0, slot = 0;
-  if (fstat(fd, &st) == 0) bytes = static_cast<size_t>(st.st_size);
+  size_t bytes = static_cast<size_t>(st.st_size), slot = 0;
   for (size_t s = kSlotBytes; s >= kMinSlotBytes; s /= 2) {
     if (SegmentSize(nranks, s) == bytes) slot = s;
   }

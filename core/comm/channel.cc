@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/interrupt.h"
+#include "core/base/shm_file.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -274,20 +275,23 @@ absl::StatusOr<std::unique_ptr<Channel>> Channel::Open(absl::string_view name, s
                                                 static_cast<uint64_t>(st.st_ino)));
   }
 
-  int fd = shm_open(shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return ShmOpenError(errno, name, false);
+  // Another user's segment, or one others may write, is refused before it is
+  // mapped (core/base/shm_file.h): its header steers every later access.
+  struct stat st;
+  absl::StatusOr<int> opened = OpenExistingSegment(shm_name, &st);
+  if (!opened.ok()) {
+    if (CodeOf(opened.status()) == ErrorCode::kNoDevice) return ShmOpenError(ENOENT, name, false);
+    return Annotate(opened.status(), absl::StrCat("open channel '", name, "'"));
+  }
+  const int fd = *opened;
   std::string what = absl::StrCat("channel '", name, "' (", ShmPath(name), ")");
   const absl::Time give_up = absl::Now() + kInitWait;
   while (true) {
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-      int err = errno;
+    // Again on every try: the owner and mode are those of the file mapped.
+    absl::Status checked = CheckSegment(fd, ShmPath(name), &st);
+    if (!checked.ok()) {
       close(fd);
-      return Internal(absl::StrCat("fstat of ", what, " failed: ", Errno(err)));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      close(fd);
-      return InvalidArgument(absl::StrCat(what, " is not a regular shared-memory segment"));
+      return Annotate(checked, absl::StrCat("open channel '", name, "'"));
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     absl::Status s;

@@ -84,15 +84,20 @@ class Channel {
   // multiple of 8 (and to at least kMinCapacity). The memory is reserved now
   // (posix_fallocate), so a full /dev/shm is an error here rather than a
   // crash later. The name must not exist yet.
-  // Opening: `capacity` is ignored (the header has it). The header is
-  // validated; a segment whose creator is still initialising it is waited
-  // for up to about 1 s.
+  // Opening: `capacity` is ignored (the header has it). The segment file is
+  // opened without following a symbolic link and checked on that descriptor
+  // before it is mapped (OpenExistingSegment, core/base/shm_file.h): a
+  // regular file owned by this process's effective uid that neither group
+  // nor others may write. The header is then validated; a segment whose
+  // creator is still initialising it is waited for up to about 1 s.
   //
   // Errors: INVALID_ARGUMENT (name empty, containing '/' or NUL, longer than
   // kMaxNameLength; capacity out of range when creating; the name already
-  // exists when creating; the segment is not a valid hcomm channel),
-  // NO_DEVICE (opening a name that does not exist), PERMISSION_DENIED (the
-  // segment belongs to another user), OUT_OF_MEM (/dev/shm full, mmap
+  // exists when creating; the segment is not a valid hcomm channel, or is a
+  // symbolic link or not a regular file), NO_DEVICE (opening a name that
+  // does not exist), PERMISSION_DENIED (the segment belongs to another user,
+  // or group or others may write it; the message names the path, its owner
+  // uid and mode), OUT_OF_MEM (/dev/shm full, mmap
   // failed), UNAVAILABLE (the segment exists but was never initialised),
   // INTERNAL (other system errors).
   static absl::StatusOr<std::unique_ptr<Channel>> Open(absl::string_view name, size_t capacity,

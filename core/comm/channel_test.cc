@@ -423,6 +423,84 @@ TEST(ChannelTest, ForeignOrCorruptedSegmentsAreErrors) {
   }
 }
 
+// The path of channel `name`'s segment.
+std::string SegPath(const std::string& name) {
+  return absl::StrCat("/dev/shm", Channel::ShmName(name));
+}
+
+// A valid, initialised channel whose file others may write is refused
+// before it is mapped: whoever could write the file could have planted it.
+TEST(ChannelTest, ASegmentOthersCanWriteIsRefused) {
+  const std::string name = UniqueName("mode");
+  auto creator = MustOpen(name, 64, true);
+  ASSERT_NE(creator, nullptr);
+  ASSERT_EQ(chmod(SegPath(name).c_str(), 0666), 0) << strerror(errno);
+  auto ch = Channel::Open(name, 0, false);
+  EXPECT_EQ(CodeOf(ch.status()), ErrorCode::kPermissionDenied) << ch.status();
+  const std::string m(ch.status().message());
+  EXPECT_CONTAINS(m, SegPath(name));
+  EXPECT_CONTAINS(m, "mode 0666");
+  EXPECT_CONTAINS(m, absl::StrCat("uid ", geteuid()));
+  EXPECT_CONTAINS(m, "no group or other write");
+  // Group write alone is refused too; owner-only modes are fine.
+  ASSERT_EQ(chmod(SegPath(name).c_str(), 0620), 0);
+  EXPECT_EQ(CodeOf(Channel::Open(name, 0, false).status()), ErrorCode::kPermissionDenied);
+  ASSERT_EQ(chmod(SegPath(name).c_str(), 0644), 0);
+  auto reader = Channel::Open(name, 0, false);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE(creator->Write("ok", 2, absl::Now()).ok());
+  char buf[4];
+  size_t n = 0;
+  ASSERT_TRUE((*reader)->Read(buf, sizeof(buf), &n, absl::Now()).ok());
+  EXPECT_EQ(std::string(buf, n), "ok");
+}
+
+// A symbolic link in a segment's place is never followed, even to a good
+// segment of this user.
+TEST(ChannelTest, ASymlinkInPlaceOfTheSegmentIsRefused) {
+  const std::string target = UniqueName("target");
+  auto creator = MustOpen(target, 64, true);
+  ASSERT_NE(creator, nullptr);
+  const std::string name = UniqueName("link");
+  ASSERT_EQ(symlink(SegPath(target).c_str(), SegPath(name).c_str()), 0) << strerror(errno);
+  auto ch = Channel::Open(name, 0, false);
+  EXPECT_EQ(CodeOf(ch.status()), ErrorCode::kInvalidArgument) << ch.status();
+  EXPECT_CONTAINS(std::string(ch.status().message()), SegPath(name));
+  EXPECT_CONTAINS(std::string(ch.status().message()), "symbolic link");
+  unlink(SegPath(name).c_str());
+}
+
+// A directory (not a regular file) in the segment's place.
+TEST(ChannelTest, ADirectoryInPlaceOfTheSegmentIsRefused) {
+  const std::string name = UniqueName("dir");
+  ASSERT_EQ(mkdir(SegPath(name).c_str(), 0700), 0) << strerror(errno);
+  auto ch = Channel::Open(name, 0, false);
+  EXPECT_FALSE(ch.ok());
+  EXPECT_EQ(CodeOf(ch.status()), ErrorCode::kInvalidArgument) << ch.status();
+  EXPECT_CONTAINS(std::string(ch.status().message()), SegPath(name));
+  rmdir(SegPath(name).c_str());
+}
+
+// A segment another user owns is refused even with a safe mode (needs root
+// to hand the file to uid 65534).
+TEST(ChannelTest, ASegmentOfAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to chown a segment to another uid";
+  const std::string name = UniqueName("owner");
+  auto creator = MustOpen(name, 64, true);
+  ASSERT_NE(creator, nullptr);
+  if (chown(SegPath(name).c_str(), 65534, 65534) != 0) {
+    // Bazel's sandbox maps no uid but root: run the binary outside it.
+    GTEST_SKIP() << "chown to 65534 failed here: " << strerror(errno);
+  }
+  auto ch = Channel::Open(name, 0, false);
+  EXPECT_EQ(CodeOf(ch.status()), ErrorCode::kPermissionDenied) << ch.status();
+  const std::string m(ch.status().message());
+  EXPECT_CONTAINS(m, SegPath(name));
+  EXPECT_CONTAINS(m, "uid 65534");
+  EXPECT_CONTAINS(m, "mode 0600");
+  EXPECT_CONTAINS(m, absl::StrCat("owned by uid ", geteuid()));
+}
+
 TEST(ChannelTest, ThreadsShareOneHandle) {
   auto ch = MustOpen(UniqueName("threads"), 512, true);
   ASSERT_NE(ch, nullptr);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hcomm/hcomm.h"
@@ -50,10 +51,12 @@ int main(void) {
   char other[64];
   char long_name[202];
   char buf[128];
+  char path[128];
   unsigned char big[100];
   size_t n = 0;
   hcomm_channel_t ch = NULL;
   hcomm_channel_t reader = NULL;
+  hcomm_channel_t refused = NULL;
   hcomm_channel_t junk = (hcomm_channel_t)&n; /* must never be written through */
   int i;
 
@@ -84,6 +87,16 @@ int main(void) {
              "already exists");
   CHECK(reader == NULL);
   EXPECT_OK(hcomm_channel_open(name, 0, 0, &reader));
+  Done();
+
+  /* An existing segment that others may write is never mapped. */
+  g_check = "open refuses a world-writable segment";
+  snprintf(path, sizeof(path), "/dev/shm/hcomm-ch-%s", name);
+  CHECK(chmod(path, 0666) == 0);
+  EXPECT_ERR(hcomm_channel_open(name, 0, 0, &refused), HCOMM_ERR_PERMISSION_DENIED, "mode 0666");
+  CHECK(refused == NULL);
+  CHECK(strstr(hcomm_last_error(), path) != NULL);
+  CHECK(chmod(path, 0600) == 0);
   Done();
 
   g_check = "write arguments";

@@ -239,13 +239,18 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, ab
   if (rank != peer) {
     return InvalidArgument(absl::StrCat(where, ": the address given belongs to rank ", rank));
   }
+  // The peer's segment is checked on the descriptor that is mapped: another
+  // user's file, or one others may write, is refused (core/base/shm_file.h).
   int fd = -1;
+  struct stat st;
   for (;;) {
-    fd = shm_open(parts[4].c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd >= 0) break;
-    int e = errno;
-    if (e != ENOENT) {
-      return Unavailable(absl::StrCat(where, ": shm_open(", parts[4], "): ", strerror(e)));
+    absl::StatusOr<int> opened = OpenExistingSegment(parts[4], &st);
+    if (opened.ok()) {
+      fd = *opened;
+      break;
+    }
+    if (CodeOf(opened.status()) != ErrorCode::kNoDevice) {
+      return Annotate(opened.status(), where);
     }
     if (absl::Now() >= deadline) {
       return Timeout(absl::StrCat(where, ": segment /dev/shm", parts[4],
@@ -253,8 +258,7 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, ab
     }
     usleep(1000);  // setup only: the peer has not created its segment yet
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kHeaderBytes)) {
+  if (st.st_size < static_cast<off_t>(kHeaderBytes)) {
     close(fd);
     return Unavailable(absl::StrCat(where, ": segment ", parts[4], " is too small"));
   }
