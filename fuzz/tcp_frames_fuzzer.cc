@@ -30,8 +30,8 @@
 //   OnPayload after it with the same meta and length; the calls of whole
 //   frames and of frames in pieces interleave as the wire says;
 // - a taken payload arrives byte for byte, each piece in its place;
-// - after the first malformed header (bad magic, a whole frame whose
-//   lengths differ, a first piece of a bad size, a piece of 0 bytes or past
+// - after the first malformed header (bad magic, more than kPieceBytes
+//   after one header, a whole frame whose lengths differ, a first piece of a bad size, a piece of 0 bytes or past
 //   its frame's end, a new frame in pieces while kMostPartial are open)
 //   nothing more is delivered, and the connection ends saying "malformed"
 //   (and only then);
@@ -211,7 +211,9 @@ Wire Expected(absl::string_view s) {
     const uint64_t payload_len = Le(s.substr(8), 8);
     const uint64_t piece_len = Le(s.substr(16), 8);
     const absl::string_view meta = s.substr(24, hcomm::kFrameMetaBytes);
-    if (Le(s, 4) != kMagic) {
+    // More than a piece after one header (a whole frame over kPieceBytes
+    // included): no sender writes it.
+    if (Le(s, 4) != kMagic || piece_len > kPieceBytes) {
       w.malformed = true;
       break;
     }

@@ -45,6 +45,10 @@ class TcpProtocol final : public TransportProtocol<TcpTransport> {
     }
     listener_ = std::move(listener).value();
     *card = net::HostPort{ip, port}.ToString();
+    // The table carries no timeout_ms; the init's deadline is timeout_ms
+    // from its start, so what is left of it now is the nearest bound this
+    // transport can see (never above timeout_ms).
+    timeout_ = absl::Milliseconds(TimeLeftMs());
     return HCOMM_SUCCESS;
   }
 
@@ -75,6 +79,7 @@ class TcpProtocol final : public TransportProtocol<TcpTransport> {
   }
 
   net::Fd listener_;
+  absl::Duration timeout_ = absl::InfiniteDuration();  // for TcpLinkOptions
   std::map<int, net::HostPort> addresses_;  // from the peers' cards
   std::atomic<hcomm_status_t> stopped_{HCOMM_SUCCESS};
   absl::Mutex mu_;
@@ -182,7 +187,7 @@ hcomm_status_t TcpProtocol::Connect(const std::vector<int>& peers) {
                                                     " did not connect: ", accepted.message()));
   }
   listener_ = net::Fd();
-  transport_ = std::make_unique<TcpTransport>(rank(), world_size(), sink());
+  transport_ = std::make_unique<TcpTransport>(rank(), world_size(), sink(), timeout_);
   absl::MutexLock l(&mu_);
   for (auto& [p, fd] : fds_) {
     absl::Status added = transport_->AddConnection(p, std::move(fd));

@@ -83,15 +83,10 @@ void RunCompletions(Completions* done) {
   done->clear();
 }
 
-void SetKeepalive(int fd) {
-  // A host that vanishes without closing its sockets is noticed in ~10 s.
-  int one = 1, idle = 5, intvl = 1, cnt = 5;
-  unsigned int user_timeout_ms = 10000;
-  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+absl::Status SetIntOption(int fd, int level, int name, const char* what, int value) {
+  if (::setsockopt(fd, level, name, &value, sizeof value) == 0) return absl::OkStatus();
+  return Internal(absl::StrCat("setsockopt(", what, "=", value, ") on the connection: ",
+                               strerror(errno)));
 }
 
 // The congestion control of a connection between ranks. BBR, the host
@@ -119,6 +114,29 @@ absl::Status SetCongestion(int fd) {
 }
 
 }  // namespace
+
+TcpLinkOptions TcpLinkOptions::For(absl::Duration timeout) {
+  const absl::Duration bound = std::clamp(timeout, kMinDeadPeer, kMaxDeadPeer);
+  // Keepalive counts whole seconds: half the bound quiet, then a probe a
+  // second until the bound, so an idle link to a vanished host ends then.
+  const int secs = static_cast<int>(absl::ToInt64Seconds(bound));
+  TcpLinkOptions o;
+  o.keepidle_s = std::max(1, secs / 2);
+  o.keepintvl_s = 1;
+  o.keepcnt = std::max(1, secs - o.keepidle_s);
+  o.user_timeout_ms = static_cast<unsigned int>(absl::ToInt64Milliseconds(bound));
+  return o;
+}
+
+absl::Status ApplyLinkOptions(int fd, const TcpLinkOptions& o) {
+  HCOMM_RETURN_IF_ERROR(SetIntOption(fd, SOL_SOCKET, SO_KEEPALIVE, "SO_KEEPALIVE", 1));
+  HCOMM_RETURN_IF_ERROR(SetIntOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, "TCP_KEEPIDLE", o.keepidle_s));
+  HCOMM_RETURN_IF_ERROR(
+      SetIntOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, "TCP_KEEPINTVL", o.keepintvl_s));
+  HCOMM_RETURN_IF_ERROR(SetIntOption(fd, IPPROTO_TCP, TCP_KEEPCNT, "TCP_KEEPCNT", o.keepcnt));
+  return SetIntOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, "TCP_USER_TIMEOUT",
+                      static_cast<int>(o.user_timeout_ms));
+}
 
 struct TcpTransport::OutFrame {
   FrameHandle handle = 0;
@@ -179,8 +197,8 @@ struct TcpTransport::Conn {
   bool large_frames ABSL_GUARDED_BY(recv_mu) = false;  // see kLargeFrame
 };
 
-TcpTransport::TcpTransport(int self, int world_size, FrameSink* sink)
-    : self_(self), sink_(sink), conns_(world_size) {
+TcpTransport::TcpTransport(int self, int world_size, FrameSink* sink, absl::Duration timeout)
+    : self_(self), sink_(sink), link_options_(TcpLinkOptions::For(timeout)), conns_(world_size) {
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
 }
 
@@ -195,12 +213,18 @@ absl::Status TcpTransport::AddConnection(int peer, net::Fd fd) {
   if (epfd_ < 0) return Internal(absl::StrCat("epoll_create1: ", strerror(errno)));
   HCOMM_RETURN_IF_ERROR(net::SetNonBlocking(fd.get()));
   HCOMM_RETURN_IF_ERROR(net::SetNoDelay(fd.get()));
-  SetKeepalive(fd.get());
+  HCOMM_RETURN_IF_ERROR(Annotate(ApplyLinkOptions(fd.get(), link_options_),
+                                  absl::StrCat("tcp: connection to rank ", peer)));
   HCOMM_RETURN_IF_ERROR(SetCongestion(fd.get()));
   // At most about a piece not yet sent in the kernel (see the header). A
-  // kernel without the option only keeps more queued: not worth failing.
+  // kernel without the option (ENOPROTOOPT) only keeps more queued: not
+  // worth failing; any other refusal is.
   const int lowat = static_cast<int>(kPieceBytes);
-  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
+  if (::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat) != 0 &&
+      errno != ENOPROTOOPT) {
+    return Internal(absl::StrCat("tcp: connection to rank ", peer, ": setsockopt(TCP_NOTSENT_LOWAT=",
+                                 lowat, "): ", strerror(errno)));
+  }
   auto c = std::make_unique<Conn>();
   c->peer = peer;
   c->fd = std::move(fd);
@@ -486,6 +510,14 @@ absl::Status TcpTransport::BeginPayload(Conn* c) {
     return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (", why, ")"));
   };
   if (h.magic != kMagic) return malformed("bad magic");
+  // No sender writes more than a piece after one header (a larger frame
+  // moves in pieces): a length beyond it is corrupt, and reading it would
+  // swallow the frames behind it as payload.
+  if (h.piece_len > kPieceBytes) {
+    return PeerFailure(absl::StrCat("rank ", c->peer, " sent a malformed frame (", h.piece_len,
+                                    " bytes after one header, larger than the ", kPieceBytes,
+                                    " any sender writes)"));
+  }
   if (h.payload_len > 0) c->large_frames = h.payload_len >= kLargeFrame;
   c->rx_off = 0;
   c->rx_len = h.piece_len;

@@ -41,16 +41,50 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/base/net.h"
 #include "transports/transport.h"
 
 namespace hcomm {
 
+// How a connection notices a peer that vanished without closing it (host
+// down, cable pulled): keepalive probes while the link is idle, and
+// TCP_USER_TIMEOUT while sent data waits for its acknowledgement. Both
+// follow the communicator's timeout, bounded so that a dead peer fails the
+// pending operations within seconds (docs/reliability.md, "TCP links"):
+// the bound is `timeout` clamped to [kMinDeadPeer, kMaxDeadPeer]. Linux
+// drops a connection whose keepalive probes go unanswered for
+// TCP_USER_TIMEOUT when that is set, so the user timeout is the same bound,
+// not the communicator's whole timeout (which would be minutes).
+//
+//   HCOMM_RETURN_IF_ERROR(ApplyLinkOptions(fd, TcpLinkOptions::For(timeout)));
+struct TcpLinkOptions {
+  static constexpr absl::Duration kMinDeadPeer = absl::Seconds(1);
+  static constexpr absl::Duration kMaxDeadPeer = absl::Seconds(10);
+
+  int keepidle_s = 5;   // TCP_KEEPIDLE: quiet seconds before the first probe
+  int keepintvl_s = 1;  // TCP_KEEPINTVL: seconds between probes
+  int keepcnt = 5;      // TCP_KEEPCNT: unanswered probes that end the link
+  unsigned int user_timeout_ms = 10000;  // TCP_USER_TIMEOUT
+
+  // The options for a communicator whose operations time out after
+  // `timeout` (any value; infinite and zero included).
+  static TcpLinkOptions For(absl::Duration timeout);
+};
+
+// Sets SO_KEEPALIVE and the options above on the TCP socket `fd`. A
+// setsockopt the kernel refuses fails the call, naming the option and why;
+// the options set before it stay set.
+absl::Status ApplyLinkOptions(int fd, const TcpLinkOptions& options);
+
 class TcpTransport final : public Transport {
  public:
-  // `sink` must outlive the transport.
-  TcpTransport(int self, int world_size, FrameSink* sink);
+  // `sink` must outlive the transport. `timeout`: the communicator's
+  // (timeout_ms), from which every connection's TcpLinkOptions come.
+  TcpTransport(int self, int world_size, FrameSink* sink,
+               absl::Duration timeout = absl::InfiniteDuration());
   ~TcpTransport() override;
 
   // Takes over a connected, authenticated socket to `peer`. Call for every
@@ -132,6 +166,7 @@ class TcpTransport final : public Transport {
 
   const int self_;
   FrameSink* const sink_;
+  const TcpLinkOptions link_options_;
   int epfd_ = -1;
   std::vector<std::unique_ptr<Conn>> conns_;  // by peer rank; null for self
   std::vector<Conn*> added_;  // every connection, in the order added

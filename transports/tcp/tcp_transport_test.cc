@@ -1,7 +1,12 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/base/net.h"
 #include "core/base/priority.h"
+#include "core/base/status.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {
@@ -227,6 +233,7 @@ TEST(TcpTransportTest, HigherPriorityPassesBetweenPieces) {
 class Lost : public FrameSink {
  public:
   void* OnFrame(int, const FrameMeta&, uint64_t len) override {
+    if (len > (1u << 20)) return nullptr;  // never allocate what a bad header claims
     buf_.assign(len, '\0');
     return buf_.data();
   }
@@ -269,7 +276,8 @@ TEST(TcpTransportTest, BadPiecesEndTheConnection) {
   std::vector<RawHeader> many;
   for (uint32_t id = 1; id <= 65; ++id) many.push_back({0x464d4348, id, big, 1, {}});
   const std::vector<Case> cases = {
-      {"a piece past the end", {{0x464d4348, 5, big, 1, {}}, {0x464d4348, 5, big, big, {}}},
+      {"a piece past the end",
+       {{0x464d4348, 5, big, 4096, {}}, {0x464d4348, 5, big, TcpTransport::kPieceBytes, {}}},
        "past its frame's end"},
       {"whole frame, lengths differ", {{0x464d4348, 0, 10, 4, {}}}, "lengths differ"},
       {"a small frame in pieces", {{0x464d4348, 9, 100, 10, {}}}, "bad size"},
@@ -372,6 +380,128 @@ TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
 
 INSTANTIATE_TEST_SUITE_P(FewAndMany, TcpWaitTest,
                          testing::Values(1, static_cast<int>(TcpTransport::kLazyMaxConns) + 1));
+
+
+// Keepalive and TCP_USER_TIMEOUT follow the communicator's timeout: a dead
+// peer is noticed within about min(timeout, kMaxDeadPeer), never sooner
+// than a second (the kernel counts keepalive in whole seconds).
+TEST(TcpLinkOptionsTest, FollowTheTimeout) {
+  struct Case {
+    absl::Duration timeout;
+    TcpLinkOptions want;
+  };
+  const std::vector<Case> cases = {
+      {absl::Minutes(5), {5, 1, 5, 10000}},        // the default timeout_ms
+      {absl::InfiniteDuration(), {5, 1, 5, 10000}},
+      {absl::Seconds(10), {5, 1, 5, 10000}},
+      {absl::Seconds(4), {2, 1, 2, 4000}},
+      {absl::Milliseconds(1500), {1, 1, 1, 1500}},
+      {absl::Milliseconds(100), {1, 1, 1, 1000}},
+      {absl::ZeroDuration(), {1, 1, 1, 1000}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::FormatDuration(c.timeout));
+    const TcpLinkOptions got = TcpLinkOptions::For(c.timeout);
+    EXPECT_EQ(c.want.keepidle_s, got.keepidle_s);
+    EXPECT_EQ(c.want.keepintvl_s, got.keepintvl_s);
+    EXPECT_EQ(c.want.keepcnt, got.keepcnt);
+    EXPECT_EQ(c.want.user_timeout_ms, got.user_timeout_ms);
+  }
+}
+
+int SockOpt(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  EXPECT_EQ(0, getsockopt(fd, level, name, &v, &len)) << strerror(errno);
+  return v;
+}
+
+// A connection the transport takes over carries the options derived from
+// the timeout it was made with (read back through a duplicate descriptor,
+// which shares the socket).
+TEST(TcpLinkOptionsTest, AddConnectionSetsThemOnTheSocket) {
+  NoFrames sink;
+  TcpTransport t(0, 2, &sink, absl::Seconds(4));
+  auto [a, b] = TcpPair();
+  net::Fd seen(dup(a.get()));
+  ASSERT_TRUE(seen.valid());
+  ASSERT_TRUE(t.AddConnection(1, std::move(a)).ok());
+  EXPECT_EQ(1, SockOpt(seen.get(), SOL_SOCKET, SO_KEEPALIVE));
+  EXPECT_EQ(2, SockOpt(seen.get(), IPPROTO_TCP, TCP_KEEPIDLE));
+  EXPECT_EQ(1, SockOpt(seen.get(), IPPROTO_TCP, TCP_KEEPINTVL));
+  EXPECT_EQ(2, SockOpt(seen.get(), IPPROTO_TCP, TCP_KEEPCNT));
+  EXPECT_EQ(4000, SockOpt(seen.get(), IPPROTO_TCP, TCP_USER_TIMEOUT));
+}
+
+// A setsockopt that fails is reported, naming the option, not ignored.
+TEST(TcpLinkOptionsTest, AFailedOptionIsReported) {
+  const TcpLinkOptions o = TcpLinkOptions::For(absl::Seconds(4));
+  int p[2];
+  ASSERT_EQ(0, pipe(p));
+  net::Fd r(p[0]), w(p[1]);
+  absl::Status st = ApplyLinkOptions(r.get(), o);  // not a socket at all
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(std::string::npos, st.message().find("SO_KEEPALIVE")) << st;
+  int u[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, u));
+  net::Fd u0(u[0]), u1(u[1]);
+  st = ApplyLinkOptions(u0.get(), o);  // a socket, but not TCP
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(std::string::npos, st.message().find("TCP_KEEPIDLE")) << st;
+}
+
+// A header no sender writes fails the peer at once, naming it and what was
+// wrong, instead of reading (and dropping) the bytes behind it as payload:
+// the valid frame written after it is never delivered.
+TEST(TcpTransportTest, CorruptHeadersFailThePeerAtOnce) {
+  struct Case {
+    const char* name;
+    std::vector<RawHeader> headers;
+    const char* says;
+  };
+  const uint64_t piece = TcpTransport::kPieceBytes;
+  const std::vector<Case> cases = {
+      {"bad magic", {{0x12345678, 0, 8, 8, {}}}, "bad magic"},
+      // Whole frames are at most kPieceBytes (larger ones move in pieces):
+      // this length would swallow everything that follows.
+      {"whole frame of an impossible length", {{0x464d4348, 0, 1ull << 40, 1ull << 40, {}}},
+       "larger than"},
+      {"whole frame one byte over a piece", {{0x464d4348, 0, piece + 1, piece + 1, {}}},
+       "larger than"},
+      {"a later piece larger than a piece",
+       {{0x464d4348, 7, 4 * piece, 1, {}}, {0x464d4348, 7, 4 * piece, piece + 1, {}}},
+       "larger than"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Lost sink;
+    TcpTransport t(0, 2, &sink);
+    auto [a, b] = TcpPair();
+    ASSERT_TRUE(t.AddConnection(1, std::move(a)).ok());
+    std::string wire;
+    for (const RawHeader& h : c.headers) {
+      wire.append(reinterpret_cast<const char*>(&h), sizeof h);
+      wire.append(h.piece_len <= 4096 ? h.piece_len : 0, 'p');
+    }
+    RawHeader good{0x464d4348, 0, 3, 3, {}};  // a valid frame behind the bad one
+    wire.append(reinterpret_cast<const char*>(&good), sizeof good);
+    wire.append("abc");
+    ASSERT_EQ(static_cast<ssize_t>(wire.size()), write(b.get(), wire.data(), wire.size()));
+    const absl::Time t0 = absl::Now();
+    while (sink.why_text().empty() && absl::Now() < t0 + absl::Seconds(5)) {
+      t.Poll(absl::Milliseconds(10));
+    }
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(2)) << "the peer was not failed promptly";
+    const std::string why = sink.why_text();
+    EXPECT_NE(std::string::npos, why.find("rank 1 sent a malformed frame")) << why;
+    EXPECT_NE(std::string::npos, why.find(c.says)) << why;
+    {
+      absl::MutexLock l(&sink.mu);
+      EXPECT_EQ(CodeOf(sink.why), ErrorCode::kPeerFailure) << sink.why;
+    }
+    EXPECT_EQ(0, sink.frames);
+  }
+}
 
 }  // namespace
 }  // namespace hcomm
