@@ -298,6 +298,14 @@ class Engine : public FrameSink {
   // Aborted. Called by the destructor if not called before.
   absl::Status Destroy();
 
+  // Tests only: sends world rank `peer` a raw protocol frame (core/p2p/
+  // protocol.h) with a copy of payload[0, len), as a peer that does not
+  // follow the protocol would, and waits until the transport has written it
+  // or `deadline` passed. Returns the send's status (Timeout at the
+  // deadline). Bypasses every check of the engine's own.
+  absl::Status SendRawFrameForTesting(int peer, const FrameMeta& meta, const void* payload,
+                                      size_t len, absl::Time deadline);
+
   // --- Hang reports -------------------------------------------------------
   // A communicator tells the engine which collective it is in, so that a
   // hang report can say who never entered it.
@@ -457,6 +465,14 @@ class Engine : public FrameSink {
                          uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An eager frame above kEagerBytes from `peer`: its connection is unusable.
   void FailOversizedEager(int peer, uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether rendezvous request `r` (a send awaiting its CTS, or a receive
+  // awaiting its DATA) belongs to world rank `peer` and context `ctx`, the
+  // connection and context a CTS/REJECT or DATA/DATA_ABORT naming its id
+  // came on. If not, the frame is forged or corrupt: fails `peer` as for a
+  // corrupt frame (PEER_FAILURE naming it and the frame `kind`) and returns
+  // false; `r` is left alone.
+  bool FromOwnerLocked(int peer, uint8_t kind, uint32_t ctx, const Request& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoisonLocked(uint32_t ctx, int tag, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails with `why` (`describe`: annotated with each request) the receives

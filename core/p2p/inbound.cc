@@ -53,6 +53,7 @@ void* Engine::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
     auto it = awaiting_data_.find(m.id);
     if (it == awaiting_data_.end()) return nullptr;
     std::shared_ptr<Request> r = it->second;
+    if (!FromOwnerLocked(peer, kData, m.comm_id, *r)) return nullptr;  // discard the payload
     if (payload_len != r->out_bytes || payload_len > r->bytes) {
       awaiting_data_.erase(it);
       Complete(r, PeerFailure(absl::StrCat("rank ", peer, " sent ", payload_len,
@@ -75,6 +76,25 @@ void Engine::FailOversizedEager(int peer, uint64_t payload_len) {
                                           " bytes, above the protocol's limit of ", kEagerBytes,
                                           "; its connection is unusable")),
                  /*any_source=*/true);
+}
+
+bool Engine::FromOwnerLocked(int peer, uint8_t kind, uint32_t ctx, const Request& r) {
+  // A send's owner is the rank it targets; a receive's, the rank whose RTS
+  // it matched (out_source). Ids are this engine's alone, so a frame from
+  // anyone else names them only by accident or on purpose.
+  const int owner = r.kind == Request::Kind::kSend ? r.peer : r.out_source;
+  if (owner == peer && r.ctx == ctx) return true;
+  if (peers_[peer]->state == PeerState::kUp) {
+    FailPeerLocked(
+        peer,
+        PeerFailure(absl::StrCat(
+            "rank ", rank_, ": rank ", peer, " sent a ", FrameKindName(kind), " frame (context ",
+            ctx, ") for ", r.kind == Request::Kind::kSend ? "send " : "receive ", r.id,
+            ", which belongs to rank ", owner, " in context ", r.ctx,
+            ": a protocol violation (forged or corrupt frame); its connection is unusable")),
+        /*any_source=*/true);
+  }
+  return false;
 }
 
 void Engine::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
@@ -217,6 +237,7 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
             break;
           }
           std::shared_ptr<Request> r = it->second;
+          if (!FromOwnerLocked(peer, kCts, m.comm_id, *r)) break;
           awaiting_cts_.erase(it);
           r->phase = Request::Phase::kMatched;
           sending_[r->id] = r;
@@ -229,7 +250,8 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
         }
         case kReject: {
           auto it = awaiting_cts_.find(m.id);
-          if (it != awaiting_cts_.end()) {
+          if (it != awaiting_cts_.end() &&
+              FromOwnerLocked(peer, kReject, m.comm_id, *it->second)) {
             std::shared_ptr<Request> r = it->second;
             awaiting_cts_.erase(it);
             Complete(r, absl::OkStatus());  // as in MPI, the receiver is the one told
@@ -247,7 +269,8 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
         }
         case kDataAbort: {
           auto it = awaiting_data_.find(m.id);
-          if (it != awaiting_data_.end()) {
+          if (it != awaiting_data_.end() &&
+              FromOwnerLocked(peer, kDataAbort, m.comm_id, *it->second)) {
             std::shared_ptr<Request> r = it->second;
             awaiting_data_.erase(it);
             Complete(r, PeerFailure(absl::StrCat("rank ", peer, " withdrew the message (",

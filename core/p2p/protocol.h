@@ -8,6 +8,13 @@
 // request-to-send (RTS); the receiver answers with a clear-to-send (CTS)
 // once a receive matches, or a REJECT if it is too small; only then does
 // the payload (DATA) move. The rest end or withdraw what is in flight.
+//
+// Send and receive ids are this engine's own, not the job's: a CTS or
+// REJECT for send id X counts only on the connection of the rank that send
+// targets and in its context, a DATA or DATA_ABORT for receive id Y only
+// from the rank whose RTS that receive matched and in its context. Any
+// other is a protocol violation by the rank that sent it (docs/
+// reliability.md, "Control frames and their sender").
 #ifndef HCOMM_CORE_P2P_PROTOCOL_H_
 #define HCOMM_CORE_P2P_PROTOCOL_H_
 
@@ -74,6 +81,23 @@ inline Meta MakeMeta(FrameKind kind, uint32_t ctx, int src, int tag, uint64_t si
   m.id = id;
   m.id2 = id2;
   return m;
+}
+
+// A frame kind's name in messages ("CTS", "DATA_ABORT").
+inline const char* FrameKindName(uint8_t kind) {
+  switch (kind) {
+    case kEager: return "EAGER";
+    case kRts: return "RTS";
+    case kCts: return "CTS";
+    case kReject: return "REJECT";
+    case kData: return "DATA";
+    case kCancelRts: return "CANCEL_RTS";
+    case kDataAbort: return "DATA_ABORT";
+    case kGoodbye: return "GOODBYE";
+    case kNotice: return "NOTICE";
+    case kAbandon: return "ABANDON";
+    default: return "unknown frame";
+  }
 }
 
 inline std::string PeerName(int peer) {

@@ -3,9 +3,12 @@
 // withdrawing a send.
 #include "core/p2p/engine.h"
 
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/base/status.h"
 #include "core/p2p/protocol.h"
 
@@ -75,6 +78,32 @@ absl::Status Engine::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
   }
   Flush(&out);
   return result;
+}
+
+absl::Status Engine::SendRawFrameForTesting(int peer, const FrameMeta& meta, const void* payload,
+                                            size_t len, absl::Time deadline) {
+  if (peer == rank_ || peer < 0 || peer >= size_ || route_.empty() || route_[peer] == nullptr) {
+    return InvalidArgument(absl::StrCat("rank ", rank_, " has no connection to rank ", peer));
+  }
+  // The callback may run after a timed-out caller has gone: it owns what it
+  // touches.
+  struct Sent {
+    std::vector<char> copy;
+    absl::Notification done;
+    absl::Status status;
+  };
+  auto sent = std::make_shared<Sent>();
+  if (len > 0) sent->copy.assign(static_cast<const char*>(payload),
+                                 static_cast<const char*>(payload) + len);
+  route_[peer]->Send(peer, meta, sent->copy.data(), len, [sent](absl::Status s) {
+    sent->status = std::move(s);
+    sent->done.Notify();
+  });
+  if (!sent->done.WaitForNotificationWithDeadline(deadline)) {
+    return Timeout(absl::StrCat("rank ", rank_, ": a raw frame to rank ", peer, " (", len,
+                                " bytes) was not written by the deadline"));
+  }
+  return sent->status;
 }
 
 }  // namespace hcomm
