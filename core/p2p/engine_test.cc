@@ -391,9 +391,16 @@ TEST_P(FabricTest, EagerLimitIsTheProtocolsWhereRanksShareACpu) {
 }
 
 TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
-  RunRanks(2, [](int rank, const Options& o) {
+  // Rank 0 aborts only once rank 1's init is over too: an abort during
+  // rank 1's init (its last store reads) fails that init instead, which is
+  // not what this test is about.
+  std::atomic<int> inited{0};
+  RunRanks(2, [&inited](int rank, const Options& o) {
     auto c = MustInit(o);
+    inited.fetch_add(1);
     ASSERT_NE(c, nullptr);
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (inited.load() < 2 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
     if (rank == 0) {
       char buf[8];
       auto r = c->Irecv(0, buf, sizeof buf, 1, 1, 1);
