@@ -77,7 +77,7 @@ port_in_use() {
 free_port() {
   local p i
   for i in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 ))
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 )) # below the ephemeral range
     if ! port_in_use "$p" && ! port_in_use $((p + 1)); then
       echo "$p"
       return 0

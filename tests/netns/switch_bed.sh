@@ -111,7 +111,9 @@ id="hsw-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
 hosts=(h0 h1 h2 h3)
 switch_of=(s1 s2 s1 s2) # host hN's switch, also its HCOMM_SWITCH_ID
 subnet="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
-port=$((20000 + RANDOM % 20000))
+# Below the ephemeral range (32768-60999 in a new namespace): no connection's
+# local port can already hold it, as one did in a CI run.
+port=$((20000 + RANDOM % 12000))
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/switch_bed.XXXXXX")"
 made=()
 

@@ -17,7 +17,9 @@
 id="$BED_PREFIX-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
 hosts=(a b)
 subnet="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
-port=$((20000 + RANDOM % 20000))
+# Below the ephemeral range (32768-60999 in a new namespace): no connection's
+# local port can already hold it, as one did in a CI run.
+port=$((20000 + RANDOM % 12000))
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/$BED_NAME.XXXXXX")"
 made=() # namespaces created so far
 

@@ -97,7 +97,9 @@ done
 id="hcsl-$$-$(od -An -N2 -tx2 /dev/urandom | tr -d ' ')"
 hosts=(a b)
 subnet="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
-port=$((20000 + RANDOM % 20000))
+# Below the ephemeral range (32768-60999 in a new namespace): no connection's
+# local port can already hold it, as one did in a CI run.
+port=$((20000 + RANDOM % 12000))
 # Short on purpose: munged's and slurmstepd's unix sockets live under it,
 # and a socket's path must fit in 108 bytes (TEST_TMPDIR's does not).
 work="$(mktemp -d /tmp/hcomm-slurm.XXXXXX)"
