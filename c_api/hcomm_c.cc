@@ -222,7 +222,7 @@ hcomm_status_t hcomm_wait(hcomm_request_t req) {
   return Guard(__func__, [&] {
     HCOMM_C_CHECK(CheckRequest("hcomm_wait", req));
     hcomm::Request* r = req->impl.get();
-    if (r->done.load(std::memory_order_acquire)) return ToC(hcomm::FinishRequest(r));
+    if (r->done.load(std::memory_order_acquire)) return ToC(req->driver->Finished(r));
     return ToC(req->driver->Wait(r, absl::Now() + req->timeout));
   });
 }
@@ -340,6 +340,19 @@ hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* ranks, int 
     auto child = comm->impl->CreateGroup(list);
     if (!child.ok()) return ToC(child.status());
     if (*child) *out = new hcomm_comm_s{std::move(child).value()};
+    return HCOMM_SUCCESS;
+  });
+}
+
+hcomm_status_t hcomm_comm_shrink(hcomm_comm_t comm, hcomm_comm_t* out) {
+  return Guard(__func__, [&] {
+    HCOMM_C_CHECK(CheckComm("hcomm_comm_shrink", comm));
+    // (Not a collective of comm's sequence: nothing to take a turn for.)
+    if (out == nullptr) return BadArg("hcomm_comm_shrink: out is NULL");
+    *out = nullptr;
+    auto child = comm->impl->Shrink();
+    if (!child.ok()) return ToC(child.status());
+    *out = new hcomm_comm_s{std::move(child).value()};
     return HCOMM_SUCCESS;
   });
 }

@@ -315,3 +315,21 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	}
 	return wrapComm(out)
 }
+
+// Shrink, after a rank failed (ErrPeerFailure): the surviving ranks of c
+// agree on which ranks are gone and get a new communicator of the living
+// ones, renumbered in their old order (hcomm_comm_shrink). Collective over
+// the survivors; without a failure, a communicator of every rank. c is left
+// as it is (its collectives keep failing): close it when done. A survivor
+// that does not call it within the timeout makes the others' call fail
+// with ErrTimeout naming it.
+func (c *Comm) Shrink() (*Comm, error) {
+	var out uintptr
+	err := c.do("Shrink", func(h uintptr) error {
+		return capi.Hcomm_comm_shrink(h, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wrapComm(out)
+}

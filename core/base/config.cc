@@ -42,6 +42,9 @@ constexpr char kSwitchId[] = "switch_id";
 constexpr char kTopology[] = "topology";
 constexpr char kDeltaCacheBytes[] = "delta_cache_bytes";
 constexpr char kSwitchLinkMbit[] = "switch_link_mbit";
+constexpr char kFlightRecorder[] = "flight_recorder";
+constexpr char kFlightRecorderFile[] = "flight_recorder_file";
+constexpr char kUnexpectedBytes[] = "unexpected_bytes";
 
 constexpr char kMasterAddr[] = "MASTER_ADDR";
 constexpr char kMasterPort[] = "MASTER_PORT";
@@ -249,6 +252,19 @@ absl::Status ParseValue(absl::string_view key, absl::string_view value, absl::st
     HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 0, int64_t{1} << 30,
                                                "Mbit/s from 0 (as between hosts) to 2^30"));
     opts->switch_link_mbit = v;
+  } else if (key == kUnexpectedBytes) {
+    // At least one eager message of the largest size and its entry
+    // (core/p2p/flow.h), so that every small message can go eagerly.
+    HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, int64_t{1} << 17, int64_t{1} << 40,
+                                               "a number of bytes from 131072 to 2^40"));
+    opts->unexpected_bytes = v;
+  } else if (key == kFlightRecorder) {
+    HCOMM_ASSIGN_OR_RETURN(int64_t v, ParseInt(label, value, 0, int64_t{1} << 20,
+                                               "a number of operations from 0 (off) to 2^20"));
+    opts->flight_recorder = v;
+  } else if (key == kFlightRecorderFile) {
+    if (value.empty()) return BadValue(label, value, "a file's path");
+    opts->flight_recorder_file = std::string(value);
   } else if (key == kPlugins) {
     HCOMM_ASSIGN_OR_RETURN(std::vector<std::string> v, ParsePlugins(label, value));
     opts->plugins = std::move(v);
@@ -349,7 +365,8 @@ const std::vector<std::string>& Config::Keys() {
   static const auto* const kKeys = new std::vector<std::string>{
       kRank, kWorldSize, kStoreAddr, kJobToken, kTimeoutMs, kTransports, kAlgo, kHostId,
       kPlugins, kFusionBytes, kChunkBytes, kProfile, kProfileMaxEvents, kProfileFile,
-      kCompression, kDeltaCacheBytes, kSwitchId, kTopology, kSwitchLinkMbit};
+      kCompression, kDeltaCacheBytes, kSwitchId, kTopology, kSwitchLinkMbit, kUnexpectedBytes,
+      kFlightRecorder, kFlightRecorderFile};
   return *kKeys;
 }
 

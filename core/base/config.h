@@ -65,6 +65,12 @@ struct Options {
   // prices it when it weighs hierarchical collectives (0: as fast as a link
   // between hosts). Must be equal on every rank.
   int64_t switch_link_mbit = 0;
+  // Flow control (core/p2p/flow.h): the most bytes of messages that arrived
+  // before their receive this rank holds from any one peer (each counts its
+  // payload and 128 bytes); a peer with that much outstanding sends by
+  // rendezvous until receives catch up. Published at init: each sender
+  // follows its receiver's value.
+  int64_t unexpected_bytes = int64_t{4} << 20;
   std::vector<std::string> plugins;     // shared objects to load at init
   // Allreduces queued back to back on a stream run as one up to this many
   // bytes (core/comm/comm_stream.h); 0: never fused; -1 ("auto"): the cost
@@ -79,6 +85,15 @@ struct Options {
   bool profile = false;
   int64_t profile_max_events = 131072;  // per rank; older spans give way
   std::string profile_file = "hcomm_profile.json";
+  // The flight recorder (core/p2p/flight_recorder.h): the last this many
+  // operations of this rank, in a ring of fixed size (0: none). 256 covers
+  // several steps of a training loop (tens of collectives and messages
+  // each) in 16 KiB, and every rank's whole record still fits in one
+  // eager message of a hang report's answer.
+  int64_t flight_recorder = 256;
+  // Where the flight record is dumped as JSON on a timeout or failure and
+  // at the world communicator's destroy ("%r": the rank); empty: never.
+  std::string flight_recorder_file;
   // Compression on the wire (API.md "Compression"; core/comm/wire_codec.h):
   // FLOAT32 data as 16-bit floats (kNone: never), and point-to-point and
   // broadcast messages as deltas against the previous one of their kind,

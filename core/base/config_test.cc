@@ -44,7 +44,41 @@ TEST(ConfigTest, KeysInApiOrder) {
                                           "plugins", "fusion_bytes", "chunk_bytes", "profile",
                                           "profile_max_events", "profile_file", "compression",
                                           "delta_cache_bytes", "switch_id", "topology",
-                                          "switch_link_mbit"));
+                                          "switch_link_mbit", "unexpected_bytes",
+                                          "flight_recorder", "flight_recorder_file"));
+}
+
+TEST(ConfigTest, UnexpectedBytes) {
+  Options o;
+  EXPECT_EQ(o.unexpected_bytes, int64_t{4} << 20);
+  ASSERT_TRUE(ParseOption("unexpected_bytes", "131072", &o).ok());
+  EXPECT_EQ(o.unexpected_bytes, 131072);
+  // Below one eager message of the largest size and its entry.
+  ExpectInvalid(ParseOption("unexpected_bytes", "65536", &o), {"unexpected_bytes='65536'"});
+  ExpectInvalid(ParseOption("unexpected_bytes", "lots", &o), {"unexpected_bytes='lots'"});
+}
+
+TEST(ConfigTest, FlightRecorder) {
+  absl::StatusOr<Options> d = Config().Resolve(FakeEnv(SingleRank()));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->flight_recorder, 256);
+  EXPECT_EQ(d->flight_recorder_file, "");
+  EnvMap vars = SingleRank();
+  vars["HCOMM_FLIGHT_RECORDER"] = "0";
+  vars["HCOMM_FLIGHT_RECORDER_FILE"] = "/tmp/fr-%r.json";
+  absl::StatusOr<Options> env = Config().Resolve(FakeEnv(vars));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->flight_recorder, 0);
+  EXPECT_EQ(env->flight_recorder_file, "/tmp/fr-%r.json");
+  EXPECT_EQ(env->sources["flight_recorder"], "env HCOMM_FLIGHT_RECORDER");
+  Config cfg;
+  ASSERT_TRUE(cfg.Set("flight_recorder", "1024").ok());
+  absl::StatusOr<Options> set = cfg.Resolve(FakeEnv(vars));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->flight_recorder, 1024);
+  ExpectInvalid(Config().Set("flight_recorder", "-1"), {"flight_recorder", "'-1'", "0 (off)"});
+  ExpectInvalid(Config().Set("flight_recorder", "2000000"), {"flight_recorder", "2^20"});
+  ExpectInvalid(Config().Set("flight_recorder_file", ""), {"flight_recorder_file", "path"});
 }
 
 TEST(ConfigTest, Compression) {
@@ -144,6 +178,9 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   ASSERT_TRUE(cfg.Set("switch_id", "rack7").ok());
   ASSERT_TRUE(cfg.Set("topology", "/etc/hcomm/topo.txt").ok());
   ASSERT_TRUE(cfg.Set("switch_link_mbit", "200").ok());
+  ASSERT_TRUE(cfg.Set("unexpected_bytes", "1048576").ok());
+  ASSERT_TRUE(cfg.Set("flight_recorder", "64").ok());
+  ASSERT_TRUE(cfg.Set("flight_recorder_file", "fr.%r.json").ok());
   absl::StatusOr<Options> o = cfg.Resolve(FakeEnv({}));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
@@ -165,6 +202,8 @@ TEST(ConfigTest, EveryKeySetAndRead) {
   EXPECT_EQ(o->switch_id, "rack7");
   EXPECT_EQ(o->topology, "/etc/hcomm/topo.txt");
   EXPECT_EQ(o->switch_link_mbit, 200);
+  EXPECT_EQ(o->flight_recorder, 64);
+  EXPECT_EQ(o->flight_recorder_file, "fr.%r.json");
   for (const std::string& k : Config::Keys()) EXPECT_EQ(o->sources[k], "config") << k;
 }
 

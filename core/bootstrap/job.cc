@@ -222,7 +222,7 @@ absl::Status Job::Identify(absl::Time deadline) {
     }
   }
   auto claims = client_->Add(absl::StrCat("hcomm/claim/", rank_), 1, deadline);
-  if (!claims.ok()) return Annotate(claims.status(), where_);
+  if (!claims.ok()) return Annotate(StoreError(claims.status()), where_);
   if (*claims > 1) {
     return InvalidArgument(absl::StrCat(where_, ": another process joined the store at ",
                                         store_hp_.ToString(), " as rank ", rank_,
@@ -231,8 +231,16 @@ absl::Status Job::Identify(absl::Time deadline) {
   return absl::OkStatus();
 }
 
+absl::Status Job::StoreError(const absl::Status& s) const {
+  if (s.ok() || rank_ == 0 || CodeOf(s) != ErrorCode::kUnavailable) return s;
+  // Its process serves the store: the store cannot go while it lives.
+  return Unavailable(absl::StrCat("rank 0, which serves the store at ",
+                                  store_hp_.ToString(), ", is gone (its process died or ended "
+                                  "its init): ", s.message()));
+}
+
 absl::Status Job::Publish(const store::RankCard& card, absl::Time deadline) {
-  return client_->Set(CardKey(rank_), card.SerializeAsString(), deadline);
+  return StoreError(client_->Set(CardKey(rank_), card.SerializeAsString(), deadline));
 }
 
 absl::StatusOr<std::vector<store::RankCard>> Job::Cards(absl::Time deadline) {
@@ -261,7 +269,7 @@ absl::StatusOr<std::vector<store::RankCard>> Job::Cards(absl::Time deadline) {
   std::vector<store::RankCard> cards(size_);
   for (int r = 0; r < size_; ++r) {
     auto v = client_->Get(keys[r], deadline);
-    if (!v.ok()) return Annotate(v.status(), where_);
+    if (!v.ok()) return Annotate(StoreError(v.status()), where_);
     if (!cards[r].ParseFromString(*v)) {
       return Internal(absl::StrCat(where_, ": the store holds a malformed card for rank ", r));
     }
@@ -283,7 +291,9 @@ absl::StatusOr<std::string> Job::GetFor(const std::string& transport, int peer,
     if (failed_elsewhere_) return published;
     return Annotate(published, absl::StrCat(transport, "'s '", key, "' of rank ", peer));
   }
-  return client_->Get(k, deadline);
+  absl::StatusOr<std::string> v = client_->Get(k, deadline);
+  if (!v.ok()) return StoreError(v.status());
+  return v;
 }
 
 absl::Status Job::FailedElsewhere() {
@@ -302,7 +312,7 @@ absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline
   for (;;) {
     const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
     absl::Status s = client_->Wait(keys, slice);
-    if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return s;
+    if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return StoreError(s);
     if (slice < deadline && !Interrupted()) {
       HCOMM_RETURN_IF_ERROR(FailedElsewhere());
       continue;

@@ -91,6 +91,10 @@ class Job {
   Job(const Options& opts, net::HostPort store_hp);
   absl::Status Connect(absl::Time deadline);
   absl::Status Identify(absl::Time deadline);
+  // A store call's error: where the store was lost (UNAVAILABLE) after this
+  // rank had joined it, says that rank 0, which serves it, is gone (that
+  // and the error, without where_).
+  absl::Status StoreError(const absl::Status& s) const;
 
   const int rank_;
   const int size_;

@@ -243,7 +243,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
     std::vector<int> world;
     for (int g : missing) {
       absl::Status h = c_->engine_->PeerHealth(c_->group_to_world_[g]);
-      if (!h.ok()) return Explain(h);
+      if (!h.ok()) return Explain(c_->engine_->Told(h));  // the caller is told
       world.push_back(c_->group_to_world_[g]);
     }
     StartClock();

@@ -129,6 +129,11 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
   absl::Status usable = engine_->Usable();
   if (!usable.ok()) {
     FinishTurn();
+    engine_->flight().End(
+        engine_->flight().Begin(CollectiveOpName(call.op), coll_ctx_, static_cast<int64_t>(ticket),
+                                call.root >= 0 ? group_to_world_[call.root] : -1, -1, 0,
+                                FlightRecorder::State::kInProgress),
+        false);
     return Annotate(usable, CollectiveOpName(call.op));
   }
   // The size the cost model prices: one rank's vector, or the whole input
@@ -167,6 +172,10 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
   uint64_t fp = Fingerprint(call.op, call.count, call.dtype, call.reduce, call.root);
   if (compress) fp = CompressedFingerprint(fp, half);
   engine_->NoteCollective(activity_, ticket, fp, /*in_progress=*/true);
+  const uint64_t fl = engine_->flight().Begin(
+      CollectiveOpName(call.op), coll_ctx_, static_cast<int64_t>(ticket),
+      call.root >= 0 ? group_to_world_[call.root] : -1, -1, bytes,
+      FlightRecorder::State::kInProgress);
   const int tag = static_cast<int>(ticket & kCollectiveTagMask);
   if (shm_coll_ != nullptr) shm_coll_->Enter(tag, fp);
   {
@@ -209,7 +218,11 @@ absl::Status Communicator::RunServing(uint64_t ticket, const CollectiveCall& cal
     if (in_segment && !s.ok()) shm_coll_.reset();
   }
   engine_->NoteCollective(activity_, ticket, fp, /*in_progress=*/false);
+  engine_->flight().End(fl, s.ok());
   FinishTurn();
+  // (A timeout's dump, with every rank's record, was written by its hang
+  // report.)
+  if (ABSL_PREDICT_FALSE(!s.ok()) && CodeOf(s) != ErrorCode::kTimeout) DumpFlight(s.message());
   return s;
 }
 

@@ -1,6 +1,6 @@
 // Communicators: init, point-to-point, their setup (the shared segment,
 // the ring order), groups, abort and destroy. Collectives are in
-// collectives.cc, hang reports in hang_report.cc.
+// collectives.cc, hang reports in hang_report.cc, shrink in shrink.cc.
 #include "core/comm/communicator.h"
 
 #include <sys/mman.h>
@@ -216,13 +216,26 @@ std::unique_ptr<uint16_t[]> Communicator::CodeForPeer(const void* buf, size_t by
 absl::StatusOr<std::shared_ptr<Request>> Communicator::Isend(const void* buf, size_t bytes,
                                                             size_t elem_size, int peer, int tag,
                                                             DataType t) {
+  const uint64_t fl = engine_->flight().Begin("isend", p2p_ctx_, -1, group_to_world_[peer], tag,
+                                              bytes, FlightRecorder::State::kPosted);
   if (ABSL_PREDICT_FALSE(profile_ != nullptr)) {
     const int64_t start = Recorder::Now();
     absl::StatusOr<std::shared_ptr<Request>> r = PostSend(buf, bytes, elem_size, peer, tag, t);
     if (r.ok()) ProfileRequest(**r, "isend", start, bytes, elem_size, peer, tag);
+    NoteFlight(fl, r);
     return r;
   }
-  return PostSend(buf, bytes, elem_size, peer, tag, t);
+  absl::StatusOr<std::shared_ptr<Request>> r = PostSend(buf, bytes, elem_size, peer, tag, t);
+  NoteFlight(fl, r);
+  return r;
+}
+
+void Communicator::NoteFlight(uint64_t fl, const absl::StatusOr<std::shared_ptr<Request>>& r) {
+  if (r.ok()) {
+    (*r)->flight = fl;
+  } else {
+    engine_->flight().End(fl, false);
+  }
 }
 
 absl::StatusOr<std::shared_ptr<Request>> Communicator::PostSend(const void* buf, size_t bytes,
@@ -262,8 +275,12 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t b
                                                             size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
   const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
-  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r,
-                         engine_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag));
+  const uint64_t fl = engine_->flight().Begin("irecv", p2p_ctx_, -1, world, tag, bytes,
+                                              FlightRecorder::State::kPosted);
+  absl::StatusOr<std::shared_ptr<Request>> posted =
+      engine_->Irecv(p2p_ctx_, buf, bytes, elem_size, world, tag);
+  NoteFlight(fl, posted);
+  HCOMM_ASSIGN_OR_RETURN(std::shared_ptr<Request> r, std::move(posted));
   // Whatever the sender coded is decoded when the caller first sees it done.
   r->finish = &FinishP2p;
   r->keep = delta_;
@@ -278,6 +295,8 @@ absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size,
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
   const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
+  const uint64_t fl = engine_->flight().Begin("send", p2p_ctx_, -1, group_to_world_[peer], tag,
+                                              bytes, FlightRecorder::State::kInProgress);
   uint64_t fp = 0;
   std::unique_ptr<uint16_t[]> wire = CodeForPeer(buf, bytes, t, peer, &fp);
   absl::Status s;
@@ -294,6 +313,10 @@ absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size,
     s = engine_->Send(p2p_ctx_, buf, bytes, elem_size, group_to_world_[peer], tag, timeout(),
                       &report);
   }
+  engine_->flight().End(fl, s.ok());
+  // (A timeout's dump, with every rank's record, was written by its hang
+  // report.)
+  if (ABSL_PREDICT_FALSE(!s.ok()) && CodeOf(s) != ErrorCode::kTimeout) DumpFlight(s.message());
   if (ABSL_PREDICT_FALSE(profile_ != nullptr)) RecordP2p("send", start, bytes, elem_size, peer, tag, s);
   return s;
 }
@@ -303,6 +326,8 @@ absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int p
   auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
   const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
+  const uint64_t fl = engine_->flight().Begin("recv", p2p_ctx_, -1, world, tag, bytes,
+                                              FlightRecorder::State::kInProgress);
   Engine::Arrival got;
   absl::Status s = engine_->Recv(p2p_ctx_, buf, bytes, elem_size, world, tag, timeout(), nullptr,
                                  &report, &got);
@@ -312,6 +337,8 @@ absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int p
             ? delta_->Receive(got.source, got.tag, got.fingerprint, buf, bytes, got.bytes, &decoded)
             : DecodeCoded(got.fingerprint, buf, bytes, got.bytes, got.source, got.tag, &decoded);
   }
+  engine_->flight().End(fl, s.ok());
+  if (ABSL_PREDICT_FALSE(!s.ok()) && CodeOf(s) != ErrorCode::kTimeout) DumpFlight(s.message());
   if (ABSL_PREDICT_FALSE(profile_ != nullptr)) RecordP2p("recv", start, bytes, elem_size, peer, tag, s);
   return s;
 }
@@ -388,7 +415,12 @@ absl::Status Communicator::SetUpShmCollective() {
     }
     ok = seg != nullptr;
   }
-  HCOMM_ASSIGN_OR_RETURN(int32_t all, SetupAgreeMin(ok, 0));
+  absl::StatusOr<int32_t> first = SetupAgreeMin(ok, 0);
+  if (!first.ok()) {
+    if (seg) seg->Unlink();  // a member failed: nobody maps it any more
+    return first.status();
+  }
+  const int32_t all = *first;
   if (all != 0 && rank_ != 0) {
     auto opened = ShmCollective::Open(name, rank_, size_);
     if (opened.ok()) {
@@ -436,7 +468,7 @@ absl::Status Communicator::SetUpShmCollective() {
 // Groups
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
-    std::vector<int> members_world, uint32_t ctx) {
+    std::vector<int> members_world, uint32_t ctx, absl::Status* setup_failure) {
   Options o;
   o.timeout_ms = timeout_ms_.load();
   o.algo = hierarchical_.load() ? "hierarchical" : AlgorithmName(forced_algo_.load());
@@ -448,9 +480,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::MakeChild(
   std::unique_ptr<Communicator> child(
       new Communicator(engine_, std::move(members_world), ctx, o));
   child->profile_ = profile_;
-  HCOMM_RETURN_IF_ERROR(child->SetUpShmCollective());
-  HCOMM_RETURN_IF_ERROR(child->SetUpRingOrder());
-  return child;
+  absl::Status set_up = child->SetUpShmCollective();
+  if (set_up.ok()) set_up = child->SetUpRingOrder();
+  if (set_up.ok()) return child;
+  if (setup_failure != nullptr && CodeOf(set_up) == ErrorCode::kPeerFailure) {
+    // Whatever part of the setup other members got through, every member
+    // now finds the child broken (Engine::WatchMembers).
+    child->shm_coll_.reset();
+    child->ring_order_.clear();
+    *setup_failure = set_up;
+    return child;
+  }
+  return set_up;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
@@ -553,6 +594,7 @@ absl::Status Communicator::Destroy() {
                              "iallreduce on it was pending")));
   }
   if (worker_.joinable()) worker_.join();
+  if (p2p_ctx_ == 0) DumpFlight("hcomm_comm_destroy");
   if (profile_ != nullptr && p2p_ctx_ == 0) {
     // Not this communicator's failure: said, and the destroy goes on.
     absl::Status written = WriteProfile();
@@ -574,6 +616,9 @@ absl::Status Communicator::Destroy() {
     s.Update(engine_->Destroy());
   } else {
     engine_->CloseContexts(p2p_ctx_, 2, Deadline());
+    // What a shrink's agreement left there (a decision sent to a rank
+    // that had decided already).
+    if (shrinks_.load() > 0) engine_->CloseContexts(kShrinkContextBit | coll_ctx_, 1, Deadline());
   }
   for (Scratch& sc : scratch_) {
     if (sc.data != nullptr) ::munmap(sc.data, sc.capacity);

@@ -171,6 +171,13 @@ class Communicator {
   // Collective over this communicator: `ranks` (the same list everywhere)
   // become ranks 0..k-1 of a new communicator; non-members get nullptr.
   absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(const std::vector<int>& ranks);
+  // After a member's failure (PEER_FAILURE): the surviving members agree on
+  // which members are gone and become ranks 0..k-1 of a new communicator,
+  // in their order here (shrink.cc). Collective over the survivors; without
+  // a failure, a communicator of every member. Never null on success.
+  // The agreement runs in a context of its own (kShrinkContextBit), which
+  // no member's failure breaks; it ends by this communicator's timeout.
+  absl::StatusOr<std::unique_ptr<Communicator>> Shrink();
 
   // Fails every pending and later operation with Aborted. The world's
   // abort tears the job's connections down (Engine::Abort), so every group
@@ -298,8 +305,26 @@ class Communicator {
   // and who waits on whom; seq < 0 for point-to-point.
   // Ends by `deadline`; ranks that have not answered by then are named.
   std::string HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline);
+  // Flight recorder (core/p2p/flight_recorder.h; hang_report.cc): a
+  // nonblocking request posted as entry `fl` carries it to its end (or the
+  // entry fails with the post); the dump to flight_recorder_file, of this
+  // rank's record or of `ranks` (every rank's, asked by a hang report).
+  void NoteFlight(uint64_t fl, const absl::StatusOr<std::shared_ptr<Request>>& r);
+  void DumpFlight(absl::string_view reason,
+                  const std::map<int, std::vector<FlightRecorder::Entry>>* ranks = nullptr);
+  // A communicator of `members_world` with contexts ctx, ctx + 1, set up
+  // over its members. `setup_failure` (Shrink's): where the setup fails
+  // for a member's failure, the child is returned all the same (its
+  // collectives fail with PEER_FAILURE on every member) and why is there.
   absl::StatusOr<std::unique_ptr<Communicator>> MakeChild(std::vector<int> members_world,
-                                                          uint32_t ctx);
+                                                          uint32_t ctx,
+                                                          absl::Status* setup_failure = nullptr);
+  // Shrink's agreement (shrink.cc): sets *dead (by rank here) to the
+  // members every survivor agreed are gone, and *ctx to the first of the
+  // two context ids the new communicator takes.
+  struct ShrinkView;
+  absl::Status AgreeOnFailures(int epoch, absl::Time deadline, std::vector<uint8_t>* dead,
+                               uint32_t* ctx);
 
   std::shared_ptr<Engine> engine_;
   const std::shared_ptr<RequestDriver> driver_;
@@ -404,6 +429,13 @@ class Communicator {
   int iallreduces_pending_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::thread worker_;
   bool destroyed_ = false;
+  // Shrink calls made on this communicator (each agreement's tags carry
+  // its number, so that a late message of one never matches the next).
+  std::atomic<int> shrinks_{0};
+  // Shrink's context is this bit over the collective context's id: far
+  // above the ids NextFreeContext hands out, and watched by no
+  // WatchMembers, so a member's failure breaks it nowhere.
+  static constexpr uint32_t kShrinkContextBit = 0x80000000u;
 
   std::shared_ptr<Recorder> profile_;  // null: profiling is off
   std::string profile_file_;           // the world's: where rank 0 writes

@@ -7,12 +7,18 @@ namespace hcomm {
 absl::Status RequestDriver::Wait(Request* r, absl::Time deadline) {
   absl::Status s = engine_->Wait(r, deadline);
   if (!r->done.load(std::memory_order_acquire)) return s;
-  return FinishRequest(r);
+  return Finished(r);
+}
+
+absl::Status RequestDriver::Finished(Request* r) {
+  const absl::Status& done = FinishRequest(r);
+  if (r->flight != 0) engine_->flight().End(r->flight, done.ok());
+  return done;
 }
 
 bool RequestDriver::Test(Request* r) {
   if (!r->done.load(std::memory_order_acquire) && !engine_->Test(r)) return false;
-  FinishRequest(r);
+  Finished(r).IgnoreError();
   return true;
 }
 

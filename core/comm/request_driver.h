@@ -29,6 +29,9 @@ class RequestDriver {
   absl::Status Wait(Request* r, absl::Time deadline);
   // Progress without blocking; whether `r` has ended.
   bool Test(Request* r);
+  // For a request that is done: its status (FinishRequest), its flight
+  // recorder entry ended.
+  absl::Status Finished(Request* r);
   // The holder lets go: a receive nothing has reached is withdrawn.
   void Release(const std::shared_ptr<Request>& r);
 

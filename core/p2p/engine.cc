@@ -46,8 +46,10 @@ Engine::~Engine() { Destroy().IgnoreError(); }
 
 void Engine::Complete(const std::shared_ptr<Request>& r, absl::Status s) {
   if (r->done.load(std::memory_order_relaxed)) return;
-  r->status = std::move(s);
+  // (The hang reports' own requests tell the application nothing.)
+  r->status = Told(std::move(s), r->ctx);
   r->phase = Request::Phase::kDone;
+  if (r->rts_counted) --rts_out_[r->peer];
   if (r->kind == Request::Kind::kSend) {
     r->out_source = r->peer;
     r->out_tag = r->tag;
@@ -119,7 +121,7 @@ void Engine::EraseMatcherLocked(
 Matcher& Engine::MatcherFor(uint32_t ctx) {
   if (ctx == last_ctx_) return *last_matcher_;
   std::unique_ptr<Matcher>& m = contexts_[ctx];
-  if (!m) m = std::make_unique<Matcher>();
+  if (!m) m = std::make_unique<Matcher>(flow_.get());
   last_ctx_ = ctx;
   last_matcher_ = m.get();
   return *m;
@@ -163,7 +165,7 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Isend(uint32_t ctx, const void*
   {
     absl::MutexLock l(&mu_);
     if (absl::Status usable = CheckUsable(peer); !usable.ok()) {
-      return Annotate(usable, Describe(*r));  // described only on failure
+      return Annotate(Told(usable, ctx), Describe(*r));  // described only on failure
     }
     if (any_poisoned_.load(std::memory_order_relaxed)) {
       HCOMM_RETURN_IF_ERROR(RefusedLocked(ctx, tag));
@@ -173,9 +175,23 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Isend(uint32_t ctx, const void*
       SelfSend(r);
       return r;
     }
-    if (bytes <= eager_bytes_[peer]) {
+    NoteSentTo(peer);
+    // Eagerly while the peer's window has room (core/p2p/flow.h); else by
+    // rendezvous, which the peer holds without the payload.
+    if (bytes <= eager_bytes_[peer] && flow_->TakeCredit(peer, bytes)) {
       sending_[r->id] = r;
     } else {
+      if (rts_out_[peer] >= flow_->MaxRts(peer)) {
+        return Annotate(
+            OutOfMem(absl::StrCat(
+                "rank ", rank_, ": ", rts_out_[peer], " sends to rank ", peer,
+                " already wait for their receives, the most rank ", peer,
+                " holds (its unexpected_bytes / ", FlowControl::kEntryBytes,
+                "); complete some of them first")),
+            Describe(*r));
+      }
+      ++rts_out_[peer];
+      r->rts_counted = true;
       r->rendezvous = true;
       awaiting_cts_[r->id] = r;
     }
@@ -274,7 +290,7 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Irecv(uint32_t ctx, void* buf, 
       // Nothing has arrived: a dead peer can no longer send it, nor can
       // any rank once every other has failed or left.
       absl::Status usable = CheckUsable(peer);
-      if (!usable.ok()) return Annotate(usable, Describe(*r));
+      if (!usable.ok()) return Annotate(Told(usable, ctx), Describe(*r));
       if (peer == kAnySource && size_ > 1) {
         int up = -1;
         for (int p = 0; p < size_ && up < 0; ++p) {
@@ -282,9 +298,10 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Irecv(uint32_t ctx, void* buf, 
         }
         if (up < 0) {
           const int other = rank_ == 0 ? 1 : 0;
-          return Annotate(PeerFailure(absl::StrCat("rank ", rank_,
+          return Annotate(Told(PeerFailure(absl::StrCat("rank ", rank_,
                                                    ": every other rank has failed or left (",
                                                    peers_[other]->failure.message(), ")")),
+                               ctx),
                           Describe(*r));
         }
       }
@@ -304,13 +321,15 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Irecv(uint32_t ctx, void* buf, 
           if (p == rank_ || peers_[p]->state == PeerState::kUp) any_up = true;
         }
         if (!any_up) {
-          return PeerFailure(absl::StrCat(Describe(*r), ": every other rank has failed or left"));
+          return Told(
+              PeerFailure(absl::StrCat(Describe(*r), ": every other rank has failed or left")), ctx);
         }
       }
       matcher.Post(r);
     }
   }
   Flush(&out);
+  SendDueCredits();
   return r;
 }
 
@@ -420,16 +439,19 @@ absl::Status Engine::Send(uint32_t ctx, const void* buf, size_t bytes, size_t el
 }
 
 bool Engine::TakeArrived(uint32_t ctx, void* buf, size_t bytes, int peer, int tag) {
-  absl::MutexLock l(&mu_);
-  if (ClosedLocked(ctx)) return false;
-  Matcher& m = MatcherFor(ctx);
-  auto it = m.FindUnexpected(peer, tag);
-  if (it == m.unexpected().end() || it->kind != Unexpected::Kind::kEager || !it->complete ||
-      it->claimed != nullptr || it->bytes != bytes) {
-    return false;
+  {
+    absl::MutexLock l(&mu_);
+    if (ClosedLocked(ctx)) return false;
+    Matcher& m = MatcherFor(ctx);
+    auto it = m.FindUnexpected(peer, tag);
+    if (it == m.unexpected().end() || it->kind != Unexpected::Kind::kEager || !it->complete ||
+        it->claimed != nullptr || it->bytes != bytes) {
+      return false;
+    }
+    if (bytes > 0) memcpy(buf, it->data.get(), bytes);
+    m.EraseUnexpected(it);
   }
-  if (bytes > 0) memcpy(buf, it->data.get(), bytes);
-  m.EraseUnexpected(it);
+  SendDueCredits();
   return true;
 }
 
@@ -470,10 +492,11 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
     bool exact;
     const Matcher* matcher;
     uint64_t arrivals;
-  } want{ctx, buf, bytes, tag, fingerprint, exact, matcher, arrivals};
+    uint64_t got;  // the bytes taken
+  } want{ctx, buf, bytes, tag, fingerprint, exact, matcher, arrivals, 0};
   hcomm_transport_take_fn take = [](void* arg, const void* header, const void* payload,
                                     uint64_t len) -> int {
-    const Want& w = *static_cast<const Want*>(arg);
+    Want& w = *static_cast<Want*>(arg);
     const Meta m = Unpack(*static_cast<const FrameMeta*>(header));
     if (m.kind != kEager || len > kEagerBytes || m.comm_id != w.ctx ||
         m.id2 != w.fingerprint || (w.exact ? len != w.bytes : len > w.bytes) ||
@@ -481,6 +504,7 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
       return 0;  // the full path deals with it
     }
     if (len > 0) memcpy(w.buf, payload, len);
+    w.got = len;
     return 1;
   };
   // Counts as a wait, so that the background thread stays out of the way
@@ -498,6 +522,8 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
     const int got = t->TakeWhole(peer, bytes, take, &want);
     if (got == 1) {
       peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
+      flow_->Consumed(peer, FlowControl::Cost(want.got));
+      SendDueCredits();
       return true;
     }
     if (got < 0) return false;

@@ -14,8 +14,9 @@
 // yet. Larger ones send a request-to-send (RTS); the receiver answers with a
 // clear-to-send (CTS) once a receive matches, or a REJECT if the receive is
 // too small; only then does the payload (DATA) move, straight from the
-// sender's buffer into the receiver's. Unexpected data is therefore bounded
-// by kEagerBytes per message.
+// sender's buffer into the receiver's. Staged eager data is bounded by
+// flow control (core/p2p/flow.h): a sender whose receiver's window is spent
+// sends by rendezvous until the receiver has taken what it holds.
 //
 // Progress: a thread that waits drives the transport itself (spinning
 // briefly, then sleeping in the kernel until data arrives), so a message
@@ -47,7 +48,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/config.h"
+#include "core/base/status.h"
 #include "core/bootstrap/job.h"
+#include "core/p2p/flight_recorder.h"
+#include "core/p2p/flow.h"
 #include "core/p2p/matcher.h"
 #include "core/p2p/payload_pool.h"
 #include "core/p2p/request.h"
@@ -126,10 +130,24 @@ class Engine : public FrameSink {
     absl::MutexLock l(&mu_);
     return RefusedLocked(ctx, tag);
   }
+  // Returns `s`, noting that the application has been told of a peer's
+  // failure where it is PEER_FAILURE: Destroy then no longer reports ranks
+  // that failed (LostPeersStatus), which the application knows of.
+  // (`ctx`: where the operation was; the hang reports' own, kHangCtx, tell
+  // the application nothing.)
+  absl::Status Told(absl::Status s, uint32_t ctx = 0) {
+    if (ctx != kHangCtx && CodeOf(s) == ErrorCode::kPeerFailure) {
+      failure_told_.store(true, std::memory_order_relaxed);
+    }
+    return s;
+  }
   // OK while world rank `peer` is up and the engine usable; else why not.
+  // (A look: it does not count as telling the caller of a failure, see
+  // Told.)
   absl::Status PeerHealth(int peer) {
     absl::MutexLock l(&mu_);
-    return CheckUsable(peer);
+    if (aborted_ || destroyed_ || peer == kAnySource || peer == rank_) return CheckUsable(peer);
+    return peers_[peer]->state == PeerState::kUp ? absl::OkStatus() : peers_[peer]->failure;
   }
 
   // Changes a live setting (only timeout_ms).
@@ -296,6 +314,10 @@ class Engine : public FrameSink {
   // Orderly shutdown: waits (up to timeout) for this rank's sends to be
   // delivered, says goodbye to every peer, fails what is still pending with
   // Aborted. Called by the destructor if not called before.
+  // Returns PEER_FAILURE where a rank this one sent messages to failed
+  // before confirming it had read them all (its goodbye), naming it;
+  // TIMEOUT where sends were still not delivered at the deadline, naming
+  // them; else OK.
   absl::Status Destroy();
 
   // Tests only: sends world rank `peer` a raw protocol frame (core/p2p/
@@ -305,6 +327,13 @@ class Engine : public FrameSink {
   // deadline). Bypasses every check of the engine's own.
   absl::Status SendRawFrameForTesting(int peer, const FrameMeta& meta, const void* payload,
                                       size_t len, absl::Time deadline);
+  // Tests only: what world rank `peer`'s unreceived messages hold here now
+  // (FlowControl::held), and this rank's window.
+  int64_t HeldFromForTesting(int peer) {
+    absl::MutexLock l(&mu_);
+    return flow_ ? flow_->held(peer) : 0;
+  }
+  int64_t FlowWindowForTesting() const { return flow_ ? flow_->window() : 0; }
 
   // --- Hang reports -------------------------------------------------------
   // A communicator tells the engine which collective it is in, so that a
@@ -338,7 +367,21 @@ class Engine : public FrameSink {
   // Asks every rank (through the store, beside the data path) for its
   // PendingState and collects the answers until `deadline`. Ranks that did
   // not answer are missing from the map. Empty without a store.
+  // Goes through the store while it serves; once rank 0 (which serves it)
+  // is gone or the store fails, over the connections instead: each rank's
+  // responder keeps a receive posted in kHangCtx and answers there.
   std::map<int, std::string> CollectHangReport(absl::Time deadline);
+  // The context of the hang reports' messages (no communicator's: theirs
+  // count up from 0), and the longest answer (an eager message).
+  static constexpr uint32_t kHangCtx = 0xFFFFFFF0u;
+  static constexpr size_t kHangAnswerBytes = 60 * 1024;
+
+  // This rank's last operations (flight_recorder key; core/p2p/
+  // flight_recorder.h), shared by every communicator over this engine, and
+  // where they are dumped (flight_recorder_file, "%r" not yet replaced;
+  // empty: never). Fixed after Init.
+  FlightRecorder& flight() { return *flight_; }
+  const std::string& flight_file() const { return flight_file_; }
 
   // FrameSink (called by the transport on a polling thread).
   void* OnFrame(int peer, const FrameMeta& meta, uint64_t payload_len) override;
@@ -362,6 +405,9 @@ class Engine : public FrameSink {
     // Cleared (before anything else changes) once the peer is no longer up
     // or we said goodbye: eager sends then take the full path.
     std::atomic<bool> fast_send{true};
+    // This rank has sent it a message: if it fails before it confirmed
+    // reading everything (a goodbye), Destroy says so.
+    std::atomic<bool> sent{false};
     // The eager frame whose payload is arriving now (touched only by the
     // thread holding the transport's receive lock for this peer, under mu_).
     std::shared_ptr<Request> rx_req;
@@ -463,6 +509,24 @@ class Engine : public FrameSink {
   // collective.
   Unexpected* QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
                          uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OnWholeFrame's work: an eager message of `payload_len` bytes that
+  // arrived whole goes to its receive or the unexpected queue.
+  void WholeEagerLocked(int peer, const FrameMeta& fm, const void* payload, uint64_t payload_len)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For Destroy: this rank's sends not yet delivered, described; and
+  // PEER_FAILURE naming the failed ranks it sent messages to, or OK.
+  std::string UndeliveredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LostPeersStatus();
+  // Marks that this rank sent world rank `peer` a message (PeerInfo::sent).
+  void NoteSentTo(int peer) {
+    std::atomic<bool>& sent = peers_[peer]->sent;
+    if (!sent.load(std::memory_order_relaxed)) sent.store(true, std::memory_order_relaxed);
+  }
+  // Sends the CREDIT frames that are due (FlowControl::TakeDue). Without mu_.
+  void SendDueCredits();
+  // `peer` sent more than this rank's flow window allows (`what`: the
+  // frames): it does not follow the protocol; its connection is unusable.
+  void FailFloodLocked(int peer, const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An eager frame above kEagerBytes from `peer`: its connection is unusable.
   void FailOversizedEager(int peer, uint64_t payload_len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether rendezvous request `r` (a send awaiting its CTS, or a receive
@@ -580,6 +644,14 @@ class Engine : public FrameSink {
   // Eager payloads that arrived before their receive are staged here;
   // declared before contexts_, whose queues hold its buffers.
   PayloadPool payloads_;
+  // Flow control of eager messages (set in Bootstrap, before any
+  // connection; declared before contexts_, whose entries release into it).
+  std::unique_ptr<FlowControl> flow_;
+  // By peer: this rank's rendezvous sends whose RTS may still wait at the
+  // peer (counted until the send completes; Request::rts_counted).
+  std::vector<int64_t> rts_out_ ABSL_GUARDED_BY(mu_);
+  // An operation has returned PEER_FAILURE to the application (Told).
+  std::atomic<bool> failure_told_{false};
   // Matching state per context, created on first use (a peer may send on a
   // context before this rank has set up the communicator it belongs to).
   absl::flat_hash_map<uint32_t, std::unique_ptr<Matcher>> contexts_ ABSL_GUARDED_BY(mu_);
@@ -639,6 +711,20 @@ class Engine : public FrameSink {
   std::map<uint32_t, std::unique_ptr<Activity>> activity_ ABSL_GUARDED_BY(activity_mu_);
   std::thread hang_thread_;
   std::string hang_report_file_;
+  // Hang reports over the connections (hang_responder.cc): the store is no
+  // longer asked once it failed; the responder's posted receive of asks
+  // (its thread only); the tag the next report's answers come under.
+  std::atomic<bool> store_lost_{false};
+  std::shared_ptr<Request> hang_ask_;
+  int32_t hang_ask_buf_[2] = {0, 0};
+  std::atomic<int32_t> hang_next_tag_{1};
+  // Answers the ask that hang_ask_ received, if it did, and posts it anew.
+  void AnswerHangAsks();
+  std::map<int, std::string> CollectHangReportDirect(absl::Time deadline);
+  // PendingState and the flight record, as one answer.
+  std::string HangAnswer();
+  std::unique_ptr<FlightRecorder> flight_ = std::make_unique<FlightRecorder>(0);
+  std::string flight_file_;
 };
 
 }  // namespace hcomm

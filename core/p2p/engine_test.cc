@@ -1,5 +1,6 @@
 // Point-to-point engine over TCP, ranks as threads of this process.
 #include "core/p2p/engine.h"
+#include "core/p2p/engine_testing.h"
 
 #include <sched.h>
 
@@ -29,19 +30,15 @@ namespace {
     ASSERT_TRUE(st_.ok()) << st_;          \
   } while (0)
 
+using testing::MustInit;
 using testing::RunRanks;
+using testing::WaitFor;
 
 class FabricTest : public ::testing::TestWithParam<testing::TransportMode> {
  protected:
   void SetUp() override { testing::SetTransportMode(GetParam()); }
   void TearDown() override { testing::SetTransportMode(testing::TransportMode::kDefault); }
 };
-
-std::unique_ptr<Engine> MustInit(const Options& o) {
-  auto c = Engine::Init(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
 
 std::vector<char> Pattern(size_t n, int seed) {
   std::vector<char> v(n);
@@ -448,6 +445,68 @@ TEST_P(FabricTest, DestroyWhileAnotherThreadWaitsOnARequest) {
       // Rank 0's destroy says goodbye: nothing fails here.
       absl::SleepFor(absl::Milliseconds(600));
       EXPECT_TRUE(c->Destroy().ok());
+    }
+  });
+}
+
+// Destroy reports what it could not deliver: a rank this one sent a message
+// to that failed before confirming it had read it (rank 0 aborts without a
+// goodbye: its connections are torn down), naming it; a rank that sent it
+// nothing destroys cleanly. (Before, both returned OK.)
+TEST_P(FabricTest, DestroySaysWhichFailedRankMayHaveLostItsMessages) {
+  std::atomic<int> sent{0};
+  std::atomic<bool> aborted{false};
+  RunRanks(3, [&](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 0) {
+      ASSERT_TRUE(WaitFor([&] { return sent.load() == 1; }, absl::Now() + absl::Seconds(10)));
+      c->Abort();  // as if it died: no goodbye
+      aborted.store(true);
+    } else {
+      if (rank == 1) {
+        int v = 5;
+        ASSERT_OK(c->Send(0, &v, sizeof v, 4, /*peer=*/0, /*tag=*/1, c->timeout()));
+        sent.store(1);
+      }
+      ASSERT_TRUE(WaitFor([&] { return aborted.load() && !c->PeerHealth(0).ok(); },
+                          absl::Now() + absl::Seconds(10)));
+      absl::Status s = c->Destroy();
+      if (rank == 1) {
+        EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
+        EXPECT_TRUE(absl::StrContains(s.message(), "rank 0 failed before confirming") &&
+                    absl::StrContains(s.message(), "may be lost"))
+            << s;
+      } else {
+        EXPECT_TRUE(s.ok()) << s;  // it sent rank 0 nothing
+      }
+    }
+  });
+}
+
+// Destroy waits up to the timeout for this rank's sends; one still not
+// delivered then (its receive never posted) makes it return TIMEOUT naming
+// the send, not OK.
+TEST_P(FabricTest, DestroySaysWhichSendsItCouldNotDeliver) {
+  std::atomic<bool> destroyed{false};
+  RunRanks(2, [&](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    if (rank == 1) {
+      std::vector<char> big(256 * 1024, 'b');  // by rendezvous: waits for a receive
+      auto r = c->Isend(0, big.data(), big.size(), 1, /*peer=*/0, /*tag=*/4);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_OK(c->SetOption("timeout_ms", "400"));
+      absl::Status s = c->Destroy();
+      EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "1 send not delivered") &&
+                  absl::StrContains(s.message(), "rank 0"))
+          << s;
+      EXPECT_EQ(CodeOf((*r)->status), ErrorCode::kAborted) << (*r)->status;
+      destroyed.store(true);
+    } else {
+      ASSERT_TRUE(WaitFor([&] { return destroyed.load(); }, absl::Now() + absl::Seconds(10)));
+      c->Destroy().IgnoreError();
     }
   });
 }

@@ -58,7 +58,7 @@ absl::Status Engine::RefusedLocked(uint32_t ctx, int tag) {
   }
   if (!broken_.empty()) {
     auto it = broken_.find(ctx);
-    if (it != broken_.end()) return it->second;
+    if (it != broken_.end()) return Told(it->second, ctx);
   }
   return absl::OkStatus();
 }
@@ -66,6 +66,15 @@ absl::Status Engine::RefusedLocked(uint32_t ctx, int tag) {
 void Engine::WatchMembers(uint32_t ctx, const std::vector<int>& members) {
   absl::MutexLock l(&mu_);
   members_[ctx] = members;
+  // A member that failed already (a communicator made after a failure,
+  // Communicator::Shrink) breaks it as one failing later would.
+  for (int p : members) {
+    if (p != rank_ && peers_[p]->state == PeerState::kFailed) {
+      BreakContextLocked(ctx, PeerFailure(absl::StrCat("a rank of this communicator failed: ",
+                                                       peers_[p]->failure.message())));
+      break;
+    }
+  }
 }
 
 void Engine::BreakCollectivesOfLocked(int peer, const absl::Status& why) {
@@ -178,7 +187,7 @@ void Engine::FailPeerLocked(int peer, const absl::Status& why, bool any_source,
                                          (it->kind == Unexpected::Kind::kEager && !it->complete));
       if (drop) {
         if (it->claimed) Complete(it->claimed, Annotate(why, Describe(*it->claimed)));
-        it = unexpected.erase(it);
+        it = matcher->EraseUnexpected(it);
       } else {
         ++it;
       }

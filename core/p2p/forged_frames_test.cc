@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "core/base/status.h"
 #include "core/p2p/engine.h"
+#include "core/p2p/engine_testing.h"
 #include "core/p2p/protocol.h"
 #include "gtest/gtest.h"
 #include "testing/multirank.h"
@@ -29,7 +30,9 @@ namespace {
     ASSERT_TRUE(st_.ok()) << st_; \
   } while (0)
 
+using testing::MustInit;
 using testing::RunRanks;
+using testing::WaitFor;
 
 constexpr absl::Duration kStep = absl::Seconds(5);  // bound on every wait here
 
@@ -39,26 +42,10 @@ class ForgedFramesTest : public ::testing::TestWithParam<testing::TransportMode>
   void TearDown() override { testing::SetTransportMode(testing::TransportMode::kDefault); }
 };
 
-std::unique_ptr<Engine> MustInit(const Options& o) {
-  auto c = Engine::Init(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
-
 std::vector<char> Pattern(size_t n, int seed) {
   std::vector<char> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed * 7) & 0xff);
   return v;
-}
-
-// Waits (yielding, never sleeping) until `pred` holds or `deadline` passes.
-template <typename Pred>
-bool WaitFor(Pred pred, absl::Time deadline) {
-  while (!pred()) {
-    if (absl::Now() >= deadline) return false;
-    sched_yield();
-  }
-  return true;
 }
 
 // Rank 2 forges a CTS for rank 0's rendezvous send to rank 1 before rank 1

@@ -30,8 +30,13 @@ void* Engine::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
       FailOversizedEager(peer, payload_len);
       return nullptr;
     }
-    if (ClosedLocked(m.comm_id)) return nullptr;  // discard the payload
+    const int64_t cost = FlowControl::Cost(payload_len);
+    if (ClosedLocked(m.comm_id)) {
+      flow_->Consumed(peer, cost);
+      return nullptr;  // discard the payload
+    }
     std::shared_ptr<Request> r = MatcherFor(m.comm_id).TakePosted(peer, m.tag);
+    if (r) flow_->Consumed(peer, cost);
     if (r && Clash(r, m.id2, peer)) return nullptr;  // discard the payload
     if (r) {
       r->out_source = peer;
@@ -47,7 +52,7 @@ void* Engine::OnFrame(int peer, const FrameMeta& fm, uint64_t payload_len) {
       return r->recv_buf;
     }
     p.rx_unexpected = QueueEager(MatcherFor(m.comm_id), peer, m.tag, m.id2, payload_len);
-    return p.rx_unexpected->data.get();
+    return p.rx_unexpected != nullptr ? p.rx_unexpected->data.get() : nullptr;
   }
   if (m.kind == kData) {
     auto it = awaiting_data_.find(m.id);
@@ -106,15 +111,30 @@ void Engine::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
     return;
   }
   peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
-  absl::MutexLock l(&mu_);
-  if (aborted_ || ClosedLocked(m.comm_id)) return;
+  {
+    absl::MutexLock l(&mu_);
+    WholeEagerLocked(peer, fm, payload, payload_len);
+  }
+  SendDueCredits();
+}
+
+void Engine::WholeEagerLocked(int peer, const FrameMeta& fm, const void* payload,
+                              uint64_t payload_len) {
+  const Meta m = Unpack(fm);
+  if (aborted_) return;
+  const int64_t cost = FlowControl::Cost(payload_len);
+  if (ClosedLocked(m.comm_id)) {
+    flow_->Consumed(peer, cost);
+    return;
+  }
   Matcher& matcher = MatcherFor(m.comm_id);
   std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+  if (r) flow_->Consumed(peer, cost);
   if (r && Clash(r, m.id2, peer)) return;
   if (r) {
     r->out_source = peer;
     r->out_tag = m.tag;
-      r->out_fingerprint = m.id2;
+    r->out_fingerprint = m.id2;
     r->out_bytes = payload_len;
     if (payload_len > r->bytes) {
       FailTruncated(r, peer, m.tag, payload_len);
@@ -125,13 +145,20 @@ void Engine::OnWholeFrame(int peer, const FrameMeta& fm, const void* payload,
     return;
   }
   Unexpected* u = QueueEager(matcher, peer, m.tag, m.id2, payload_len);
+  if (u == nullptr) return;  // a flood: the peer is failed
   memcpy(u->data.get(), payload, payload_len);
   u->complete = true;
 }
 
 Unexpected* Engine::QueueEager(Matcher& matcher, int peer, int tag, uint64_t fingerprint,
                                uint64_t payload_len) {
+  const int64_t cost = FlowControl::Cost(payload_len);
+  if (!flow_->Hold(peer, cost)) {
+    FailFloodLocked(peer, absl::StrCat("an eager message of ", payload_len, " bytes"));
+    return nullptr;
+  }
   Unexpected u;
+  u.held = cost;
   u.kind = Unexpected::Kind::kEager;
   u.source = peer;
   u.tag = tag;
@@ -156,16 +183,23 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
         case kEager: {
           if (payload_len == 0) {
             // Zero-byte message: match it now.
+            const int64_t cost = FlowControl::Cost(0);
             std::shared_ptr<Request> r = matcher.TakePosted(peer, m.tag);
+            if (r) flow_->Consumed(peer, cost);
             if (r && Clash(r, m.id2, peer)) break;
             if (r) {
               r->out_source = peer;
               r->out_tag = m.tag;
-      r->out_fingerprint = m.id2;
+              r->out_fingerprint = m.id2;
               r->out_bytes = 0;
               Complete(r, absl::OkStatus());
             } else {
+              if (!flow_->Hold(peer, cost)) {
+                FailFloodLocked(peer, "an eager message of 0 bytes");
+                break;
+              }
               Unexpected u;
+              u.held = cost;
               u.kind = Unexpected::Kind::kEager;
               u.source = peer;
               u.tag = m.tag;
@@ -217,7 +251,12 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           if (r) {
             MatchRts(peer, m.tag, m.size, m.id, m.id2, r, &out);
           } else {
+            if (!flow_->HoldRts(peer)) {
+              FailFloodLocked(peer, absl::StrCat("an RTS (", m.size, " bytes)"));
+              break;
+            }
             Unexpected u;
+            u.held_rts = true;
             u.kind = Unexpected::Kind::kRts;
             u.source = peer;
             u.tag = m.tag;
@@ -280,6 +319,19 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
           }
           break;
         }
+        case kCredit: {
+          if (!flow_->ReturnCredit(peer, static_cast<int64_t>(m.size)) &&
+              peers_[peer]->state == PeerState::kUp) {
+            FailPeerLocked(peer,
+                           PeerFailure(absl::StrCat(
+                               "rank ", rank_, ": rank ", peer, " returned ", m.size,
+                               " bytes of flow-control credit, more than this rank had spent: a "
+                               "protocol violation (forged or corrupt frame); its connection is "
+                               "unusable")),
+                           /*any_source=*/true);
+          }
+          break;
+        }
         case kNotice: {
           absl::Status why = Mismatch(absl::StrCat("rank ", m.src, " found ranks disagreeing"));
           why.SetPayload(kClashUrl, absl::Cord(absl::StrCat(m.id, " ", m.size, " ", m.id2, " ",
@@ -318,6 +370,28 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
     route_[peer]->CloseWrite(peer);
   }
   Flush(&out);
+  SendDueCredits();
+}
+
+void Engine::FailFloodLocked(int peer, const std::string& what) {
+  if (peers_[peer]->state != PeerState::kUp) return;
+  FailPeerLocked(
+      peer,
+      PeerFailure(absl::StrCat(
+          "rank ", rank_, ": rank ", peer, " sent ", what, " beyond what this rank holds of its "
+          "unreceived messages (", flow_->held(peer), " of ", flow_->window(),
+          " bytes, the unexpected_bytes key): it does not follow the flow control of the "
+          "protocol (a flood, or a forged or corrupt frame); its connection is unusable")),
+      /*any_source=*/true);
+}
+
+void Engine::SendDueCredits() {
+  if (flow_ == nullptr || !flow_->CreditDue()) return;
+  for (auto [peer, amount] : flow_->TakeDue()) {
+    if (!peers_[peer]->fast_send.load(std::memory_order_acquire)) continue;  // not up
+    route_[peer]->Send(peer, Pack(MakeMeta(kCredit, 0, rank_, 0, amount, 0)), nullptr, 0,
+                       [](absl::Status) {});
+  }
 }
 
 }  // namespace hcomm

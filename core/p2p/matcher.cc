@@ -42,10 +42,22 @@ Unexpected* Matcher::AddUnexpected(Unexpected u) {
   return &unexpected_.back();
 }
 
+Matcher::~Matcher() {
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) it = EraseUnexpected(it);
+}
+
+Matcher::UnexpectedList::iterator Matcher::EraseUnexpected(UnexpectedList::iterator it) {
+  if (flow_ != nullptr) {
+    if (it->held > 0) flow_->Unhold(it->source, it->held);
+    if (it->held_rts) flow_->UnholdRts(it->source);
+  }
+  return unexpected_.erase(it);
+}
+
 void Matcher::EraseUnexpected(const Unexpected* u) {
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (&*it == u) {
-      unexpected_.erase(it);
+      EraseUnexpected(it);
       return;
     }
   }

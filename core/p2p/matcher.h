@@ -17,6 +17,7 @@
 #include <list>
 #include <memory>
 
+#include "core/p2p/flow.h"
 #include "core/p2p/payload_pool.h"
 #include "core/p2p/request.h"
 
@@ -39,11 +40,21 @@ struct Unexpected {
   uint64_t fingerprint = 0;      // the sender's collective fingerprint
   std::shared_ptr<Request> sender;   // kSelf
   std::shared_ptr<Request> claimed;  // kEager: a receive waiting for the payload
+  // What the entry holds against its sender's flow window (FlowControl):
+  // an eager message's cost, or an RTS. Released when it is erased.
+  int64_t held = 0;
+  bool held_rts = false;
 };
 
 class Matcher {
  public:
   using UnexpectedList = std::list<Unexpected>;
+
+  // `flow` (if not null) gets back what an erased entry held.
+  explicit Matcher(FlowControl* flow = nullptr) : flow_(flow) {}
+  ~Matcher();
+  Matcher(const Matcher&) = delete;
+  Matcher& operator=(const Matcher&) = delete;
 
   static bool Accepts(int want_source, int want_tag, int source, int tag) {
     return (want_source == kAnySource || want_source == source) &&
@@ -64,11 +75,13 @@ class Matcher {
 
   // Appends an arrival; the returned pointer stays valid until it is erased.
   Unexpected* AddUnexpected(Unexpected u);
-  void EraseUnexpected(UnexpectedList::iterator it) { unexpected_.erase(it); }
+  // Erases an entry (releasing what it held); returns the next.
+  UnexpectedList::iterator EraseUnexpected(UnexpectedList::iterator it);
   // Erases the entry whose address is `u`.
   void EraseUnexpected(const Unexpected* u);
 
   std::deque<std::shared_ptr<Request>>& posted() { return posted_; }
+  // (Erase entries only through EraseUnexpected.)
   UnexpectedList& unexpected() { return unexpected_; }
 
   // How many arrivals were ever queued. Readable without the communicator's
@@ -82,6 +95,7 @@ class Matcher {
   std::deque<std::shared_ptr<Request>> posted_;
   UnexpectedList unexpected_;
   std::atomic<uint64_t> arrivals_{0};
+  FlowControl* const flow_;
 };
 
 }  // namespace hcomm

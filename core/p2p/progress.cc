@@ -31,6 +31,7 @@ void Engine::ProgressLoop() {
   // stay out for another 2 ms.
   uint64_t seen = waits_ended_.load(std::memory_order_relaxed);
   while (!stop_.load(std::memory_order_acquire)) {
+    SendDueCredits();  // what a failure or a closed context freed
     const uint64_t ended = waits_ended_.load(std::memory_order_relaxed);
     if (active_waiters_.load(std::memory_order_acquire) > 0 || ended != seen) {
       seen = ended;

@@ -42,6 +42,8 @@ enum FrameKind : uint8_t {
                    // size = culprit rank; fails (ctx, tag) everywhere
   kAbandon = 11,   // the sender aborted the communicator whose contexts are
                    // comm_id (point-to-point) and id (collectives)
+  kCredit = 12,    // flow control: size = bytes of eager messages the sender
+                   // of this frame has taken (core/p2p/flow.h)
 };
 
 struct Meta {
@@ -96,6 +98,7 @@ inline const char* FrameKindName(uint8_t kind) {
     case kGoodbye: return "GOODBYE";
     case kNotice: return "NOTICE";
     case kAbandon: return "ABANDON";
+    case kCredit: return "CREDIT";
     default: return "unknown frame";
   }
 }

@@ -42,6 +42,7 @@ struct Request {
     started = absl::Time();
     phase = Phase::kPosted;
     rendezvous = false;
+    rts_counted = false;
     frame = 0;
     done.store(false, std::memory_order_relaxed);
     status = absl::OkStatus();
@@ -52,6 +53,7 @@ struct Request {
     finish = nullptr;
     finished.store(false, std::memory_order_relaxed);
     keep.reset();
+    flight = 0;
   }
 
   Kind kind = Kind::kRecv;
@@ -72,6 +74,7 @@ struct Request {
   // Engine state (guarded by the communicator's mutex).
   Phase phase = Phase::kPosted;
   bool rendezvous = false;  // send: went out as a request-to-send
+  bool rts_counted = false;  // send: counted in its peer's Engine::rts_out_
   uint64_t frame = 0;       // transport handle of the frame carrying the payload
 
   // Outcome, valid once done.
@@ -92,6 +95,9 @@ struct Request {
   // What the request's buffers need kept until it ends (a send's encoded
   // copy of the caller's data), or null.
   std::shared_ptr<void> keep;
+  // Its entry in the flight recorder (core/p2p/flight_recorder.h), ended
+  // when a wait or test first sees it done; 0: none.
+  uint64_t flight = 0;
 };
 
 // For a request that is done: runs its finish step if it has one that has

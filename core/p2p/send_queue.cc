@@ -25,9 +25,15 @@ bool Engine::SendNow(uint32_t ctx, const void* buf, size_t bytes, int peer, int 
       !peers_[peer]->fast_send.load(std::memory_order_acquire)) {
     return false;
   }
+  if (!flow_->TakeCredit(peer, bytes)) return false;
   Meta m = MakeMeta(kEager, ctx, rank_, tag, bytes, next_id_.fetch_add(1, std::memory_order_relaxed),
                     fingerprint);
-  return route_[peer]->TrySendNow(peer, Pack(m), buf, bytes);
+  if (route_[peer]->TrySendNow(peer, Pack(m), buf, bytes)) {
+    NoteSentTo(peer);
+    return true;
+  }
+  flow_->ReturnCredit(peer, FlowControl::Cost(bytes));  // nothing left
+  return false;
 }
 
 void Engine::Flush(std::vector<Outgoing>* out) {

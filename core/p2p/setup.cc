@@ -106,6 +106,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Init(const Options& opts) {
         absl::StrCat("rank ", opts.rank, " is out of range for world_size ", opts.world_size));
   }
   std::unique_ptr<Engine> engine(new Engine(opts));
+  engine->flight_ = std::make_unique<FlightRecorder>(static_cast<size_t>(opts.flight_recorder));
+  engine->flight_file_ = opts.flight_recorder_file;
   if (absl::Status s = engine->Bootstrap(opts); !s.ok()) {
     if (engine->job_ != nullptr) engine->job_->TellInitFailure(s);
     return s;
@@ -157,6 +159,7 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   mine.set_cpus(OwnCpus());
   mine.set_switch_id(*switch_id);
   mine.set_numa_plus_one(NumaNodeOf(mine.cpus(), ThisHost()) + 1);
+  mine.set_unexpected_bytes(opts.unexpected_bytes);
   std::vector<std::unique_ptr<Provider>> opened(allowed.size());
   std::vector<std::string> unusable(allowed.size());
   for (size_t i = 0; i < allowed.size(); ++i) {
@@ -179,6 +182,18 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   for (int r = 0; r < size_; ++r) {
     placement_[r] = Placement{cards[r].host(), cards[r].cpus(), cards[r].switch_id(),
                               cards[r].numa_plus_one() - 1};
+  }
+
+  // Flow control, before any connection can bring a frame: each peer's
+  // window is what it published.
+  std::vector<int64_t> windows(size_);
+  for (int r = 0; r < size_; ++r) {
+    windows[r] = cards[r].unexpected_bytes() > 0 ? cards[r].unexpected_bytes() : opts.unexpected_bytes;
+  }
+  flow_ = std::make_unique<FlowControl>(size_, rank_, windows, opts.unexpected_bytes);
+  {
+    absl::MutexLock l(&mu_);
+    rts_out_.assign(size_, 0);
   }
 
   // Ranks of this host outnumbering their CPUs change how waits behave.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
@@ -163,7 +164,7 @@ void Engine::EndContextsLocked(uint32_t first, uint32_t count, const absl::Statu
         out->push_back({u->source, Pack(MakeMeta(kReject, c, rank_, u->tag, u->bytes,
                                                  u->send_id))});
       }
-      u = m.unexpected().erase(u);
+      u = m.EraseUnexpected(u);
     }
     if (!keep) EraseMatcherLocked(it);
   }
@@ -238,6 +239,45 @@ void Engine::Abort() {
   for (auto& t : transports_) t->ShutdownAll();
 }
 
+std::string Engine::UndeliveredLocked() {
+  std::vector<std::string> sends;
+  size_t n = 0;
+  for (const auto* table : {&awaiting_cts_, &sending_}) {
+    for (const auto& [id, r] : *table) {
+      if (++n <= 3) sends.push_back(Describe(*r));
+    }
+  }
+  std::string what = absl::StrCat(n, " send", n == 1 ? "" : "s", " not delivered");
+  if (!sends.empty()) {
+    absl::StrAppend(&what, " (", absl::StrJoin(sends, "; "), n > 3 ? "; ..." : "", ")");
+  }
+  if (size_t queued = PendingSendsAll(); queued > 0) {
+    absl::StrAppend(&what, ", ", queued, " frame", queued == 1 ? "" : "s",
+                    " still queued in the transports");
+  }
+  return what;
+}
+
+absl::Status Engine::LostPeersStatus() {
+  // An application told of a failure knows what it may have lost (and may
+  // have shrunk the job since): only a failure it never saw is news.
+  if (failure_told_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  absl::MutexLock l(&mu_);
+  std::vector<int> lost;
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && peers_[p]->state == PeerState::kFailed &&
+        peers_[p]->sent.load(std::memory_order_relaxed)) {
+      lost.push_back(p);
+    }
+  }
+  if (lost.empty()) return absl::OkStatus();
+  return PeerFailure(absl::StrCat(
+      "hcomm_comm_destroy: rank ", rank_, ": rank", lost.size() == 1 ? " " : "s ",
+      absl::StrJoin(lost, ", "), " failed before confirming that it had read every message this rank sent it; the last of them "
+      "may be lost (",
+      peers_[lost[0]]->failure.message(), ")"));
+}
+
 absl::Status Engine::Destroy() {
   {
     absl::MutexLock l(&mu_);
@@ -248,16 +288,23 @@ absl::Status Engine::Destroy() {
   absl::Status result;
   if (!transports_.empty() && !aborted_flag_.load()) {
     // 1. Let our own sends reach their peers.
-    const absl::Time deadline = Deadline();
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + timeout();
     for (;;) {
       bool pending;
       {
         absl::MutexLock l(&mu_);
         pending = !awaiting_cts_.empty() || !sending_.empty() || PendingSendsAll() > 0;
+        if (pending && absl::Now() >= deadline) {
+          result = Timeout(absl::StrCat("hcomm_comm_destroy: rank ", rank_, ": ",
+                                        UndeliveredLocked(), " after ",
+                                        Seconds(absl::Now() - start),
+                                        " (timeout_ms); they are dropped"));
+        }
       }
-      if (!pending) break;
+      if (!pending || !result.ok()) break;
       const absl::Time now = absl::Now();
-      if (now >= deadline || InterruptNow(now)) break;
+      if (InterruptNow(now)) break;
       PollOnce(absl::Milliseconds(5));
     }
     // 2. Goodbye to every peer still up, then close our side.
@@ -291,6 +338,7 @@ absl::Status Engine::Destroy() {
       if (!open || absl::Now() >= close_deadline) break;
       PollOnce(absl::Milliseconds(5));
     }
+    if (absl::Status lost = LostPeersStatus(); !lost.ok()) result = lost;
   }
   stop_ = true;
   {

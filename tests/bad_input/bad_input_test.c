@@ -270,6 +270,8 @@ int main(void) {
        "ranks[1]");
   CASE("create_group: negative rank", hcomm_comm_create_group(comm, neg_ranks, 1, &out), BAD,
        "ranks[0]");
+  CASE("comm_shrink: comm NULL", hcomm_comm_shrink(NULL, &out), BAD, "comm is NULL");
+  CASE("comm_shrink: out NULL", hcomm_comm_shrink(comm, NULL), BAD, "out is NULL");
 
   /* ---- Collectives ---- */
   CASE("allreduce: comm NULL", hcomm_allreduce(a, b, 4, HCOMM_INT32, HCOMM_SUM, NULL), BAD,
@@ -423,6 +425,7 @@ int main(void) {
     CASE("allreduce: destroyed comm", hcomm_allreduce(&v, &v, 1, HCOMM_INT32, HCOMM_SUM, comm),
          BAD, "destroyed");
     CASE("comm_abort: destroyed comm", hcomm_comm_abort(comm), BAD, "destroyed");
+    CASE("comm_shrink: destroyed comm", hcomm_comm_shrink(half, &again), BAD, "destroyed");
     CASE("comm_destroy: twice", hcomm_comm_destroy(half), BAD, "destroyed already");
     CASE("config_set: destroyed cfg", hcomm_config_set(cfg, "rank", "0"), BAD, "destroyed");
     CASE("comm_init: destroyed cfg", hcomm_comm_init(cfg, &again), BAD, "destroyed");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -30,6 +31,12 @@ namespace {
 // How long an accept or a dial waits before asking whether init may go on
 // (host->check: another rank's init may have failed).
 constexpr absl::Duration kLook = absl::Milliseconds(200);
+// How long an accepting rank gives a connection to prove it belongs to the
+// job (token handshake and hello), how soon it looks again while some are
+// being vetted, and how many it vets at once (more are dropped).
+constexpr absl::Duration kVetTime = absl::Seconds(5);
+constexpr absl::Duration kVetLook = absl::Milliseconds(5);
+constexpr int kMaxVetting = 64;
 
 class TcpProtocol final : public TransportProtocol<TcpTransport> {
  public:
@@ -87,34 +94,84 @@ class TcpProtocol final : public TransportProtocol<TcpTransport> {
 };
 
 absl::Status TcpProtocol::AcceptHigher(const std::set<int>& higher) {
-  size_t expected = higher.size();
-  while (expected > 0) {
+  // Each connection is vetted (token handshake, then hello) on a thread of
+  // its own, given kVetTime at most: a stranger that connects and stays
+  // silent, or many of them, holds up no rank's connection but its own.
+  struct Vetting {
+    absl::Mutex mu;
+    int fd ABSL_GUARDED_BY(mu) = -1;  // -1 once the vetting thread is done with it
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Vetting>> vetting;
+  std::atomic<int> busy{0};
+  auto all_here = [&] {
+    absl::MutexLock l(&mu_);
+    for (int r : higher) {
+      if (fds_.count(r) == 0) return false;
+    }
+    return true;
+  };
+  absl::Status result;
+  while (!all_here()) {
     const absl::Time deadline = Deadline();
-    const absl::Time slice = std::min(deadline, absl::Now() + kLook);
+    // While connections are being vetted, look back soon: one may be the last.
+    const absl::Time slice =
+        std::min(deadline, absl::Now() + (busy.load() > 0 ? kVetLook : kLook));
     auto c = net::Accept(listener_.get(), slice);
     if (!c.ok()) {
       if (CodeOf(c.status()) == ErrorCode::kTimeout && slice < deadline) {
-        if (absl::Status go_on = Check(); !go_on.ok()) return go_on;
+        if (absl::Status go_on = Check(); !go_on.ok()) {
+          result = go_on;
+          break;
+        }
         continue;
       }
-      return c.status();
+      result = c.status();
+      break;
     }
-    // A stranger, a wrong token or a rank of another job: dropped.
-    if (Authenticate(c->get(), /*as_server=*/true) != HCOMM_SUCCESS) continue;
-    auto hello = net::ReadFrame(c->get(), 128, std::min(deadline, absl::Now() + absl::Seconds(5)));
-    if (!hello.ok()) continue;
-    std::vector<std::string> f = absl::StrSplit(*hello, ' ');
-    int r = -1, n = 0;
-    if (f.size() != 3 || f[0] != host().job_key || !absl::SimpleAtoi(f[1], &r) ||
-        !absl::SimpleAtoi(f[2], &n) || n != world_size() || higher.count(r) == 0) {
-      continue;
+    if (busy.load() >= kMaxVetting) continue;  // a flood of strangers: dropped
+    auto v = std::make_unique<Vetting>();
+    {
+      absl::MutexLock l(&v->mu);
+      v->fd = c->get();
     }
-    absl::MutexLock l(&mu_);
-    if (fds_.count(r) > 0) continue;
-    fds_[r] = std::move(*c);
-    --expected;
+    busy.fetch_add(1);
+    Vetting* vp = v.get();
+    v->thread = std::thread([this, vp, &higher, &busy, fd = std::move(*c)]() mutable {
+      const absl::Time until = std::min(Deadline(), absl::Now() + kVetTime);
+      int r = -1;
+      bool ok = Authenticate(fd.get(), /*as_server=*/true) == HCOMM_SUCCESS;
+      if (ok) {
+        auto hello = net::ReadFrame(fd.get(), 128, until);
+        std::vector<std::string> f;
+        if (hello.ok()) f = absl::StrSplit(*hello, ' ');
+        int n = 0;
+        ok = hello.ok() && f.size() == 3 && f[0] == host().job_key &&
+             absl::SimpleAtoi(f[1], &r) && absl::SimpleAtoi(f[2], &n) && n == world_size() &&
+             higher.count(r) > 0;
+      }
+      {
+        absl::MutexLock l(&vp->mu);
+        vp->fd = -1;  // AcceptHigher no longer shuts it down
+      }
+      if (ok) {
+        absl::MutexLock l(&mu_);
+        if (fds_.count(r) == 0) fds_[r] = std::move(fd);
+      }
+      busy.fetch_sub(1);
+    });
+    vetting.push_back(std::move(v));
   }
-  return absl::OkStatus();
+  // Strangers still being vetted are cut short; every thread is joined.
+  for (auto& v : vetting) {
+    {
+      absl::MutexLock l(&v->mu);
+      if (v->fd >= 0) ::shutdown(v->fd, SHUT_RDWR);
+    }
+    v->thread.join();
+  }
+  if (result.ok() || all_here()) return absl::OkStatus();
+  return result;
 }
 
 absl::StatusOr<net::Fd> TcpProtocol::Dial(int peer) {

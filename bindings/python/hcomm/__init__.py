@@ -73,7 +73,7 @@ __all__ = [
     # setup
     "init", "destroy", "is_initialized", "get_default_group",
     "init_process_group", "destroy_process_group",
-    "get_rank", "get_world_size", "new_group", "split",
+    "get_rank", "get_world_size", "new_group", "split", "shrink",
     "set_compression", "CompressionType",
     # point-to-point
     "send", "recv", "isend", "irecv", "wait_all", "Request",
@@ -217,6 +217,15 @@ def split(color, key=0, group=None):
     """Ranks with the same color form a group ordered by (key, rank); color
     None or UNDEFINED gets None. Collective."""
     return _group(group).split(color, key)
+
+
+def shrink(group=None):
+    """After a rank failed (PeerFailureError): the survivors of group (default:
+    the default group) agree on who is gone and get a new communicator of
+    the living ranks, renumbered in their old order. Collective over the
+    survivors. The default group stays what it was (destroying it leaves the
+    new one alone): call the result's methods, or pass it as `group=`."""
+    return _group(group).shrink()
 
 
 def set_compression(kind, group=None):

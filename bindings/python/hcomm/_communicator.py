@@ -702,6 +702,24 @@ class Communicator:
                 return None if handle is None else Communicator(handle, parent=self)
         return self._in_turn(call)
 
+    def shrink(self):
+        """After a rank failed (PeerFailureError): the surviving ranks agree on
+        which ranks are gone and return a new communicator of the living
+        ones, renumbered in their old order (hcomm_comm_shrink). Collective
+        over the survivors; without a failure, a communicator of every rank.
+        This communicator is left as it is (its collectives keep failing):
+        destroy it when done; the new one outlives it (unlike a split's
+        groups, it is not destroyed with it). Raises TimeoutError naming the
+        ranks waited for where a survivor does not call it within
+        timeout_ms."""
+        def call():
+            with self._use as h:
+                return Communicator(_n.hcomm_comm_shrink(h))
+        # (Not one of this communicator's collectives: nothing to refuse in
+        # turn if it raises; it runs after the async ones pending, which a
+        # member's failure ends.)
+        return self._in_turn(call)
+
     # ---- point-to-point ----------------------------------------------------
 
     def send(self, tensor, dst, tag=0):

@@ -808,6 +808,40 @@ def peer_failure_worker():
     hcomm.destroy()
 
 
+def shrink_worker():
+    """4 ranks; rank 2 is SIGKILLed once the others are past the warm-up (each
+    tells it so): the survivors' all_reduce raises PeerFailureError, and
+    hcomm.shrink() gives them a communicator of 3 ranks in their old order,
+    whose all_reduce sums the survivors and which outlives the old one."""
+    comm = hcomm.init(timeout_ms=10000)
+    r = comm.rank
+    comm.all_reduce(np.ones(4))
+    if r != 2:
+        comm.send(np.ones(1, dtype=np.int32), dst=2, tag=99)
+    else:
+        for src in (0, 1, 3):
+            comm.recv(np.zeros(1, dtype=np.int32), src=src, tag=99)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        comm.all_reduce(np.ones(4))
+        print("FAIL: all_reduce worked with rank 2 dead", flush=True)
+        sys.exit(1)
+    except hcomm.PeerFailureError as e:
+        print("ok: PeerFailureError:", e, flush=True)
+    new = hcomm.shrink()
+    assert (new.rank, new.size) == ({0: 0, 1: 1, 3: 2}[r], 3), (new.rank, new.size)
+    t = np.full(1000, r + 1, dtype=np.int64)
+    new.all_reduce(t)
+    assert (t == 1 + 2 + 4).all(), t[:4]
+    hcomm.destroy()  # the old default group; the shrunk one stays
+    new.barrier()
+    again = new.shrink()  # no failure now: a copy of every rank
+    assert again.size == 3 and again.rank == new.rank
+    print("ok: shrink to 3 ranks, all_reduce", int(t[0]), flush=True)
+    again.destroy()
+    new.destroy()
+
+
 def destroy_during_barrier_worker():
     """Rank 0: a thread blocks in barrier() (rank 1 never enters it) while the
     main thread destroys the communicator: destroy() waits for the barrier
@@ -1025,6 +1059,12 @@ class Failures(unittest.TestCase):
         self.assertEqual(outs[0][0], 0, outs)
         self.assertIn("ok: PeerFailureError", outs[0][1])
 
+    def test_shrink_after_a_rank_is_killed(self):
+        outs = _start_by_hand("--shrink", ["t0ken-s"] * 4)
+        self.assertEqual([rc for rc, _ in outs], [0, 0, -signal.SIGKILL, 0], outs)
+        for r in (0, 1, 3):
+            self.assertIn("ok: shrink to 3 ranks, all_reduce 7", outs[r][1])
+
     def test_destroy_during_barrier(self):
         outs = _start_by_hand("--destroy-during-barrier", ["t0ken-b", "t0ken-b"])
         self.assertEqual([rc for rc, _ in outs], [0, 0], outs)
@@ -1063,6 +1103,8 @@ if __name__ == "__main__":
         worker()
     elif "--peer-failure" in sys.argv:
         peer_failure_worker()
+    elif "--shrink" in sys.argv:
+        shrink_worker()
     elif "--destroy-during-barrier" in sys.argv:
         destroy_during_barrier_worker()
     elif "--bad-token" in sys.argv:

@@ -144,7 +144,13 @@ HCOMM_API hcomm_status_t hcomm_config_create(hcomm_config_t* out);
  * compression ("none", "fp16", "bf16", "delta", "fp16,delta", "bf16,delta":
  * docs/compression.md), delta_cache_bytes, switch_id, topology (a file
  * mapping hosts to switches: docs/topology.md), switch_link_mbit (the
- * bandwidth between switches the cost model assumes; 0: as between hosts).
+ * bandwidth between switches the cost model assumes; 0: as between hosts),
+ * unexpected_bytes (the most bytes of unreceived messages a rank holds from
+ * any one peer; docs/reliability.md, "Flow control"), flight_recorder (how
+ * many of its last operations a rank keeps for hang reports; 0: none),
+ * flight_recorder_file (where a rank dumps them as JSON on a timeout or
+ * failure and at destroy; "%r" becomes the rank; docs/reliability.md,
+ * "Flight recorder").
  * The value is validated now. Neither string is retained.
  * Errors: INVALID_ARGUMENT (NULL argument, unknown key, or a value that does
  * not parse; the message names the key).
@@ -219,6 +225,12 @@ HCOMM_API hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
  * waited on from another thread while the communicator is destroyed. Groups
  * made from a communicator outlive it: the connections they share close
  * with the last of them destroyed.
+ * Everything is released whatever it returns. It returns, for the last
+ * communicator over the connections: HCOMM_ERR_PEER_FAILURE where a rank
+ * this one sent messages to failed before confirming it had read them all
+ * (the message names it: the last of them may be lost), or
+ * HCOMM_ERR_TIMEOUT where this rank's sends were still not delivered at
+ * the deadline (named; they are dropped); else HCOMM_SUCCESS.
  * NULL is a no-op. The handle keeps a few bytes so that a later call with
  * it, destroy included, returns INVALID_ARGUMENT ("comm is NULL or
  * destroyed"). In the child of a fork, destroying the parent's
@@ -408,6 +420,32 @@ HCOMM_API hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key,
  * twice), MISMATCH (ranks passed different lists), TIMEOUT, PEER_FAILURE. */
 HCOMM_API hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int* ranks,
                                                  int nranks, hcomm_comm_t* out);
+
+/* After a peer failure: the surviving ranks agree on who is gone and get a new communicator of
+   the living ranks (ranks renumbered in their old order). Collective over the survivors.
+ *
+ * Every surviving rank of comm calls it (typically after an operation
+ * returned HCOMM_ERR_PEER_FAILURE). The survivors exchange which ranks they
+ * know failed until all hold the same set (a rank failing meanwhile joins
+ * it), then form the new communicator of the others, which works like one
+ * made by hcomm_comm_split: point-to-point and every collective, its own
+ * message space, comm's connections, no store (the store's host may be
+ * among the dead). Without any failure it returns a communicator of every
+ * rank of comm. A rank that dies after the survivors agreed stays a member:
+ * the new communicator's collectives then fail with PEER_FAILURE, and the
+ * survivors shrink it in turn. comm itself is unchanged (its collectives
+ * keep failing); destroy it when done with it. *out is owned by the caller
+ * until hcomm_comm_destroy.
+ * comm and out must not be NULL; *out is NULL on failure.
+ * COLLECTIVE over the survivors of comm; BLOCKS until they agree, up to
+ * comm's timeout_ms.
+ * Errors: INVALID_ARGUMENT (NULL or destroyed comm, NULL out), TIMEOUT (a
+ * survivor did not take part; names the ranks it waited for and those known
+ * failed), PEER_FAILURE (the survivors count this rank among the failed),
+ * ABORTED (comm was aborted or its world destroyed).
+ * THREAD SAFETY: as hcomm_comm_split; other threads' calls on comm may run
+ * meanwhile (they fail as before). */
+HCOMM_API hcomm_status_t hcomm_comm_shrink(hcomm_comm_t comm, hcomm_comm_t* out);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */

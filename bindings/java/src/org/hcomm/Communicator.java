@@ -319,6 +319,26 @@ public final class Communicator implements AutoCloseable {
   }
 
   /**
+   * After a rank failed ({@link Status#PEER_FAILURE}): the surviving ranks
+   * agree on which ranks are gone and get a new communicator of the living
+   * ones, renumbered in their old order (hcomm_comm_shrink). Collective over
+   * the survivors; without a failure, a communicator of every rank. This
+   * communicator is left as it is (its collectives keep failing): close it
+   * when done. Throws {@link Status#TIMEOUT} naming the ranks waited for
+   * where a survivor does not call it within timeout_ms.
+   */
+  public Communicator shrink() {
+    long h = handle.enter();
+    long child;
+    try {
+      child = HcommNative.hcomm_comm_shrink(h);
+    } finally {
+      handle.exit();
+    }
+    return new Communicator(child, this);
+  }
+
+  /**
    * A new {@link Stream} of this communicator with {@code priority} (a higher number is served
    * first where streams compete; 0 is the default): an ordered queue of operations that run in
    * the background. Collective: every rank makes its streams of a communicator in the same order.

@@ -482,6 +482,17 @@ public class CommunicatorTest {
   }
 
   @Test
+  public void shrinkWithoutFailureKeepsEveryRank() {
+    try (Communicator c = comm.shrink()) {
+      assertEquals(1, c.size());
+      assertEquals(0, c.rank());
+      int[] v = {5};
+      c.allReduce(v, ReduceOp.SUM);
+      assertEquals(5, v[0]);
+    }
+  }
+
+  @Test
   public void closedHandlesAreInvalidArgument() {
     Communicator c = Communicator.init(single());
     Request pending = c.irecv(new int[1], 0, 1);
@@ -506,6 +517,7 @@ public class CommunicatorTest {
     expect(Status.INVALID_ARGUMENT, () -> c.allReduce(new float[1], ReduceOp.SUM));
     expect(Status.INVALID_ARGUMENT, c::barrier);
     expect(Status.INVALID_ARGUMENT, () -> c.split(0, 0));
+    expect(Status.INVALID_ARGUMENT, c::shrink);
     c.abort(); // nothing to abort: no error
     assertEquals("Communicator(closed)", c.toString());
 

@@ -314,6 +314,17 @@ public final class MultiRankMain {
     }
     c.barrier();
     ok("split");
+
+    // Without a failure, shrink is a copy of every rank (the killed-rank
+    // case runs in core/comm/shrink_test and the Python and Go tests).
+    try (Communicator copy = c.shrink()) {
+      check(copy.size() == size && copy.rank() == rank,
+          "shrink size/rank " + copy.size() + "/" + copy.rank());
+      int[] v = {rank + 1};
+      copy.allReduce(v, ReduceOp.SUM);
+      check(v[0] == size * (size + 1) / 2, "shrink allReduce " + v[0]);
+    }
+    ok("shrink");
   }
 
   private static void timeout(Communicator c) {
