@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Link flaps between two hosts (network namespaces joined by a veth,
+# tests/netns/two_hosts.sh) fail nothing: while host b's link goes down for
+# DOWN_S seconds and up for UP_S, again and again for FLAP_FOR seconds, two
+# ranks (one per host) run hcomm_bench allreduce jobs back to back with
+# timeout_ms 120000; every job must end well with every result right.
+# (No loss or delay here: this kernel has no netem, and no iptables.)
+#
+#   bazel test //tests/netns:flap_test                          # 2 s down, 3 s up, 20 s
+#   bazel test //tests/netns:flap_test --test_env=FLAP_FOR=300  # five minutes
+set -uo pipefail
+source "$(dirname "$0")/../acceptance/testlib.sh"
+
+bench="$(runfile tools/hcomm_bench)" || fail "hcomm_bench not in the runfiles"
+two_hosts="$(runfile tests/netns/two_hosts.sh)" || fail "two_hosts.sh not in the runfiles"
+BED_PREFIX=hcf BED_NAME=flap_test source "$two_hosts"
+setup_network || fail "could not build the namespaces (see above)"
+
+down_s="${DOWN_S:-2}" up_s="${UP_S:-3}" flap_for="${FLAP_FOR:-20}"
+echo "host b's link: down ${down_s} s, up ${up_s} s, for ${flap_for} s; jobs back to back meanwhile"
+
+# The flapping, in the background until the file $work/stop exists.
+(
+  while [[ ! -e "$work/stop" ]]; do
+    sleep "$up_s"
+    ip -n "$(ns_of b)" link set eth0 down
+    sleep "$down_s"
+    ip -n "$(ns_of b)" link set eth0 up
+    echo flap >>"$work/flaps"
+  done
+) &
+flapper=$!
+
+start="$(now)" jobs_n=0 bad=0
+while awk -v e="$(elapsed "$start")" -v f="$flap_for" 'BEGIN { exit !(e < f) }'; do
+  jobs_n=$((jobs_n + 1))
+  tok="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  store="$subnet.1:$((port + jobs_n))"
+  pids=()
+  for r in 0 1; do
+    ns="$(ns_of "${hosts[r]}")"
+    ip netns exec "$ns" env -i PATH=/usr/bin:/bin HCOMM_TIMEOUT_MS=120000 \
+      HCOMM_RANK="$r" HCOMM_WORLD_SIZE=2 HCOMM_STORE_ADDR="$store" \
+      HCOMM_JOB_TOKEN="$tok" HCOMM_HOST_ID="$ns" \
+      "$bench" allreduce -b 8 -e 256K -f 8 -n 200 -w 5 -c 1 --json \
+      >"$work/job$jobs_n.r$r.out" 2>&1 </dev/null &
+    pids[r]=$!
+  done
+  job_start="$(now)"
+  for r in 0 1; do
+    rc=0
+    wait_pid "${pids[r]}" 150 || rc=$?
+    if [[ $rc -ne 0 ]]; then
+      bad=$((bad + 1))
+      echo "job $jobs_n: rank $r exited $rc"
+      cat "$work/job$jobs_n.r$r.out"
+    fi
+  done
+  wrong="$(grep -cE '"wrong":[1-9]' "$work/job$jobs_n.r0.out")"
+  [[ "$wrong" -eq 0 ]] || { bad=$((bad + 1)); echo "job $jobs_n: wrong results"; }
+  echo "job $jobs_n: $(elapsed "$job_start") s, $(grep -c '"op":"allreduce"' "$work/job$jobs_n.r0.out") sizes"
+done
+touch "$work/stop"
+wait "$flapper"
+ip -n "$(ns_of b)" link set eth0 up
+flaps="$(wc -l <"$work/flaps" 2>/dev/null || echo 0)"
+echo "$jobs_n jobs in $(elapsed "$start") s through $flaps flaps: $bad failed"
+[[ "$flaps" -ge 1 ]] || fail "no flap happened while the jobs ran"
+[[ "$bad" -eq 0 ]] || fail "$bad of $jobs_n jobs failed under link flaps"
+echo "PASS"
