@@ -246,7 +246,7 @@ absl::Status Job::Publish(const store::RankCard& card, absl::Time deadline) {
 absl::StatusOr<std::vector<store::RankCard>> Job::Cards(absl::Time deadline) {
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(CardKey(r));
-  absl::Status joined = Wait(keys, deadline);
+  absl::Status joined = Wait(keys, deadline, /*ranks_joining=*/true);
   if (!joined.ok() && failed_elsewhere_) return joined;
   if (!joined.ok()) {
     auto have = client_->Check(keys, absl::Now() + absl::Seconds(2));
@@ -307,14 +307,33 @@ absl::Status Job::FailedElsewhere() {
       why.ok() ? *why : std::string("(the store went away before saying which)")));
 }
 
-absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline) {
+absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline,
+                       bool ranks_joining) {
   const absl::Time start = absl::Now();
+  absl::Time notice = start + kWaitNotice;
   for (;;) {
     const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
     absl::Status s = client_->Wait(keys, slice);
     if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return StoreError(s);
     if (slice < deadline && !Interrupted()) {
       HCOMM_RETURN_IF_ERROR(FailedElsewhere());
+      if (ranks_joining && absl::Now() >= notice) {
+        notice = absl::Now() + kWaitNotice;
+        auto have = client_->Check(keys, absl::Now() + absl::Seconds(1));
+        std::vector<int> missing;
+        for (size_t r = 0; have.ok() && r < keys.size(); ++r) {
+          if (!(*have)[r]) missing.push_back(static_cast<int>(r));
+        }
+        if (!missing.empty()) {
+          fprintf(stderr,
+                  "hcomm: rank %d: init has waited %s for rank%s %s to join the store at %s "
+                  "(%d of %d joined; it gives up at timeout_ms, %s)\n",
+                  rank_, Seconds(absl::Now() - start).c_str(), missing.size() == 1 ? "" : "s",
+                  absl::StrJoin(missing, ", ").c_str(), store_hp_.ToString().c_str(),
+                  size_ - static_cast<int>(missing.size()), size_,
+                  Seconds(timeout_).c_str());
+        }
+      }
       continue;
     }
     // The store's message names the last slice's wait alone: say what the

@@ -74,7 +74,12 @@ class Job {
 
   // Waits for `keys` until `deadline`, in slices between which it asks
   // whether another rank's init failed: PEER_FAILURE naming it if so.
-  absl::Status Wait(const std::vector<std::string>& keys, absl::Time deadline);
+  // `ranks_joining`: the keys are ranks' cards (key r is rank r's): every
+  // kWaitNotice the wait says on stderr which ranks it still waits for.
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Time deadline,
+                    bool ranks_joining = false);
+  // How often a wait for ranks to join says whom it waits for.
+  static constexpr absl::Duration kWaitNotice = absl::Seconds(5);
   // PEER_FAILURE naming the rank whose init failed and why, or OK.
   absl::Status FailedElsewhere();
   bool failed_elsewhere() const { return failed_elsewhere_.load(); }

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/base/config.h"
 #include "core/bootstrap/job.h"
+#include "core/bootstrap/store.pb.h"
 #include "gtest/gtest.h"
 
 namespace hcomm {
@@ -83,6 +84,39 @@ int Count(const std::string& text, const std::string& what) {
 constexpr char kNoToken[] = "no job token (HCOMM_JOB_TOKEN";
 
 // The steps share the process's once-only warning, so they run in order.
+// Init waiting for a rank that is late says so every Job::kWaitNotice on
+// stderr, naming the missing rank, from every rank that waits; it said
+// nothing before (a job looked hung for timeout_ms).
+TEST(OpenJobTest, InitWaitingForALateRankNamesIt) {
+  const std::string addr = absl::StrCat("127.0.0.1:", FreePort());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  ::testing::internal::CaptureStderr();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 1) absl::SleepFor(Job::kWaitNotice + absl::Milliseconds(800));
+      auto job = Job::Join(RankOptions(r, 3, addr, "t"), deadline);
+      ASSERT_TRUE(job.ok()) << job.status();
+      ASSERT_TRUE((*job)->Publish(store::RankCard(), deadline).ok());
+      auto cards = (*job)->Cards(deadline);
+      EXPECT_TRUE(cards.ok()) << cards.status();
+      (*job)->MarkEnded();
+      if (r == 0) absl::SleepFor(absl::Milliseconds(300));  // the store goes last
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  for (int r : {0, 2}) {
+    const std::string line =
+        absl::StrCat("hcomm: rank ", r, ": init has waited 5.");
+    EXPECT_EQ(Count(err, line), 1) << err;
+  }
+  EXPECT_EQ(Count(err, absl::StrCat("for rank 1 to join the store at ", addr, " (2 of 3 joined")),
+            2)
+      << err;
+  EXPECT_EQ(Count(err, "hcomm: rank 1:"), 0) << err;  // it waited for nobody
+}
+
 TEST(OpenJobTest, WarnsOnceWithoutTokenAndNeverWithOne) {
   ::testing::internal::CaptureStderr();
   ASSERT_TRUE(RunJob(2, "a-token"));
