@@ -92,7 +92,8 @@
 //   are checked exactly, as without -z.
 //
 // Output: a table on rank 0's stdout, or with --json one JSON object per
-// line INSTEAD of the table (nothing else on stdout). "transport" names the
+// line INSTEAD of the table (nothing else on stdout), written with
+// nlohmann/json (numbers as JSON writes them: 9.6e-05). "transport" names the
 // transports of the measured links as hcomm_comm_transport reports them
 // ("shm", "tcp", "shm+tcp", "self"). Keys in this order:
 //   {"op":"p2p","bytes":N,"time_us":MEDIAN,"algbw_gbs":X,"busbw_gbs":X,
@@ -128,6 +129,7 @@
 
 #include "algorithms/kernels/shared_copy.h"
 #include "hcomm/hcomm.h"
+#include "nlohmann/json.hpp"
 #include "tools/hcomm_bench_streams.h"
 
 namespace {
@@ -1282,21 +1284,10 @@ std::string DescribeTransports(Bench& b, const OpDesc& op) {
   return out;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", c);
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+// `v` rounded to `digits` decimals, as the JSON rows give it.
+double Rounded(double v, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(v * scale) / scale;
 }
 
 struct Point {
@@ -1382,13 +1373,13 @@ Point MeasureSize(Bench& b, const OpDesc& op, size_t bytes) {
   return p;
 }
 
-// With -z, the keys that end a JSON line: "compression" and "max_rel_err"
-// (none without -z, so that the lines stay as they were).
-std::string CompressionKeys(const Bench& b, const Point& p) {
-  if (b.opt.compression.empty()) return "";
+// With -z, the row's compression keys.
+void AddCompressionKeys(const Bench& b, const Point& p, nlohmann::ordered_json* row) {
+  if (b.opt.compression.empty()) return;
+  (*row)["compression"] = b.opt.compression;
   char err[32];
   std::snprintf(err, sizeof(err), "%.6g", p.max_rel_err);
-  return ",\"compression\":" + JsonString(b.opt.compression) + ",\"max_rel_err\":" + err;
+  (*row)["max_rel_err"] = std::strtod(err, nullptr);
 }
 
 // With -z, the header line that says what it does to the check.
@@ -1447,17 +1438,16 @@ void PrintCollectiveHeader(const Bench& b, const OpDesc& op) {
 void PrintCollectivePoint(const Bench& b, const OpDesc& op, const Point& p) {
   const Options& o = b.opt;
   if (o.json) {
-    std::printf("{\"op\":%s,\"bytes\":%zu,\"time_us\":%.3f,\"algbw_gbs\":%.6f,"
-                "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
-                ",\"count\":%zu,\"type\":%s,\"redop\":%s,\"root\":%d,\"algo\":%s,"
-                "\"nranks\":%d,\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"iters\":%d,"
-                "\"runs\":%d,\"transport\":%s,\"checked\":%s,\"in_place\":false%s}\n",
-                JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
-                p.count, JsonString(DtypeInfo(o.dtype).name).c_str(),
-                JsonString(RedopColumn(b, op)).c_str(), RootColumn(b, op),
-                JsonString(b.algo).c_str(), b.size, p.min_us, p.max_us, p.iters, o.runs,
-                JsonString(b.transport).c_str(), o.check ? "true" : "false",
-                CompressionKeys(b, p).c_str());
+    nlohmann::ordered_json row = {
+        {"op", op.name}, {"bytes", p.bytes}, {"time_us", Rounded(p.med_us, 3)},
+        {"algbw_gbs", Rounded(p.algbw, 6)}, {"busbw_gbs", Rounded(p.busbw, 6)},
+        {"wrong", p.wrong}, {"count", p.count}, {"type", DtypeInfo(o.dtype).name},
+        {"redop", RedopColumn(b, op)}, {"root", RootColumn(b, op)}, {"algo", b.algo},
+        {"nranks", b.size}, {"time_min_us", Rounded(p.min_us, 3)},
+        {"time_max_us", Rounded(p.max_us, 3)}, {"iters", p.iters}, {"runs", o.runs},
+        {"transport", b.transport}, {"checked", o.check != 0}, {"in_place", false}};
+    AddCompressionKeys(b, p, &row);
+    std::printf("%s\n", row.dump().c_str());
   } else {
     char wrong[32];
     if (o.check) {
@@ -1480,14 +1470,14 @@ void PrintPoint(const Bench& b, const OpDesc& op, const Point& p) {
     return;
   }
   if (b.opt.json) {
-    std::printf("{\"op\":%s,\"bytes\":%zu,\"time_us\":%.3f,\"algbw_gbs\":%.6f,"
-                "\"busbw_gbs\":%.6f,\"wrong\":%" PRIu64
-                ",\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"iters\":%d,\"runs\":%d,"
-                "\"nranks\":%d,\"transport\":%s,\"checked\":%s%s}\n",
-                JsonString(op.name).c_str(), p.bytes, p.med_us, p.algbw, p.busbw, p.wrong,
-                p.min_us, p.max_us, p.iters, b.opt.runs, b.size,
-                JsonString(b.transport).c_str(), b.opt.check ? "true" : "false",
-                CompressionKeys(b, p).c_str());
+    nlohmann::ordered_json row = {
+        {"op", op.name}, {"bytes", p.bytes}, {"time_us", Rounded(p.med_us, 3)},
+        {"algbw_gbs", Rounded(p.algbw, 6)}, {"busbw_gbs", Rounded(p.busbw, 6)},
+        {"wrong", p.wrong}, {"time_min_us", Rounded(p.min_us, 3)},
+        {"time_max_us", Rounded(p.max_us, 3)}, {"iters", p.iters}, {"runs", b.opt.runs},
+        {"nranks", b.size}, {"transport", b.transport}, {"checked", b.opt.check != 0}};
+    AddCompressionKeys(b, p, &row);
+    std::printf("%s\n", row.dump().c_str());
   } else {
     char wrong[32];
     if (b.opt.check) {

@@ -35,8 +35,10 @@ if grep -q '^\[rank 1\]' "$out"; then fail "rank 1 printed something"; fi
 run 150 "$launcher" -n 3 --timeout 120 -- "$bench" p2p -b 1K -e 64K -f 4 --json
 cat "$out"
 [[ $rc -eq 0 ]] || fail "p2p --json run exited $rc"
-json='^\[rank 0\] \{"op":"p2p","bytes":[0-9]+,"time_us":[0-9.]+,"algbw_gbs":[0-9.]+,'
-json+='"busbw_gbs":[0-9.]+,"wrong":0(,[^{}]*)?\}$'
+# A JSON number (nlohmann/json writes small ones with an exponent: 9.6e-05).
+num='[0-9.]+(e[-+][0-9]+)?'
+json="^\\[rank 0\\] \\{\"op\":\"p2p\",\"bytes\":[0-9]+,\"time_us\":$num,\"algbw_gbs\":$num,"
+json+="\"busbw_gbs\":$num,\"wrong\":0(,[^{}]*)?\\}\$"
 n="$(grep -cE "$json" "$out")"
 [[ "$n" -eq 4 ]] || fail "expected 4 JSON lines, got $n"
 for size in 1024 4096 16384 65536; do
@@ -50,8 +52,8 @@ n="$(grep -c '"nranks":3,' "$out")"
 
 # --- collectives: a quick --json sweep on 3 ranks ----------------------------
 # 8 B .. 32 KiB, factor 16 -> 4 lines per op, every one with "wrong":0.
-coll_json='^\[rank 0\] \{"op":"%s","bytes":[0-9]+,"time_us":[0-9.]+,"algbw_gbs":[0-9.]+,'
-coll_json+='"busbw_gbs":[0-9.]+,"wrong":0,"count":[0-9]+,"type":"%s","redop":"%s",'
+coll_json="^\\[rank 0\\] \\{\"op\":\"%s\",\"bytes\":[0-9]+,\"time_us\":$num,\"algbw_gbs\":$num,"
+coll_json+="\"busbw_gbs\":$num,"'"wrong":0,"count":[0-9]+,"type":"%s","redop":"%s",'
 coll_json+='"root":%s,"algo":"%s","nranks":3(,[^{}]*)?\}$'
 while read -r op flags type redop root algo; do
   flags="${flags//_/ }"  # flags are written with '_' for spaces
