@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 #define HCOMM_VERSION_MAJOR 0
-#define HCOMM_VERSION_MINOR 3
+#define HCOMM_VERSION_MINOR 4
 #define HCOMM_VERSION_PATCH 0
 
 /* Status codes. Append-only; values are part of the ABI. */
