@@ -492,8 +492,9 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
     bool exact;
     const Matcher* matcher;
     uint64_t arrivals;
-    uint64_t got;  // the bytes taken
-  } want{ctx, buf, bytes, tag, fingerprint, exact, matcher, arrivals, 0};
+    FlowControl* flow;
+    int peer;
+  } want{ctx, buf, bytes, tag, fingerprint, exact, matcher, arrivals, flow_.get(), peer};
   hcomm_transport_take_fn take = [](void* arg, const void* header, const void* payload,
                                     uint64_t len) -> int {
     Want& w = *static_cast<Want*>(arg);
@@ -504,7 +505,7 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
       return 0;  // the full path deals with it
     }
     if (len > 0) memcpy(w.buf, payload, len);
-    w.got = len;
+    w.flow->Consumed(w.peer, FlowControl::Cost(len));  // (under the receive lock)
     return 1;
   };
   // Counts as a wait, so that the background thread stays out of the way
@@ -522,7 +523,6 @@ bool Engine::RecvDirect(uint32_t ctx, void* buf, size_t bytes, int peer, int tag
     const int got = t->TakeWhole(peer, bytes, take, &want);
     if (got == 1) {
       peers_[peer]->last_rx_ns.store(CoarseNs(), std::memory_order_relaxed);
-      flow_->Consumed(peer, FlowControl::Cost(want.got));
       SendDueCredits();
       return true;
     }

@@ -11,6 +11,7 @@ FlowControl::FlowControl(int size, int rank, const std::vector<int64_t>& windows
       return_at_(own_window / 4),
       credit_(new std::atomic<int64_t>[size]),
       freed_(new std::atomic<int64_t>[size]),
+      arrived_(size, 0),
       held_(size, 0),
       held_rts_(size, 0) {
   for (int p = 0; p < size; ++p) {
@@ -44,10 +45,10 @@ bool FlowControl::Hold(int peer, int64_t cost) {
 
 void FlowControl::Unhold(int peer, int64_t cost) {
   held_[peer] -= cost;
-  Consumed(peer, cost);
+  Free(peer, cost);
 }
 
-void FlowControl::Consumed(int peer, int64_t cost) {
+void FlowControl::Free(int peer, int64_t cost) {
   if (freed_[peer].fetch_add(cost, std::memory_order_acq_rel) + cost >= return_at_) {
     due_.store(true, std::memory_order_release);
   }

@@ -19,9 +19,10 @@
 // at most window / kEntryBytes of them outstanding per receiver, which
 // holds twice that before it calls the sender a flood.
 //
-// THREAD SAFETY: TakeCredit, ReturnCredit, Consumed and TakeDue may run on
-// any thread; Hold, Unhold, HoldRts and UnholdRts need external
-// serialisation (the engine's mutex).
+// THREAD SAFETY: TakeCredit, ReturnCredit and TakeDue may run on any
+// thread; Hold, Unhold, HoldRts and UnholdRts need external serialisation
+// (the engine's mutex), and Consumed for one peer serialisation of that
+// peer's frames (the transport's receive lock for it).
 #ifndef HCOMM_CORE_P2P_FLOW_H_
 #define HCOMM_CORE_P2P_FLOW_H_
 
@@ -61,8 +62,13 @@ class FlowControl {
   bool Hold(int peer, int64_t cost);
   // A held message was taken by a receive or dropped: its cost is freed.
   void Unhold(int peer, int64_t cost);
-  // An eager message of `cost` from `peer` went straight to its receive.
-  void Consumed(int peer, int64_t cost);
+  // An eager message of `cost` from `peer` went straight to its receive (or
+  // was dropped on arrival). Only with `peer`'s frames serialised (the
+  // transport's receive lock for it): a plain count, moved to the shared
+  // one a quarter window at a time.
+  void Consumed(int peer, int64_t cost) {
+    if ((arrived_[peer] += cost) >= return_at_) Free(peer, std::exchange(arrived_[peer], 0));
+  }
   // An RTS from `peer` waits for its receive; false where `peer` already
   // has twice its bound waiting (nothing is held).
   bool HoldRts(int peer);
@@ -84,6 +90,11 @@ class FlowControl {
   const int64_t return_at_;  // credit goes back once this much is freed
   std::unique_ptr<std::atomic<int64_t>[]> credit_;  // by peer: what we may still send
   std::unique_ptr<std::atomic<int64_t>[]> freed_;   // by peer: freed, not yet returned
+  // Adds `cost` to what goes back to `peer`, marking a credit due once a
+  // quarter window of it is there.
+  void Free(int peer, int64_t cost);
+
+  std::vector<int64_t> arrived_;  // by peer, under its receive lock (Consumed)
   std::vector<int64_t> held_;                       // by peer (serialised)
   std::vector<int64_t> held_rts_;                   // by peer (serialised)
   std::atomic<bool> due_{false};

@@ -28,6 +28,6 @@ run() {
   grep -q '^TOTAL: .* TIMEOUT 0, other 0, hung 0;.* leftover shm files 0, leftover processes 0$' \
     "$out" || { echo "FAIL: $label: the totals show a failure" >&2; exit 1; }
 }
-run "random victims" -r 4 -x shm,tcp -T 3 -s 11
+run "random victims" -r 4 -x shm,tcp -T 2 -s 11
 run "rank 0 killed" -r 4 -x shm,tcp -T 1 -s 12 -k 0
 echo "PASS: kill campaign smoke (4 ranks, shm and tcp, random victims and rank 0)"

@@ -6,7 +6,7 @@
 # timeout_ms 120000; every job must end well with every result right.
 # (No loss or delay here: this kernel has no netem, and no iptables.)
 #
-#   bazel test //tests/netns:flap_test                          # 2 s down, 3 s up, 20 s
+#   bazel test //tests/netns:flap_test                          # 2 s down, 3 s up, 12 s
 #   bazel test //tests/netns:flap_test --test_env=FLAP_FOR=300  # five minutes
 set -uo pipefail
 source "$(dirname "$0")/../acceptance/testlib.sh"
@@ -16,7 +16,7 @@ two_hosts="$(runfile tests/netns/two_hosts.sh)" || fail "two_hosts.sh not in the
 BED_PREFIX=hcf BED_NAME=flap_test source "$two_hosts"
 setup_network || fail "could not build the namespaces (see above)"
 
-down_s="${DOWN_S:-2}" up_s="${UP_S:-3}" flap_for="${FLAP_FOR:-20}"
+down_s="${DOWN_S:-2}" up_s="${UP_S:-3}" flap_for="${FLAP_FOR:-12}"
 echo "host b's link: down ${down_s} s, up ${up_s} s, for ${flap_for} s; jobs back to back meanwhile"
 
 # The flapping, in the background until the file $work/stop exists.
