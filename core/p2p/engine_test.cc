@@ -24,12 +24,6 @@
 namespace hcomm {
 namespace {
 
-#define ASSERT_OK(expr)                    \
-  do {                                     \
-    absl::Status st_ = (expr);             \
-    ASSERT_TRUE(st_.ok()) << st_;          \
-  } while (0)
-
 using testing::MustInit;
 using testing::RunRanks;
 using testing::WaitFor;

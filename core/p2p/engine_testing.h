@@ -10,6 +10,13 @@
 #include "core/p2p/engine.h"
 #include "gtest/gtest.h"
 
+// Fails the test (and returns) unless `expr`, an absl::Status, is OK.
+#define ASSERT_OK(expr)           \
+  do {                            \
+    absl::Status st_ = (expr);    \
+    ASSERT_TRUE(st_.ok()) << st_; \
+  } while (0)
+
 namespace hcomm {
 namespace testing {
 
