@@ -20,7 +20,7 @@ import weakref
 from . import _native as _n
 from . import _tensors
 from ._handle import Handle, c_string
-from .errors import MismatchError, _invalid
+from .errors import MismatchError, Status, _invalid, _message
 
 _open_channels = weakref.WeakSet()
 
@@ -91,8 +91,9 @@ class SharedMemoryChannel:
                 self._read_bytes = e.nbytes  # Another reader may take it first: retry.
                 continue
             return bytes(buf) if n == len(buf) else bytes(memoryview(buf)[:n])
-        raise MismatchError("channel '%s': messages kept outgrowing the read buffer"
-                            % self.name)
+        raise MismatchError(_message(Status.ERR_MISMATCH,
+                                     "channel '%s': messages kept outgrowing the read buffer"
+                                     % self.name))
 
     def read_into(self, buf, timeout_ms=None):
         """Reads the next message into buf (writable buffer, no copy); returns

@@ -9,6 +9,7 @@ memory; and every call uses the handle inside an in-use section
 calls in progress instead of freeing the handle under them.
 """
 
+import array
 import collections
 import enum
 import functools
@@ -243,6 +244,13 @@ class Work:
         """True once the collective has run (successfully or not). Never blocks."""
         return self._event.is_set()
 
+    def get_future(self):
+        """A future that completes (result None, or this call's error) when it
+        ends: a torch.futures.Future where torch is loaded, else a
+        concurrent.futures.Future."""
+        from ._extras import future_of
+        return future_of(self)
+
     def __repr__(self):
         return "<hcomm.Work %s>" % ("done" if self._event.is_set() else "pending")
 
@@ -299,6 +307,25 @@ def _src(src):
     return ANY_SOURCE if src is None else _int(src, "src")
 
 
+class InJob:
+    """A rank of the whole job given where a group's rank is expected: read
+    (through operator.index, so wherever a rank argument goes) as that
+    rank's number in `comm`. The module's functions pass dst/src/root this
+    way: torch.distributed's rule that they are ranks of the job whatever
+    the group."""
+
+    __slots__ = ("rank", "comm", "what")
+
+    def __init__(self, rank, comm, what):
+        self.rank, self.comm, self.what = rank, comm, what
+
+    def __index__(self):
+        return self.comm._group_rank(_int(self.rank, self.what), self.what)
+
+    def __repr__(self):
+        return "job rank %r" % (self.rank,)
+
+
 def _recv_tag(tag):
     return ANY_TAG if tag is None else _int(tag, "tag")
 
@@ -324,6 +351,9 @@ class Request:
         self.source = None
         self.tag = None
         self.count = None
+        # What `source` is told in: the communicator's ranks, or (set by the
+        # module's functions) the job's.
+        self._source_map = None
 
     def _end(self, h, error):
         """Records how the operation ended (inside a section on h); the first
@@ -334,6 +364,8 @@ class Request:
             if error is None:
                 try:
                     self.source, self.tag, self.count = _n.hcomm_request_info(h)
+                    if self._source_map is not None:
+                        self.source = self._source_map(self.source)
                 except HcommError:
                     pass
             self._error = error
@@ -405,6 +437,13 @@ class Request:
             self._use.close(self._free)
         return bool(done)
 
+    def get_future(self):
+        """A future that completes (result None, or this call's error) when it
+        ends: a torch.futures.Future where torch is loaded, else a
+        concurrent.futures.Future."""
+        from ._extras import future_of
+        return future_of(self)
+
     def close(self):
         """Releases the request. A pending one is cancelled if no data reached it;
         otherwise it completes in the background and its tensor is kept alive
@@ -450,6 +489,10 @@ class Communicator:
         self._started = collections.deque()
         self._rank = _n.hcomm_comm_rank(handle)
         self._size = _n.hcomm_comm_size(handle)
+        # The job's rank of each rank here (None: the same numbers, as in the
+        # communicator of the job) and the reverse, for InJob.
+        self._job_ranks = None
+        self._of_job = None
         if parent is None:
             _roots.add(self)
         else:
@@ -500,6 +543,46 @@ class Communicator:
 
     def get_rank(self):
         return self._live(self._rank)
+
+    @property
+    def job_ranks(self):
+        """The rank in the job (the communicator init() made) of each rank
+        here, in order."""
+        self._live(None)
+        return list(range(self._size)) if self._job_ranks is None else list(self._job_ranks)
+
+    def _set_job_ranks(self, ranks):
+        ranks = [int(r) for r in ranks]
+        if ranks == list(range(self._size)):
+            return
+        self._job_ranks = ranks
+        self._of_job = {r: i for i, r in enumerate(ranks)}
+
+    def _job_rank(self, rank):
+        """The job's rank of this communicator's `rank` (ANY_SOURCE and None
+        pass through)."""
+        if self._job_ranks is None or rank is None or rank < 0:
+            return rank
+        return self._job_ranks[rank]
+
+    def _group_rank(self, job_rank, what):
+        """This communicator's rank of the job's `job_rank` (an InJob's
+        reading); InvalidArgumentError naming `what` when it is no member."""
+        if self._of_job is None:
+            return job_rank
+        rank = self._of_job.get(job_rank)
+        if rank is None:
+            raise _invalid("%s %d (a rank of the job, as in torch.distributed) is not a member "
+                           "of this group (its members: job ranks %s)"
+                           % (what, job_rank, self._job_ranks))
+        return rank
+
+    def _learn_job_ranks(self, mine):
+        """Every member's job rank, gathered here (after split and shrink,
+        whose order the ranks do not know beforehand). Collective."""
+        out = array.array("q", bytes(8 * self._size))
+        self.all_gather(out, array.array("q", [mine]))
+        self._set_job_ranks(out)
 
     def get_world_size(self):
         return self._live(self._size)
@@ -686,7 +769,11 @@ class Communicator:
         def call():
             with self._use as h:  # The child is made before destroy() can look for it.
                 handle = _n.hcomm_comm_create_group(h, ranks)
-                return None if handle is None else Communicator(handle, parent=self)
+                if handle is None:
+                    return None
+                child = Communicator(handle, parent=self)
+            child._set_job_ranks(self._job_rank(r) for r in ranks)
+            return child
         return self._in_turn(call)
 
     @_collective
@@ -699,7 +786,11 @@ class Communicator:
         def call():
             with self._use as h:
                 handle = _n.hcomm_comm_split(h, color, key)
-                return None if handle is None else Communicator(handle, parent=self)
+                if handle is None:
+                    return None
+                child = Communicator(handle, parent=self)
+            child._learn_job_ranks(self._job_rank(self._rank))
+            return child
         return self._in_turn(call)
 
     def shrink(self):
@@ -714,7 +805,13 @@ class Communicator:
         timeout_ms."""
         def call():
             with self._use as h:
-                return Communicator(_n.hcomm_comm_shrink(h))
+                survivors = Communicator(_n.hcomm_comm_shrink(h))
+            try:
+                survivors._learn_job_ranks(self._job_rank(self._rank))
+            except BaseException:
+                survivors.destroy()
+                raise
+            return survivors
         # (Not one of this communicator's collectives: nothing to refuse in
         # turn if it raises; it runs after the async ones pending, which a
         # member's failure ends.)

@@ -70,13 +70,8 @@ class CommunicationScheduler:
     (default: the one set by hcomm.set_scheduler, else the built-in)."""
 
     def __init__(self, group=None, policy=None):
-        if group is None:
-            from . import get_default_group
-            group = get_default_group()
-        if not isinstance(group, Communicator):
-            raise _invalid("CommunicationScheduler: group must be a communicator from "
-                           "hcomm.init/new_group/split (or None for the default group), not %s"
-                           % type(group).__name__)
+        from . import _group  # None, an hcomm or a torch.distributed group
+        group = _group(group)
         if policy is None:
             policy = _default_policy
         if policy is not None and not isinstance(policy, Scheduler):

@@ -166,13 +166,8 @@ class Stream:
     """
 
     def __init__(self, priority=0, group=None):
-        if group is None:
-            from . import get_default_group
-            group = get_default_group()
-        if not isinstance(group, Communicator):
-            raise _invalid("Stream: group must be a communicator from hcomm.init/new_group/"
-                           "split (or None for the default group), not %s"
-                           % type(group).__name__)
+        from . import _group  # None, an hcomm or a torch.distributed group
+        group = _group(group)
         priority = _int(priority, "priority")
 
         def call():

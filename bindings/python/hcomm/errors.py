@@ -1,9 +1,12 @@
 """Exceptions of hcomm: one class per status code of the C API.
 
-Every failed hcomm call raises an instance of HcommError or, for the codes
-that have one, of its subclass. `status` is the numeric code
-(hcomm_status_t), `status_name` its name ("HCOMM_ERR_TIMEOUT"), and the
-message is hcomm_last_error() of the failed call (rank, peer, tag, sizes).
+Every failed hcomm call raises an instance of HcommError, a RuntimeError,
+or, for the codes that have one, of its subclass. `status` is the numeric
+code (hcomm_status_t), `status_name` its name ("HCOMM_ERR_TIMEOUT"), and the
+message is "hcomm operation <what>: " followed by hcomm_last_error() of the
+failed call (rank, peer, tag, sizes), e.g. "hcomm operation timeout: recv
+from rank 1 tag 0 ...", the way torch.distributed users catch
+RuntimeError.
 
     try:
         hcomm.recv(buf, src=1)
@@ -20,6 +23,7 @@ __all__ = [
     "InvalidArgumentError",
     "NoDeviceError",
     "OutOfMemoryError",
+    "OutOfMemError",
     "TimeoutError",
     "PeerFailureError",
     "MismatchError",
@@ -48,7 +52,7 @@ class Status(enum.IntEnum):
     ERR_INTERNAL = 11
 
 
-class HcommError(Exception):
+class HcommError(RuntimeError):
     """A failed hcomm call. `status` is the numeric hcomm_status_t."""
 
     status = None  # Each subclass sets its own code.
@@ -89,6 +93,9 @@ class OutOfMemoryError(HcommError):
     """An allocation (or /dev/shm) ran out of memory."""
 
     status = Status.ERR_OUT_OF_MEM
+
+
+OutOfMemError = OutOfMemoryError  # The C name, HCOMM_ERR_OUT_OF_MEM.
 
 
 class TimeoutError(HcommError, builtins.TimeoutError):
@@ -162,16 +169,43 @@ _BY_STATUS = {
 }
 
 
+# What "hcomm operation ..." says for each status.
+_WHAT = {
+    Status.ERR_INVALID_ARGUMENT: "invalid argument",
+    Status.ERR_NO_DEVICE: "no device",
+    Status.ERR_OUT_OF_MEM: "out of memory",
+    Status.ERR_TIMEOUT: "timeout",
+    Status.ERR_PEER_FAILURE: "peer failure",
+    Status.ERR_MISMATCH: "mismatch",
+    Status.ERR_ABORTED: "aborted",
+    Status.ERR_UNAVAILABLE: "unavailable",
+    Status.ERR_PERMISSION_DENIED: "permission denied",
+    Status.ERR_NOT_SUPPORTED: "not supported",
+    Status.ERR_INTERNAL: "internal error",
+}
+
+_PREFIX = "hcomm operation "
+
+
+def _message(status, message):
+    """message prefixed "hcomm operation <what>: " (once)."""
+    message = str(message)
+    if message.startswith(_PREFIX):
+        return message
+    return "%s%s: %s" % (_PREFIX, _WHAT.get(status, "failed (status %s)" % status), message)
+
+
 def _from_status(status, message):
     """The exception for a non-success status (called by the extension module)."""
-    return _BY_STATUS.get(status, HcommError)(message, status)
+    return _BY_STATUS.get(status, HcommError)(_message(status, message), status)
 
 
 def _invalid(message):
     """An InvalidArgumentError raised by the Python layer itself (a
     collective refused here is then handed to the library to refuse too,
     see _communicator._collective)."""
-    return InvalidArgumentError(message, Status.ERR_INVALID_ARGUMENT)
+    return InvalidArgumentError(_message(Status.ERR_INVALID_ARGUMENT, message),
+                                Status.ERR_INVALID_ARGUMENT)
 
 # Shown as hcomm.TimeoutError etc. in tracebacks (the package re-exports them).
 for _cls in [HcommError] + list(_BY_STATUS.values()):

@@ -186,7 +186,15 @@ def barrier():
 def new_group():
     g = hcomm.new_group(ranks=[0, 2])
     if R in (1, 3):
-        assert g is None
+        # Not None (which would mean the whole job): a sentinel that raises.
+        assert g is hcomm.GroupMember.NON_GROUP_MEMBER, g
+        for use in (lambda: hcomm.all_reduce(np.ones(1), group=g),
+                    lambda: hcomm.get_rank(group=g)):
+            try:
+                use()
+                raise AssertionError("a non-member's group was accepted")
+            except hcomm.InvalidArgumentError as e:
+                assert "not a member of the group" in str(e), e
     else:
         assert hcomm.get_world_size(group=g) == 2
         assert hcomm.get_rank(group=g) == R // 2
@@ -194,15 +202,34 @@ def new_group():
         hcomm.all_reduce(t, op=hcomm.ReduceOp.SUM, group=g)
         assert t[0] == 4.0, t
         b = np.zeros(1)
-        if hcomm.get_rank(g) == 0:
-            hcomm.send(np.array([42.0]), dst=1, group=g)  # Group rank 1 = world rank 2.
+        # dst, src and root are ranks of the job whatever the group
+        # (torch.distributed's rule); recv tells the sender's job rank.
+        if R == 0:
+            hcomm.send(np.array([42.0]), dst=2, group=g)
+            try:
+                hcomm.send(np.array([1.0]), dst=1, group=g)
+                raise AssertionError("a send to a non-member was accepted")
+            except hcomm.InvalidArgumentError as e:
+                assert "dst 1" in str(e) and "job ranks [0, 2]" in str(e), e
         else:
             assert hcomm.recv(b, src=None, group=g) == 0
             assert b[0] == 42.0
+            r = hcomm.irecv(b, src=0, group=g)
+            r.wait()
+            assert r.source == 0, r.source
+        if R == 0:
+            hcomm.isend(np.array([7.0]), dst=2, group=g).wait()
+        t = np.array([float(R)])
+        hcomm.broadcast(t, src=2, group=g)
+        assert t[0] == 2.0, t
         hcomm.barrier(group=g)
         g.destroy()
     odd_even = hcomm.split(R % 2, key=-R)  # Ordered by key: descending world rank.
     assert odd_even.size == 2 and odd_even.rank == (0 if R >= 2 else 1), odd_even
+    assert odd_even.job_ranks == ([2, 0] if R % 2 == 0 else [3, 1]), odd_even.job_ranks
+    t = np.array([float(R)])
+    hcomm.broadcast(t, src=R % 2, group=odd_even)  # the job's rank 0 or 1: group rank 1
+    assert t[0] == R % 2, t
     t = np.array([R], np.int32)
     hcomm.all_reduce(t, group=odd_even)
     assert t[0] == (2 if R % 2 == 0 else 4), t
@@ -1095,7 +1122,7 @@ class TwoRanksOverTcp(unittest.TestCase):
         for _, out in outs:
             self.assertIn("ok: FP16 all_reduce within", out)
             self.assertIn("ok: every compression kind, then NONE", out)
-            self.assertIn("ok: InvalidArgumentError: set_compression: kind", out)
+            self.assertIn("ok: InvalidArgumentError: hcomm operation invalid argument: set_compression: kind", out)
 
 
 if __name__ == "__main__":

@@ -183,8 +183,8 @@ class InitTest(unittest.TestCase):
         hcomm.all_reduce(t, group=g)
         self.assertEqual(t[0], 5)
         g.destroy()
-        self.assertIsNone(hcomm.split(None))
-        self.assertIsNone(hcomm.split(hcomm.UNDEFINED))
+        self.assertIs(hcomm.split(None), hcomm.GroupMember.NON_GROUP_MEMBER)
+        self.assertIs(hcomm.split(hcomm.UNDEFINED), hcomm.GroupMember.NON_GROUP_MEMBER)
         s = hcomm.split(3, key=1)
         self.assertEqual(s.size, 1)
         s.destroy()
@@ -618,6 +618,9 @@ class ErrorTest(unittest.TestCase):
         self.assertTrue(issubclass(hcomm.TimeoutError, builtins.TimeoutError))
         self.assertIsNot(hcomm.TimeoutError, builtins.TimeoutError)
         self.assertEqual(hcomm.TimeoutError.__module__, "hcomm")
+        # torch.distributed users catch RuntimeError; the C name of code 3 too.
+        self.assertTrue(issubclass(hcomm.HcommError, RuntimeError))
+        self.assertIs(hcomm.OutOfMemError, hcomm.OutOfMemoryError)
 
     def test_invalid_argument_from_c(self):
         with self.assertRaises(hcomm.InvalidArgumentError) as cm:
@@ -626,6 +629,7 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(e.status, 1)
         self.assertEqual(e.status_name, "HCOMM_ERR_INVALID_ARGUMENT")
         self.assertIn("peer 3", str(e))
+        self.assertTrue(str(e).startswith("hcomm operation invalid argument: "), str(e))
         with self.assertRaises(hcomm.InvalidArgumentError):
             hcomm.send(np.zeros(2), 0, tag=-5)
         with self.assertRaises(hcomm.InvalidArgumentError):
@@ -647,6 +651,8 @@ class ErrorTest(unittest.TestCase):
             self.assertIsInstance(e, hcomm.HcommError)
             self.assertEqual(e.status, 4)
             self.assertIn("tag 999", str(e))
+            self.assertIsInstance(e, RuntimeError)
+            self.assertTrue(str(e).startswith("hcomm operation timeout: "), str(e))
             # An irecv's wait times out too and may be waited on again.
             r = hcomm.irecv(np.zeros(4), src=0, tag=998)
             with self.assertRaises(hcomm.TimeoutError):
