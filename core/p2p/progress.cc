@@ -99,7 +99,13 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
     }
     return PollAll(absl::ZeroDuration());
   };
-  if (!r->done.load(std::memory_order_acquire) && !transports_.empty() &&
+  // A collective request is completed by the thread that runs it
+  // (CompleteExternal), not by anything a poll here would see: its waiter
+  // sleeps until that completion signals it. Polling instead would hold
+  // the transports (which the running collective may need) and sleep in
+  // the kernel's poll, deaf to the completion, up to 50 ms at a time.
+  const bool external = r->kind == Request::Kind::kCollective;
+  if (!r->done.load(std::memory_order_acquire) && !transports_.empty() && !external &&
       progress_mu_.TryLock()) {
     // What we wait for has often arrived already: look before reading the
     // clock.
@@ -116,7 +122,7 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
     for (bool first = true; !r->done.load(std::memory_order_acquire); first = false) {
       if (!first) now = absl::Now();
       if (now >= deadline || InterruptNow(now)) break;
-      if (!transports_.empty() && progress_mu_.TryLock()) {
+      if (!transports_.empty() && !external && progress_mu_.TryLock()) {
         absl::Duration block = now < spin_until && !transport_spins_
                                    ? absl::ZeroDuration()
                                    : std::min(deadline - now, absl::Milliseconds(50));
@@ -137,12 +143,14 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
         }
         continue;
       }
-      // Someone else is polling (or there is no transport): sleep until a
-      // completion or a short while, then try to become the poller.
+      // Someone else is polling (or there is no transport, or another thread
+      // completes this request): sleep until a completion or a short while,
+      // then try to become the poller.
       absl::MutexLock l(&mu_);
       if (r->done.load(std::memory_order_acquire)) break;
       ++sleepers_;
-      cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(2)));
+      cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + (external ? absl::Milliseconds(100)
+                                                                            : absl::Milliseconds(2))));
       --sleepers_;
     }
     // Counted, not timed: a clock read here would sit on every message's
