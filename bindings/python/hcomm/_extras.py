@@ -313,7 +313,7 @@ def batch_isend_irecv(ops, isend, irecv):
 
 
 def _pickled(obj):
-    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    return np.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=np.uint8)
 
 
 def all_gather_object(comm, object_list, obj):
@@ -362,9 +362,9 @@ def monitored_barrier(comm, timeout_ms):
     tag, n = MONITORED_BARRIER_TAG, comm.size
     answer = np.zeros(n + 1, dtype=np.int64)
 
-    def waited(reqs):
+    def waited(reqs, until):
         while not all(r.is_completed() for r in reqs):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= until:
                 return False
             time.sleep(0.002)
         return True
@@ -372,7 +372,7 @@ def monitored_barrier(comm, timeout_ms):
     if comm.rank == 0:
         marks = [np.zeros(1, dtype=np.int64) for _ in range(n)]
         reqs = {i: comm.irecv(marks[i], i, tag) for i in range(1, n)}
-        waited(list(reqs.values()))
+        waited(list(reqs.values()), deadline)
         missing = [i for i, r in reqs.items() if not r.is_completed()]
         arrived = [i for i in reqs if i not in missing]
         for i in missing:
@@ -386,12 +386,13 @@ def monitored_barrier(comm, timeout_ms):
     else:
         comm.send(np.zeros(1, dtype=np.int64), 0, tag)
         req = comm.irecv(answer, 0, tag)
-        if not waited([req]):
+        # Rank 0 answers by the deadline; its answer may take a moment more.
+        if not waited([req], deadline + 2.0):
             req.close()
             raise TimeoutError(_message(
                 Status.ERR_TIMEOUT,
-                "monitored_barrier: rank %d (rank 0 of the group) did not answer within %d ms"
-                % (comm._job_rank(0), timeout_ms)), Status.ERR_TIMEOUT)
+                "monitored_barrier: rank %d (rank 0 of the group) did not answer within %d ms "
+                "and 2 s" % (comm._job_rank(0), timeout_ms)), Status.ERR_TIMEOUT)
         req.wait()
     missing = [int(r) for r in answer[1:1 + int(answer[0])]]
     if missing:
