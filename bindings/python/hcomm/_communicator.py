@@ -553,8 +553,6 @@ class Communicator:
 
     def _set_job_ranks(self, ranks):
         ranks = [int(r) for r in ranks]
-        if ranks == list(range(self._size)):
-            return
         self._job_ranks = ranks
         self._of_job = {r: i for i, r in enumerate(ranks)}
 
