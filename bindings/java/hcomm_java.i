@@ -4,10 +4,20 @@
  * layer in src/org/hcomm/ (Communicator, Request, SharedMemoryChannel).
  *
  * What it does to every function of the header:
- * - Status: a non-success hcomm_status_t becomes an org.hcomm.HcommException
- *   carrying the code and hcomm_last_error() (the "ret" typemap, which runs
- *   after the out-arguments are written). Functions return void, or the
- *   value of their one out-pointer (handles, rank, size, done).
+ * - Status: a non-success hcomm_status_t becomes the org.hcomm.HcommException
+ *   subclass of its code (HcommException.fromNative), carrying the code and
+ *   hcomm_last_error() (the "ret" typemap, which runs after the
+ *   out-arguments are written); HcommInterruptedException when the call
+ *   ended because its Java thread was interrupted. Functions return void,
+ *   or the value of their one out-pointer (handles, rank, size, done).
+ * - Interrupts: JNI_OnLoad registers an interrupt check with the library
+ *   (c_api/interrupt_hook.h). It runs on a thread that has waited in a call
+ *   for 100 ms, and every 100 ms after that, and answers
+ *   Thread.currentThread().isInterrupted() for a thread attached to the JVM
+ *   (0 for the library's own threads); a yes ends the call as at its
+ *   deadline and is remembered (thread-local) until the status typemap
+ *   turns it into HcommInterruptedException. The thread's interrupt flag is
+ *   read, never cleared.
  * - Handles (hcomm_config_t, hcomm_comm_t, hcomm_request_t, hcomm_channel_t,
  *   hcomm_stream_t, hcomm_event_t) are Java longs; 0 is NULL.
  * - Enums and macros are int constants (HcommNative.HCOMM_SUM, ...), except
@@ -25,8 +35,9 @@
  *       (a send to oneself, for example);
  *     null -> NULL (valid for count 0 and the unused buffers of non-roots).
  *   The same array passed as sendbuf and recvbuf is copied once, so C sees
- *   an in-place call. A heap ByteBuffer or any other object is
- *   HcommException(HCOMM_ERR_INVALID_ARGUMENT).
+ *   an in-place call. A heap ByteBuffer (the Java layer copies those into
+ *   direct buffers first) or any other object is
+ *   InvalidArgumentException.
  * - Nonblocking calls (isend, irecv, iallreduce) keep using the buffer
  *   after they return, so they are wrapped as hcomm_java_isend/irecv/
  *   iallreduce and accept direct buffers only; the Java layer stages arrays
@@ -66,14 +77,54 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Classes and the exception constructor, resolved once in JNI_OnLoad with
- * the class loader that loaded this library (the one of hcomm.jar). */
+#include "c_api/interrupt_hook.h"
+
+/* Classes and methods, resolved once in JNI_OnLoad with the class loader
+ * that loaded this library (the one of hcomm.jar). */
+static JavaVM* hcomm_java_vm;
 static jclass hcomm_java_exception_class;
-static jmethodID hcomm_java_exception_ctor;
+static jmethodID hcomm_java_exception_make; /* HcommException.fromNative */
+static jclass hcomm_java_thread_class;
+static jmethodID hcomm_java_current_thread;
+static jmethodID hcomm_java_is_interrupted;
 static jclass hcomm_java_buffer_class;
 static jclass hcomm_java_array_class[5];
 static const char hcomm_java_array_sig[5] = {'B', 'I', 'J', 'F', 'D'};
 static const size_t hcomm_java_array_esize[5] = {1, 4, 8, 4, 8};
+
+/* Set on a thread whose call the check below ended; read and cleared by the
+ * status typemap when that call returns (hcomm_java_status). */
+static _Thread_local int hcomm_java_interrupted;
+
+/* The library's interrupt check (c_api/interrupt_hook.h): whether the
+ * calling thread, if the JVM knows it, has been interrupted. Runs inside a
+ * native method of that thread, with no exception pending (a call with one
+ * pending never reaches the library), or on a thread of the library, which
+ * GetEnv does not know. */
+static int hcomm_java_check_interrupt(void) {
+  JNIEnv* env;
+  jobject thread;
+  jboolean yes;
+  if (hcomm_java_vm == NULL ||
+      (*hcomm_java_vm)->GetEnv(hcomm_java_vm, (void**)&env, JNI_VERSION_1_8) != JNI_OK) {
+    return 0;
+  }
+  if ((*env)->ExceptionCheck(env)) return 0;
+  thread = (*env)->CallStaticObjectMethod(env, hcomm_java_thread_class,
+                                          hcomm_java_current_thread);
+  if ((*env)->ExceptionCheck(env) || thread == NULL) {
+    (*env)->ExceptionClear(env);
+    return 0;
+  }
+  yes = (*env)->CallBooleanMethod(env, thread, hcomm_java_is_interrupted);
+  (*env)->DeleteLocalRef(env, thread);
+  if ((*env)->ExceptionCheck(env)) {
+    (*env)->ExceptionClear(env);
+    return 0;
+  }
+  if (yes) hcomm_java_interrupted = 1;
+  return yes ? 1 : 0;
+}
 
 static jclass hcomm_java_global_class(JNIEnv* env, const char* name) {
   jclass local = (*env)->FindClass(env, name);
@@ -90,29 +141,47 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   int i;
   (void)reserved;
   if ((*vm)->GetEnv(vm, (void**)&env, JNI_VERSION_1_8) != JNI_OK) return JNI_ERR;
+  hcomm_java_vm = vm;
   hcomm_java_exception_class = hcomm_java_global_class(env, "org/hcomm/HcommException");
   if (hcomm_java_exception_class == NULL) return JNI_ERR;
-  hcomm_java_exception_ctor = (*env)->GetMethodID(env, hcomm_java_exception_class, "<init>",
-                                                  "(ILjava/lang/String;)V");
-  if (hcomm_java_exception_ctor == NULL) return JNI_ERR;
+  hcomm_java_exception_make = (*env)->GetStaticMethodID(
+      env, hcomm_java_exception_class, "fromNative",
+      "(IZLjava/lang/String;)Lorg/hcomm/HcommException;");
+  if (hcomm_java_exception_make == NULL) return JNI_ERR;
+  hcomm_java_thread_class = hcomm_java_global_class(env, "java/lang/Thread");
+  if (hcomm_java_thread_class == NULL) return JNI_ERR;
+  hcomm_java_current_thread = (*env)->GetStaticMethodID(env, hcomm_java_thread_class,
+                                                        "currentThread", "()Ljava/lang/Thread;");
+  if (hcomm_java_current_thread == NULL) return JNI_ERR;
+  hcomm_java_is_interrupted =
+      (*env)->GetMethodID(env, hcomm_java_thread_class, "isInterrupted", "()Z");
+  if (hcomm_java_is_interrupted == NULL) return JNI_ERR;
   hcomm_java_buffer_class = hcomm_java_global_class(env, "java/nio/Buffer");
   if (hcomm_java_buffer_class == NULL) return JNI_ERR;
   for (i = 0; i < 5; ++i) {
     hcomm_java_array_class[i] = hcomm_java_global_class(env, arrays[i]);
     if (hcomm_java_array_class[i] == NULL) return JNI_ERR;
   }
+  hcomm_internal_set_interrupt_check(&hcomm_java_check_interrupt);
   return JNI_VERSION_1_8;
 }
 
-/* Throws HcommException(status, message). The message is made plain ASCII
- * first (NewStringUTF wants modified UTF-8). Leaves the exception pending. */
-static void hcomm_java_throw_message(JNIEnv* env, int status, const char* message) {
+/* Throws HcommException.fromNative(status, interrupted, message): the
+ * subclass of the status, or HcommInterruptedException. The message is made
+ * plain ASCII first (NewStringUTF wants modified UTF-8). Leaves the
+ * exception pending. */
+static void hcomm_java_throw_status(JNIEnv* env, int status, int interrupted,
+                                    const char* message) {
   size_t n = strlen(message), i;
   char* ascii = (char*)malloc(n + 1);
   jstring text;
   jobject exception;
   if (ascii == NULL) {
-    (*env)->ThrowNew(env, hcomm_java_exception_class, "hcomm: out of memory");
+    jclass oom = (*env)->FindClass(env, "org/hcomm/OutOfMemException");
+    if (oom != NULL) {
+      (*env)->ThrowNew(env, oom, "hcomm: out of memory making the message of an error");
+      (*env)->DeleteLocalRef(env, oom);
+    }
     return;
   }
   for (i = 0; i < n; ++i) {
@@ -123,17 +192,29 @@ static void hcomm_java_throw_message(JNIEnv* env, int status, const char* messag
   text = (*env)->NewStringUTF(env, ascii);
   free(ascii);
   if (text == NULL) return; /* OutOfMemoryError pending */
-  exception = (*env)->NewObject(env, hcomm_java_exception_class, hcomm_java_exception_ctor,
-                                (jint)status, text);
+  exception = (*env)->CallStaticObjectMethod(env, hcomm_java_exception_class,
+                                             hcomm_java_exception_make, (jint)status,
+                                             interrupted ? JNI_TRUE : JNI_FALSE, text);
   (*env)->DeleteLocalRef(env, text);
-  if (exception == NULL) return;
+  if ((*env)->ExceptionCheck(env) || exception == NULL) return; /* fromNative's own failure */
   (*env)->Throw(env, (jthrowable)exception);
   (*env)->DeleteLocalRef(env, exception);
 }
 
-/* The status typemap's one job: a failed call becomes a Java exception. */
-static void hcomm_java_throw(JNIEnv* env, hcomm_status_t status) {
-  hcomm_java_throw_message(env, (int)status, hcomm_last_error());
+/* An error of this layer's own (bad buffer, out of memory). */
+static void hcomm_java_throw_message(JNIEnv* env, int status, const char* message) {
+  hcomm_java_throw_status(env, status, 0, message);
+}
+
+/* The status typemap's one job: a failed call becomes a Java exception,
+ * HcommInterruptedException when the interrupt check ended it. Clears the
+ * thread's interrupted mark either way, for the next call. */
+static void hcomm_java_status(JNIEnv* env, hcomm_status_t status) {
+  const int interrupted = hcomm_java_interrupted;
+  hcomm_java_interrupted = 0;
+  if (status != HCOMM_SUCCESS) {
+    hcomm_java_throw_status(env, (int)status, interrupted, hcomm_last_error());
+  }
 }
 
 /* A Java buffer argument as C sees it. */
@@ -262,7 +343,7 @@ static hcomm_status_t hcomm_java_stream_enqueue(hcomm_stream_t s, hcomm_op_kind_
 %typemap(jstype) hcomm_status_t "void"
 %typemap(javaout) hcomm_status_t { $jnicall; }
 %typemap(out) hcomm_status_t "$result = (jint)$1;"
-%typemap(ret) hcomm_status_t "if ($1 != HCOMM_SUCCESS) hcomm_java_throw(jenv, $1);"
+%typemap(ret) hcomm_status_t "hcomm_java_status(jenv, $1);"
 
 /* The status codes are not constants of HcommNative (as items of a type
  * whose Java type is void they would not compile): nothing there returns a

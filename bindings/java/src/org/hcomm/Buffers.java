@@ -10,8 +10,12 @@ import java.nio.ByteOrder;
  * <ul>
  *   <li>A direct {@link ByteBuffer} is used in place (zero copy): the bytes
  *       from its position to its limit, which the call leaves unchanged. A
- *       heap ByteBuffer is refused (it has no fixed address); so is a
- *       read-only one where the call writes.
+ *       read-only one is refused where the call writes.
+ *   <li>A heap ByteBuffer (no fixed native address) is the same bytes,
+ *       copied into a temporary direct buffer for the call ({@link #view})
+ *       and, for what the call writes, back from its position when it
+ *       succeeds ({@link #writeBack}); nonblocking calls stage it as they
+ *       stage arrays, and copy back on completion.
  *   <li>A primitive array is the whole array. Blocking calls copy it into
  *       native memory for the duration of the call and, for what the call
  *       writes, back when it succeeds (no pinning: the calls block on the
@@ -23,7 +27,7 @@ final class Buffers {
   private Buffers() {}
 
   static HcommException invalid(String message) {
-    return new HcommException(Status.INVALID_ARGUMENT, message);
+    return new InvalidArgumentException(message);
   }
 
   /**
@@ -58,8 +62,8 @@ final class Buffers {
 
   /**
    * Checks {@code buf} (of {@code dtype}) and returns its element count. A
-   * ByteBuffer must be direct, writable if {@code output}, and hold a whole
-   * number of elements.
+   * ByteBuffer must be writable if {@code output}, and hold a whole number of
+   * elements.
    */
   static int count(Object buf, DType dtype, boolean output, String what) {
     if (buf == null) {
@@ -70,10 +74,6 @@ final class Buffers {
     }
     if (buf instanceof ByteBuffer) {
       ByteBuffer b = (ByteBuffer) buf;
-      if (!b.isDirect()) {
-        throw invalid(what + ": a heap ByteBuffer has no fixed native address; use "
-            + "ByteBuffer.allocateDirect (zero copy) or a primitive array");
-      }
       if (output && b.isReadOnly()) {
         throw invalid(what + ": the ByteBuffer is read-only but the call writes into it");
       }
@@ -92,39 +92,88 @@ final class Buffers {
     return java.lang.reflect.Array.getLength(buf);
   }
 
+  /** Whether {@code buf} is a heap (non-direct) ByteBuffer, which is used through a copy. */
+  static boolean isHeap(Object buf) {
+    return buf instanceof ByteBuffer && !((ByteBuffer) buf).isDirect();
+  }
+
   /**
-   * What the native layer gets for {@code buf}: the array itself, or the
-   * ByteBuffer from its position (a slice when the position is not 0).
+   * What the native layer gets for {@code buf} in a blocking call: the array itself, a direct
+   * ByteBuffer from its position (a slice when the position is not 0), or for a heap ByteBuffer
+   * a new direct buffer holding a copy of its bytes from position to limit (hand it to
+   * {@link #writeBack} after a call that wrote it).
    */
   static Object view(Object buf) {
     if (buf instanceof ByteBuffer) {
       ByteBuffer b = (ByteBuffer) buf;
+      if (!b.isDirect()) {
+        ByteBuffer copy = allocate(b.remaining());
+        copy.put(b.duplicate());
+        copy.clear();
+        return copy;
+      }
       return b.position() == 0 ? b : b.slice();
     }
     return buf;
   }
 
   /**
-   * Memory that outlives the call for a nonblocking operation: a direct
-   * buffer's view, or a new direct buffer holding a copy of the array's
-   * first {@code count} elements (zeros unless {@code copyIn}).
+   * After a blocking call wrote into {@code view} (from {@link #view}{@code (buf)}) and
+   * succeeded: a heap ByteBuffer gets the bytes back, from its position (which stays); anything
+   * else was written in place, or by the native layer.
+   */
+  static void writeBack(Object buf, Object view) {
+    writeBack(buf, view, Long.MAX_VALUE);
+  }
+
+  /** {@link #writeBack(Object, Object)} of the first {@code bytes} bytes only. */
+  static void writeBack(Object buf, Object view, long bytes) {
+    if (view != null && view != buf && isHeap(buf)) {
+      ByteBuffer src = ((ByteBuffer) view).duplicate();
+      src.clear();
+      src.limit((int) Math.min(bytes, src.capacity()));
+      ((ByteBuffer) buf).duplicate().put(src);
+    }
+  }
+
+  /** A new direct buffer of {@code bytes} bytes in native order; OUT_OF_MEM if there is none. */
+  static ByteBuffer allocate(long bytes) {
+    if (bytes > Integer.MAX_VALUE) {
+      throw invalid("hcomm: " + bytes + " bytes do not fit one direct buffer (2 GiB): pass a "
+          + "smaller buffer");
+    }
+    try {
+      return ByteBuffer.allocateDirect((int) bytes).order(ByteOrder.nativeOrder());
+    } catch (OutOfMemoryError e) {
+      throw new OutOfMemException("hcomm: cannot allocate " + bytes
+          + " bytes of direct memory for the operation's native copy (" + e.getMessage() + ")");
+    }
+  }
+
+  /**
+   * Memory that outlives the call for a nonblocking operation: a direct buffer's view, or a new
+   * direct buffer holding a copy of a heap ByteBuffer's bytes from its position, or of an
+   * array's first {@code count} elements (zeros unless {@code copyIn}).
    */
   static ByteBuffer stable(Object buf, DType dtype, int count, boolean copyIn) {
     if (buf instanceof ByteBuffer) {
-      return (ByteBuffer) view(buf);
+      ByteBuffer b = (ByteBuffer) buf;
+      if (b.isDirect()) {
+        return (ByteBuffer) view(buf);
+      }
+      ByteBuffer s = allocate(b.remaining());
+      if (copyIn) {
+        s.put(b.duplicate());
+        s.clear();
+      }
+      return s;
     }
     long bytes = (long) count * dtype.size();
     if (bytes > Integer.MAX_VALUE) {
       throw invalid("hcomm: " + count + " " + dtype + " elements (" + bytes
           + " bytes) do not fit one direct buffer (2 GiB): pass a smaller array");
     }
-    ByteBuffer s;
-    try {
-      s = ByteBuffer.allocateDirect((int) bytes).order(ByteOrder.nativeOrder());
-    } catch (OutOfMemoryError e) {
-      throw new HcommException(Status.OUT_OF_MEM, "hcomm: cannot allocate " + bytes
-          + " bytes of direct memory for the operation's native copy (" + e.getMessage() + ")");
-    }
+    ByteBuffer s = allocate(bytes);
     if (copyIn) {
       if (buf instanceof byte[]) s.put((byte[]) buf, 0, count);
       else if (buf instanceof int[]) s.asIntBuffer().put((int[]) buf, 0, count);
@@ -136,14 +185,36 @@ final class Buffers {
     return s;
   }
 
-  /** Copies the first {@code count} elements of a staging buffer to {@code array}. */
-  static void copyBack(ByteBuffer staging, Object array, int count) {
+  /**
+   * Where a staged copy of {@code buf} goes back to: the array, or for a heap ByteBuffer a
+   * duplicate that keeps the position and limit it had when the operation started.
+   */
+  static Object target(Object buf) {
+    return buf instanceof ByteBuffer ? ((ByteBuffer) buf).duplicate() : buf;
+  }
+
+  /** Elements of {@code dtype} in a copy-back target (an array, or a heap ByteBuffer's window). */
+  static int elements(Object target, DType dtype) {
+    if (target instanceof ByteBuffer) {
+      return ((ByteBuffer) target).remaining() / dtype.size();
+    }
+    return java.lang.reflect.Array.getLength(target);
+  }
+
+  /**
+   * Copies the first {@code count} elements ({@code dtype}) of a staging buffer to {@code target}
+   * (see {@link #target}): an array, or a heap ByteBuffer from its position.
+   */
+  static void copyBack(ByteBuffer staging, Object target, int count, DType dtype) {
     ByteBuffer s = staging.duplicate().order(ByteOrder.nativeOrder());
     s.clear();
-    if (array instanceof byte[]) s.get((byte[]) array, 0, count);
-    else if (array instanceof int[]) s.asIntBuffer().get((int[]) array, 0, count);
-    else if (array instanceof long[]) s.asLongBuffer().get((long[]) array, 0, count);
-    else if (array instanceof float[]) s.asFloatBuffer().get((float[]) array, 0, count);
-    else s.asDoubleBuffer().get((double[]) array, 0, count);
+    if (target instanceof ByteBuffer) {
+      s.limit((int) Math.min((long) count * dtype.size(), s.capacity()));
+      ((ByteBuffer) target).duplicate().put(s);
+    } else if (target instanceof byte[]) s.get((byte[]) target, 0, count);
+    else if (target instanceof int[]) s.asIntBuffer().get((int[]) target, 0, count);
+    else if (target instanceof long[]) s.asLongBuffer().get((long[]) target, 0, count);
+    else if (target instanceof float[]) s.asFloatBuffer().get((float[]) target, 0, count);
+    else s.asDoubleBuffer().get((double[]) target, 0, count);
   }
 }

@@ -26,18 +26,23 @@ import org.hcomm.internal.HcommNative;
  *
  * <p>Buffers ({@code T}) are {@code byte[]} (INT8), {@code int[]} (INT32),
  * {@code long[]} (INT64), {@code float[]} (FLOAT32), {@code double[]}
- * (FLOAT64) or a direct {@link ByteBuffer} (UINT8 unless a {@link DType} is
- * given; zero copy; the bytes from its position to its limit, which stay
- * unchanged). A heap ByteBuffer is refused. Arrays are copied to native
- * memory and back around each blocking call (they are not pinned, since the
- * call may block on the network); see {@link Request} for nonblocking calls.
- * Counts come from the buffers: one-buffer calls use the whole buffer,
- * two-buffer calls check that the other one is large enough.
+ * (FLOAT64) or a {@link ByteBuffer} (UINT8 unless a {@link DType} is given;
+ * the bytes from its position to its limit, which stay unchanged). A direct
+ * ByteBuffer is used in place (zero copy); a heap one is copied into a
+ * temporary direct buffer and back from its position. Arrays are copied to
+ * native memory and back around each blocking call (they are not pinned,
+ * since the call may block on the network); see {@link Request} for
+ * nonblocking calls. Counts come from the buffers: one-buffer calls use the
+ * whole buffer, two-buffer calls check that the other one is large enough.
  *
- * <p>Errors throw {@link HcommException} with the C status and
+ * <p>Errors throw the {@link HcommException} subclass of the C status
+ * ({@link MismatchException}, {@link TimeoutException}, ...) with
  * hcomm_last_error()'s message. Collectives must be called in the same order
  * on every rank. Every blocking call ends by the communicator's
- * {@code timeout_ms} ({@link #set(String, String)}).
+ * {@code timeout_ms} ({@link #set(String, String)}), or early, with {@link
+ * HcommInterruptedException}, once its thread is interrupted ({@link
+ * Thread#interrupt()}; the library looks after 100 ms of waiting and every
+ * 100 ms after that).
  *
  * <p>THREAD SAFETY: point-to-point calls may come from several threads at
  * once, collectives from one at a time. {@link #close()} waits for calls in
@@ -392,13 +397,14 @@ public final class Communicator implements AutoCloseable {
     sendImpl(buf, DType.FLOAT64, dst, tag);
   }
 
-  /** {@link #send(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #send(byte[], int, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void send(ByteBuffer buf, int dst, int tag) {
     sendImpl(buf, DType.UINT8, dst, tag);
   }
 
   /**
-   * {@link #send(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   * {@link #send(byte[], int, int)} for a ByteBuffer of {@code dtype} elements (zero copy when
+   * direct).
    */
   public void send(ByteBuffer buf, DType dtype, int dst, int tag) {
     sendImpl(buf, dtype, dst, tag);
@@ -433,13 +439,14 @@ public final class Communicator implements AutoCloseable {
     return recvImpl(buf, DType.FLOAT64, src, tag);
   }
 
-  /** {@link #recv(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #recv(byte[], int, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public int recv(ByteBuffer buf, int src, int tag) {
     return recvImpl(buf, DType.UINT8, src, tag);
   }
 
   /**
-   * {@link #recv(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   * {@link #recv(byte[], int, int)} for a ByteBuffer of {@code dtype} elements (zero copy when
+   * direct).
    */
   public int recv(ByteBuffer buf, DType dtype, int src, int tag) {
     return recvImpl(buf, dtype, src, tag);
@@ -473,13 +480,14 @@ public final class Communicator implements AutoCloseable {
     return isendImpl(buf, DType.FLOAT64, dst, tag);
   }
 
-  /** {@link #isend(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #isend(byte[], int, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public Request isend(ByteBuffer buf, int dst, int tag) {
     return isendImpl(buf, DType.UINT8, dst, tag);
   }
 
   /**
-   * {@link #isend(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   * {@link #isend(byte[], int, int)} for a ByteBuffer of {@code dtype} elements (zero copy when
+   * direct).
    */
   public Request isend(ByteBuffer buf, DType dtype, int dst, int tag) {
     return isendImpl(buf, dtype, dst, tag);
@@ -513,13 +521,14 @@ public final class Communicator implements AutoCloseable {
     return irecvImpl(buf, DType.FLOAT64, src, tag);
   }
 
-  /** {@link #irecv(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #irecv(byte[], int, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public Request irecv(ByteBuffer buf, int src, int tag) {
     return irecvImpl(buf, DType.UINT8, src, tag);
   }
 
   /**
-   * {@link #irecv(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   * {@link #irecv(byte[], int, int)} for a ByteBuffer of {@code dtype} elements (zero copy when
+   * direct).
    */
   public Request irecv(ByteBuffer buf, DType dtype, int src, int tag) {
     return irecvImpl(buf, dtype, src, tag);
@@ -553,14 +562,14 @@ public final class Communicator implements AutoCloseable {
     allReduceImpl(buf, DType.FLOAT64, op);
   }
 
-  /** {@link #allReduce(byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #allReduce(byte[], ReduceOp)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void allReduce(ByteBuffer buf, ReduceOp op) {
     allReduceImpl(buf, DType.UINT8, op);
   }
 
   /**
-   * {@link #allReduce(byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #allReduce(byte[], ReduceOp)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public void allReduce(ByteBuffer buf, DType dtype, ReduceOp op) {
     allReduceImpl(buf, dtype, op);
@@ -594,14 +603,14 @@ public final class Communicator implements AutoCloseable {
     return iallReduceImpl(buf, DType.FLOAT64, op);
   }
 
-  /** {@link #iallReduce(byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #iallReduce(byte[], ReduceOp)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public Request iallReduce(ByteBuffer buf, ReduceOp op) {
     return iallReduceImpl(buf, DType.UINT8, op);
   }
 
   /**
-   * {@link #iallReduce(byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #iallReduce(byte[], ReduceOp)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public Request iallReduce(ByteBuffer buf, DType dtype, ReduceOp op) {
     return iallReduceImpl(buf, dtype, op);
@@ -632,13 +641,14 @@ public final class Communicator implements AutoCloseable {
     broadcastImpl(buf, DType.FLOAT64, root);
   }
 
-  /** {@link #broadcast(byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #broadcast(byte[], int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void broadcast(ByteBuffer buf, int root) {
     broadcastImpl(buf, DType.UINT8, root);
   }
 
   /**
-   * {@link #broadcast(byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero copy).
+   * {@link #broadcast(byte[], int)} for a ByteBuffer of {@code dtype} elements (zero copy when
+   * direct).
    */
   public void broadcast(ByteBuffer buf, DType dtype, int root) {
     broadcastImpl(buf, dtype, root);
@@ -672,14 +682,14 @@ public final class Communicator implements AutoCloseable {
     reduceImpl(buf, DType.FLOAT64, op, root);
   }
 
-  /** {@link #reduce(byte[], ReduceOp, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #reduce(byte[], ReduceOp, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void reduce(ByteBuffer buf, ReduceOp op, int root) {
     reduceImpl(buf, DType.UINT8, op, root);
   }
 
   /**
-   * {@link #reduce(byte[], ReduceOp, int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #reduce(byte[], ReduceOp, int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public void reduce(ByteBuffer buf, DType dtype, ReduceOp op, int root) {
     reduceImpl(buf, dtype, op, root);
@@ -713,14 +723,14 @@ public final class Communicator implements AutoCloseable {
     allGatherImpl(send, recv, DType.FLOAT64);
   }
 
-  /** {@link #allGather(byte[], byte[])} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #allGather(byte[], byte[])} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void allGather(ByteBuffer send, ByteBuffer recv) {
     allGatherImpl(send, recv, DType.UINT8);
   }
 
   /**
-   * {@link #allGather(byte[], byte[])} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #allGather(byte[], byte[])} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public void allGather(ByteBuffer send, ByteBuffer recv, DType dtype) {
     allGatherImpl(send, recv, dtype);
@@ -755,15 +765,16 @@ public final class Communicator implements AutoCloseable {
   }
 
   /**
-   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy).
+   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a ByteBuffer of UINT8 (zero copy when
+   * direct).
    */
   public void reduceScatter(ByteBuffer send, ByteBuffer recv, ReduceOp op) {
     reduceScatterImpl(send, recv, DType.UINT8, op);
   }
 
   /**
-   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype}
-   * elements (zero copy).
+   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a ByteBuffer of {@code dtype}
+   * elements (zero copy when direct).
    */
   public void reduceScatter(ByteBuffer send, ByteBuffer recv, DType dtype, ReduceOp op) {
     reduceScatterImpl(send, recv, dtype, op);
@@ -797,14 +808,14 @@ public final class Communicator implements AutoCloseable {
     allToAllImpl(send, recv, DType.FLOAT64);
   }
 
-  /** {@link #allToAll(byte[], byte[])} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #allToAll(byte[], byte[])} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void allToAll(ByteBuffer send, ByteBuffer recv) {
     allToAllImpl(send, recv, DType.UINT8);
   }
 
   /**
-   * {@link #allToAll(byte[], byte[])} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #allToAll(byte[], byte[])} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public void allToAll(ByteBuffer send, ByteBuffer recv, DType dtype) {
     allToAllImpl(send, recv, dtype);
@@ -838,14 +849,14 @@ public final class Communicator implements AutoCloseable {
     gatherImpl(send, recv, DType.FLOAT64, root);
   }
 
-  /** {@link #gather(byte[], byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #gather(byte[], byte[], int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void gather(ByteBuffer send, ByteBuffer recv, int root) {
     gatherImpl(send, recv, DType.UINT8, root);
   }
 
   /**
-   * {@link #gather(byte[], byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #gather(byte[], byte[], int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public void gather(ByteBuffer send, ByteBuffer recv, DType dtype, int root) {
     gatherImpl(send, recv, dtype, root);
@@ -879,14 +890,14 @@ public final class Communicator implements AutoCloseable {
     scatterImpl(send, recv, DType.FLOAT64, root);
   }
 
-  /** {@link #scatter(byte[], byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #scatter(byte[], byte[], int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public void scatter(ByteBuffer send, ByteBuffer recv, int root) {
     scatterImpl(send, recv, DType.UINT8, root);
   }
 
   /**
-   * {@link #scatter(byte[], byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #scatter(byte[], byte[], int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public void scatter(ByteBuffer send, ByteBuffer recv, DType dtype, int root) {
     scatterImpl(send, recv, dtype, root);
@@ -945,6 +956,11 @@ public final class Communicator implements AutoCloseable {
     return e;
   }
 
+  /** Whether a nonblocking call works on a staged copy of {@code buf} (array, heap buffer). */
+  private static boolean copied(Object buf) {
+    return !(buf instanceof ByteBuffer) || Buffers.isHeap(buf);
+  }
+
   private static int opCode(ReduceOp op) {
     if (op == null) {
       throw Buffers.invalid("op is null");
@@ -976,6 +992,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_recv(v, n, dtype.code(), src, tag, h);
+      Buffers.writeBack(buf, v);
     } finally {
       handle.exit();
     }
@@ -988,7 +1005,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       long req = HcommNative.hcomm_java_isend(memory, n, dtype.code(), dst, tag, h);
-      return new Request(this, req, memory, null, false);
+      return new Request(this, req, memory, null, dtype, false);
     } finally {
       handle.exit();
     }
@@ -997,11 +1014,11 @@ public final class Communicator implements AutoCloseable {
   private Request irecvImpl(Object buf, DType dtype, int src, int tag) {
     int n = Buffers.count(buf, dtype, true, "irecv: buf");
     ByteBuffer memory = Buffers.stable(buf, dtype, n, false);
-    Object array = buf instanceof ByteBuffer ? null : buf;
+    Object target = copied(buf) ? Buffers.target(buf) : null;
     long h = handle.enter();
     try {
       long req = HcommNative.hcomm_java_irecv(memory, n, dtype.code(), src, tag, h);
-      return new Request(this, req, memory, array, false);
+      return new Request(this, req, memory, target, dtype, false);
     } finally {
       handle.exit();
     }
@@ -1020,6 +1037,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_allreduce(v, v, n, dtype.code(), o, h);
+      Buffers.writeBack(buf, v);
     } finally {
       handle.exit();
     }
@@ -1036,11 +1054,11 @@ public final class Communicator implements AutoCloseable {
     } catch (HcommException e) {
       throw refused(e, h -> HcommNative.hcomm_allreduce(null, null, 0, BAD_DTYPE, 0, h));
     }
-    Object array = buf instanceof ByteBuffer ? null : buf;
+    Object target = copied(buf) ? Buffers.target(buf) : null;
     long h = handle.enter();
     try {
       long req = HcommNative.hcomm_java_iallreduce(memory, memory, n, dtype.code(), o, h);
-      return new Request(this, req, memory, array, true);
+      return new Request(this, req, memory, target, dtype, true);
     } finally {
       handle.exit();
     }
@@ -1057,6 +1075,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_broadcast(v, n, dtype.code(), root, h);
+      Buffers.writeBack(buf, v);
     } finally {
       handle.exit();
     }
@@ -1075,6 +1094,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_reduce(v, v, n, dtype.code(), o, root, h);
+      Buffers.writeBack(buf, v);
     } finally {
       handle.exit();
     }
@@ -1108,10 +1128,11 @@ public final class Communicator implements AutoCloseable {
       throw refused(e, h -> HcommNative.hcomm_allgather(null, null, 0, BAD_DTYPE, h));
     }
     Object vs = Buffers.view(send);
-    Object vr = Buffers.view(recv);
+    Object vr = recv == send ? vs : Buffers.view(recv);
     long h = handle.enter();
     try {
       HcommNative.hcomm_allgather(vs, vr, ns, dtype.code(), h);
+      Buffers.writeBack(recv, vr);
     } finally {
       handle.exit();
     }
@@ -1131,10 +1152,11 @@ public final class Communicator implements AutoCloseable {
       throw refused(e, h -> HcommNative.hcomm_reduce_scatter(null, null, 0, BAD_DTYPE, 0, h));
     }
     Object vs = Buffers.view(send);
-    Object vr = Buffers.view(recv);
+    Object vr = recv == send ? vs : Buffers.view(recv);
     long h = handle.enter();
     try {
       HcommNative.hcomm_reduce_scatter(vs, vr, block, dtype.code(), o, h);
+      Buffers.writeBack(recv, vr);
     } finally {
       handle.exit();
     }
@@ -1152,10 +1174,11 @@ public final class Communicator implements AutoCloseable {
       throw refused(e, h -> HcommNative.hcomm_alltoall(null, null, 0, BAD_DTYPE, h));
     }
     Object vs = Buffers.view(send);
-    Object vr = Buffers.view(recv);
+    Object vr = recv == send ? vs : Buffers.view(recv);
     long h = handle.enter();
     try {
       HcommNative.hcomm_alltoall(vs, vr, block, dtype.code(), h);
+      Buffers.writeBack(recv, vr);
     } finally {
       handle.exit();
     }
@@ -1179,6 +1202,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_gather(vs, vr, ns, dtype.code(), root, h);
+      Buffers.writeBack(recv, vr);
     } finally {
       handle.exit();
     }
@@ -1202,6 +1226,7 @@ public final class Communicator implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_scatter(vs, vr, nr, dtype.code(), root, h);
+      Buffers.writeBack(recv, vr);
     } finally {
       handle.exit();
     }

@@ -79,8 +79,8 @@ final class NativeHandle implements Runnable {
     }
   }
 
-  HcommException closedException() {
-    return new HcommException(Status.INVALID_ARGUMENT, "hcomm: this " + what + " is closed");
+  InvalidArgumentException closedException() {
+    return new InvalidArgumentException("hcomm: this " + what + " is closed");
   }
 
   /**

@@ -90,8 +90,8 @@ public final class SharedMemoryChannel implements AutoCloseable {
   }
 
   /**
-   * Appends the bytes from the position to the limit of a direct ByteBuffer
-   * (zero copy; position unchanged).
+   * Appends the bytes from the position to the limit of a ByteBuffer
+   * (zero copy when direct; a heap one is copied; position unchanged).
    */
   public void write(ByteBuffer data, int timeoutMs) {
     int n = Buffers.count(data, DType.UINT8, false, "SharedMemoryChannel.write: data");
@@ -126,7 +126,7 @@ public final class SharedMemoryChannel implements AutoCloseable {
           throw e;
         }
         if (n[0] > MAX_ARRAY) {
-          throw new HcommException(Status.NOT_SUPPORTED, "SharedMemoryChannel.read: a message of "
+          throw new NotSupportedException("SharedMemoryChannel.read: a message of "
               + n[0] + " bytes does not fit a Java array");
         }
         cap = (int) n[0];
@@ -146,8 +146,9 @@ public final class SharedMemoryChannel implements AutoCloseable {
   }
 
   /**
-   * Reads the next message into a direct ByteBuffer (from its position, zero
-   * copy; position unchanged) and returns its size. A message larger than
+   * Reads the next message into a ByteBuffer (from its position, zero copy
+   * when direct, through a copy when on the heap; position unchanged) and
+   * returns its size. A message larger than
    * the remaining bytes is {@link Status#MISMATCH} and stays in the channel.
    */
   public int read(ByteBuffer dst, int timeoutMs) {
@@ -157,6 +158,7 @@ public final class SharedMemoryChannel implements AutoCloseable {
     long h = handle.enter();
     try {
       HcommNative.hcomm_channel_read(h, v, cap, n, timeoutMs);
+      Buffers.writeBack(dst, v, n[0]);
     } finally {
       handle.exit();
     }

@@ -1,6 +1,5 @@
 package org.hcomm;
 
-import java.lang.reflect.Array;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -37,54 +36,65 @@ import org.hcomm.internal.HcommNative;
  * fails the rest of the stream with the same status until {@link #synchronize()} throws it.
  *
  * <p>Buffers ({@code T}) are those of {@link Communicator}. They belong to the library from the
- * call until the operation has run. A direct ByteBuffer is used in place. An array is staged in
- * a direct buffer, copied in when a queued operation first uses it; every later operation of
- * any stream that uses the same array before it is released works on that same copy (so
- * operations chain through an array as they do through a C buffer, also across streams ordered
- * by an {@link Event}), and the copy is written back into the array (when some operation writes
- * it) once the last of them is seen to have run, by each stream that used it. Until then the
- * array is not written, and what is written into it is not seen.
+ * call until the operation has run. A direct ByteBuffer is used in place. An array (or a heap
+ * ByteBuffer: its bytes from position to limit) is staged in a direct buffer, copied in when a
+ * queued operation first uses it; every later operation of any stream that uses the same array
+ * before it is released works on that same copy (so operations chain through an array as they
+ * do through a C buffer, also across streams ordered by an {@link Event}), and the copy is
+ * written back into the array (when some operation writes it) once the last of them is seen to
+ * have run, by each stream that used it. Until then the array is not written, and what is
+ * written into it is not seen. A heap ByteBuffer must keep its position and limit while it is
+ * staged ({@link InvalidArgumentException} otherwise).
  *
  * <p>When the futures complete: the library runs the queue on its own thread, and this binding
  * records a mark (a pooled {@code hcomm_event_t}) after each operation; a future completes, and
- * its arrays are written back, when a call of this binding sees that mark reached. That happens in
+ * its arrays are written back, when the binding sees that mark reached. A daemon thread of the
+ * binding looks at the marks of streams with pending futures (hcomm_event_query, never
+ * blocking; again within 2 ms, or 10 ms once nothing changed for a second), so futures complete,
+ * and their dependent actions run, by themselves. Other calls see marks reached too:
  * {@link #synchronize()}, {@link #query()}, {@link #close()}, {@link Event#synchronize()} and
- * {@link Event#query()} of an event recorded on this stream, in the next call that queues an
- * operation, and in {@code get()}, {@code join()} and {@code isDone()} of the future itself (which
+ * {@link Event#query()} of an event recorded on this stream, the next call that queues an
+ * operation, and {@code get()}, {@code join()} and {@code isDone()} of the future itself (which
  * wait for, or look at, that operation's mark); and when another stream that waited for an event
- * recorded on this one ({@link #waitEvent}) is seen past that wait, for what came before the event
- * here. Futures of one stream complete in queue order, on the thread that saw them done: keep
- * their dependent actions short, or use the {@code *Async} variants. Dependent futures
- * ({@code thenApply}, {@code allOf}, ...) complete with this one but do not look at the stream
- * themselves: wait on this future, or synchronize. A failed operation completes its future
- * exceptionally with its {@link HcommException} (the status of the failure that made it fail); the
- * stream keeps that error for {@link #synchronize()}. After a failure, arrays hold what the
- * library left in the staged copy, as a C buffer would (operations skipped after a failure write
- * nothing). Completing or cancelling a future yourself does not touch the operation.
+ * recorded on this one ({@link #waitEvent}) is seen past that wait, so is what came before the
+ * event here. Futures of one stream complete in queue order, on the thread that saw them done:
+ * keep their dependent actions short, or use the {@code *Async} variants. A failed operation
+ * completes its future exceptionally with its {@link HcommException} subclass (the status of the
+ * failure that made it fail); the stream keeps that error for {@link #synchronize()}. After a
+ * failure, arrays hold what the library left in the staged copy, as a C buffer would (operations
+ * skipped after a failure write nothing). Completing or cancelling a future yourself does not
+ * touch the operation.
  *
- * <p>Errors throw {@link HcommException}. A collective that this binding refuses by its own
- * checks (a null buffer, a recv too small) still takes its turn on the stream, so that the other
- * ranks' operation fails at once with {@link Status#MISMATCH} instead of waiting.
+ * <p>Errors throw the {@link HcommException} subclass of their status; a wait ended by {@link
+ * Thread#interrupt()} throws {@link HcommInterruptedException}. A collective that this binding
+ * refuses by its own checks (a null buffer, a recv too small) still takes its turn on the
+ * stream, so that the other ranks' operation fails at once with {@link Status#MISMATCH} instead
+ * of waiting.
  *
  * <p>THREAD SAFETY: every method may be called from any thread; operations queued from several
  * threads at once run in the order the stream took them. {@link #close()} waits for calls in
  * progress on other threads.
  */
 public final class Stream implements AutoCloseable {
-  /** An array's direct copy, shared by every queued operation (of any stream) that uses it. */
+  /**
+   * The direct copy of an array or a heap ByteBuffer, shared by every queued operation (of any
+   * stream) that uses it.
+   */
   private static final class Staged {
-    final Object array;
+    final Object array; // the user's array or heap buffer: the key in STAGED
+    final Object target; // where the copy goes back (Buffers.target: a heap buffer's window)
     final ByteBuffer memory;
     int users; // queued operations that use it; guarded by STAGED
     boolean written; // one of them writes it; guarded by STAGED
 
     Staged(Object array, ByteBuffer memory) {
       this.array = array;
+      this.target = Buffers.target(array);
       this.memory = memory;
     }
   }
 
-  /** Arrays in use by queued operations of any stream, by identity. */
+  /** Arrays and heap buffers in use by queued operations of any stream, by identity. */
   private static final Map<Object, Staged> STAGED = new IdentityHashMap<>();
 
   /** One queued operation, or a wait for another stream's mark (waitEvent). */
@@ -130,6 +140,8 @@ public final class Stream implements AutoCloseable {
     private final List<Queue> woken = new ArrayList<>();
     /** Held while completing futures, so that they complete in order. */
     private final ReentrantLock completing = new ReentrantLock();
+    /** The Completer looks at this queue (see poll()); guarded by this. */
+    private boolean watched;
 
     /** An event for the next operation's mark: a spare one, or a new one. */
     long takeEvent() {
@@ -158,6 +170,10 @@ public final class Stream implements AutoCloseable {
       Op o = new Op(++queued, f, staged, send, recv, null, event);
       f.op = o;
       pending.addLast(o);
+      if (!watched) {
+        watched = true;
+        Completer.watch(this::poll);
+      }
       try {
         HcommNative.hcomm_event_record(event, h);
       } catch (HcommException e) {
@@ -304,6 +320,22 @@ public final class Stream implements AutoCloseable {
       return ready.pollFirst();
     }
 
+    /**
+     * The Completer's look: progress(false), then true (done watching) once nothing pending has
+     * a mark to look at: everything ran, or what is left is known only at synchronize().
+     */
+    boolean poll() {
+      progress(false);
+      synchronized (this) {
+        Op first = pending.peekFirst();
+        if (first == null || (first.event == 0 && first.seq > synced)) {
+          watched = false;
+          return true;
+        }
+        return false;
+      }
+    }
+
     /** collect(), wake() and drain() from a thread that holds no handle. */
     void progress(boolean wait) {
       if (handle.tryEnter() != 0) { // 0: closed, or being closed, which completes everything
@@ -395,18 +427,33 @@ public final class Stream implements AutoCloseable {
     }
 
     /**
-     * Waits until the operation has run. Throws HcommException TIMEOUT, the operation still
-     * pending, once the stream went the communicator's timeout_ms without finishing one.
+     * Waits until the operation has run. Throws {@link TimeoutException}, the operation still
+     * pending, once the stream went the communicator's timeout_ms without finishing one, and
+     * InterruptedException (clearing the flag) if the thread is or gets interrupted.
      */
     @Override
     public Void get() throws InterruptedException, ExecutionException {
       if (!super.isDone()) {
-        queue.await(op);
+        if (Thread.interrupted()) {
+          throw new InterruptedException("Stream future get(): interrupted before the operation "
+              + "ran (it is still queued)");
+        }
+        try {
+          queue.await(op);
+        } catch (HcommInterruptedException e) {
+          Thread.interrupted(); // InterruptedException's contract: the flag is cleared
+          InterruptedException x = new InterruptedException(e.getMessage());
+          x.initCause(e);
+          throw x;
+        }
       }
       return super.get();
     }
 
-    /** As {@link #get()}, failures wrapped in CompletionException. */
+    /**
+     * As {@link #get()}, failures wrapped in CompletionException; an interrupt throws
+     * {@link HcommInterruptedException} (the flag stays set).
+     */
     @Override
     public Void join() {
       if (!super.isDone()) {
@@ -647,14 +694,14 @@ public final class Stream implements AutoCloseable {
     return allReduceImpl(buf, DType.FLOAT64, op);
   }
 
-  /** {@link #allReduce(byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #allReduce(byte[], ReduceOp)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> allReduce(ByteBuffer buf, ReduceOp op) {
     return allReduceImpl(buf, DType.UINT8, op);
   }
 
   /**
-   * {@link #allReduce(byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #allReduce(byte[], ReduceOp)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> allReduce(ByteBuffer buf, DType dtype, ReduceOp op) {
     return allReduceImpl(buf, dtype, op);
@@ -687,14 +734,14 @@ public final class Stream implements AutoCloseable {
     return broadcastImpl(buf, DType.FLOAT64, root);
   }
 
-  /** {@link #broadcast(byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #broadcast(byte[], int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> broadcast(ByteBuffer buf, int root) {
     return broadcastImpl(buf, DType.UINT8, root);
   }
 
   /**
-   * {@link #broadcast(byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #broadcast(byte[], int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> broadcast(ByteBuffer buf, DType dtype, int root) {
     return broadcastImpl(buf, dtype, root);
@@ -728,14 +775,14 @@ public final class Stream implements AutoCloseable {
     return reduceImpl(buf, DType.FLOAT64, op, root);
   }
 
-  /** {@link #reduce(byte[], ReduceOp, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #reduce(byte[], ReduceOp, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> reduce(ByteBuffer buf, ReduceOp op, int root) {
     return reduceImpl(buf, DType.UINT8, op, root);
   }
 
   /**
-   * {@link #reduce(byte[], ReduceOp, int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #reduce(byte[], ReduceOp, int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> reduce(ByteBuffer buf, DType dtype, ReduceOp op, int root) {
     return reduceImpl(buf, dtype, op, root);
@@ -769,14 +816,14 @@ public final class Stream implements AutoCloseable {
     return allGatherImpl(send, recv, DType.FLOAT64);
   }
 
-  /** {@link #allGather(byte[], byte[])} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #allGather(byte[], byte[])} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> allGather(ByteBuffer send, ByteBuffer recv) {
     return allGatherImpl(send, recv, DType.UINT8);
   }
 
   /**
-   * {@link #allGather(byte[], byte[])} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #allGather(byte[], byte[])} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> allGather(ByteBuffer send, ByteBuffer recv, DType dtype) {
     return allGatherImpl(send, recv, dtype);
@@ -811,16 +858,17 @@ public final class Stream implements AutoCloseable {
   }
 
   /**
-   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a direct ByteBuffer of UINT8 (zero copy).
+   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a ByteBuffer of UINT8 (zero copy when
+   * direct).
    */
   public CompletableFuture<Void> reduceScatter(ByteBuffer send, ByteBuffer recv, ReduceOp op) {
     return reduceScatterImpl(send, recv, DType.UINT8, op);
   }
 
   /**
-   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a direct ByteBuffer of {@code dtype}
+   * {@link #reduceScatter(byte[], byte[], ReduceOp)} for a ByteBuffer of {@code dtype}
    * elements (zero
-   * copy).
+   * copy when direct).
    */
   public CompletableFuture<Void> reduceScatter(ByteBuffer send, ByteBuffer recv, DType dtype,
       ReduceOp op) {
@@ -855,14 +903,14 @@ public final class Stream implements AutoCloseable {
     return allToAllImpl(send, recv, DType.FLOAT64);
   }
 
-  /** {@link #allToAll(byte[], byte[])} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #allToAll(byte[], byte[])} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> allToAll(ByteBuffer send, ByteBuffer recv) {
     return allToAllImpl(send, recv, DType.UINT8);
   }
 
   /**
-   * {@link #allToAll(byte[], byte[])} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #allToAll(byte[], byte[])} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> allToAll(ByteBuffer send, ByteBuffer recv, DType dtype) {
     return allToAllImpl(send, recv, dtype);
@@ -896,14 +944,14 @@ public final class Stream implements AutoCloseable {
     return gatherImpl(send, recv, DType.FLOAT64, root);
   }
 
-  /** {@link #gather(byte[], byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #gather(byte[], byte[], int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> gather(ByteBuffer send, ByteBuffer recv, int root) {
     return gatherImpl(send, recv, DType.UINT8, root);
   }
 
   /**
-   * {@link #gather(byte[], byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #gather(byte[], byte[], int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> gather(ByteBuffer send, ByteBuffer recv, DType dtype, int root) {
     return gatherImpl(send, recv, dtype, root);
@@ -938,14 +986,14 @@ public final class Stream implements AutoCloseable {
     return scatterImpl(send, recv, DType.FLOAT64, root);
   }
 
-  /** {@link #scatter(byte[], byte[], int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #scatter(byte[], byte[], int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> scatter(ByteBuffer send, ByteBuffer recv, int root) {
     return scatterImpl(send, recv, DType.UINT8, root);
   }
 
   /**
-   * {@link #scatter(byte[], byte[], int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #scatter(byte[], byte[], int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> scatter(ByteBuffer send, ByteBuffer recv, DType dtype, int root) {
     return scatterImpl(send, recv, dtype, root);
@@ -979,14 +1027,14 @@ public final class Stream implements AutoCloseable {
     return sendImpl(buf, DType.FLOAT64, dst, tag);
   }
 
-  /** {@link #send(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #send(byte[], int, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> send(ByteBuffer buf, int dst, int tag) {
     return sendImpl(buf, DType.UINT8, dst, tag);
   }
 
   /**
-   * {@link #send(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #send(byte[], int, int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> send(ByteBuffer buf, DType dtype, int dst, int tag) {
     return sendImpl(buf, dtype, dst, tag);
@@ -1021,14 +1069,14 @@ public final class Stream implements AutoCloseable {
     return recvImpl(buf, DType.FLOAT64, src, tag);
   }
 
-  /** {@link #recv(byte[], int, int)} for a direct ByteBuffer of UINT8 (zero copy). */
+  /** {@link #recv(byte[], int, int)} for a ByteBuffer of UINT8 (zero copy when direct). */
   public CompletableFuture<Void> recv(ByteBuffer buf, int src, int tag) {
     return recvImpl(buf, DType.UINT8, src, tag);
   }
 
   /**
-   * {@link #recv(byte[], int, int)} for a direct ByteBuffer of {@code dtype} elements (zero
-   * copy).
+   * {@link #recv(byte[], int, int)} for a ByteBuffer of {@code dtype} elements (zero
+   * copy when direct).
    */
   public CompletableFuture<Void> recv(ByteBuffer buf, DType dtype, int src, int tag) {
     return recvImpl(buf, dtype, src, tag);
@@ -1039,17 +1087,26 @@ public final class Stream implements AutoCloseable {
 
   /**
    * The memory the library gets for {@code buf} (checked already): a direct buffer's view, or the
-   * staged copy of an array (held for the operation in {@code held}).
+   * staged copy of an array or a heap buffer (held for the operation in {@code held}).
    */
   private static Object memory(Object buf, DType dtype, boolean output, List<Staged> held) {
-    if (buf instanceof ByteBuffer) {
+    if (buf instanceof ByteBuffer && ((ByteBuffer) buf).isDirect()) {
       return Buffers.view(buf);
     }
     synchronized (STAGED) {
       Staged s = STAGED.get(buf);
       if (s == null) {
-        s = new Staged(buf, Buffers.stable(buf, dtype, Array.getLength(buf), true));
+        s = new Staged(buf, Buffers.stable(buf, dtype, Buffers.elements(buf, dtype), true));
         STAGED.put(buf, s);
+      } else if (buf instanceof ByteBuffer) {
+        ByteBuffer now = (ByteBuffer) buf;
+        ByteBuffer then = (ByteBuffer) s.target;
+        if (now.position() != then.position() || now.limit() != then.limit()) {
+          throw Buffers.invalid("Stream: a heap ByteBuffer queued by an operation that has not "
+              + "run yet with position " + then.position() + " and limit " + then.limit()
+              + " is used again with position " + now.position() + " and limit " + now.limit()
+              + "; use one window per buffer until the stream is synchronized");
+        }
       }
       s.users++;
       s.written |= output;
@@ -1065,7 +1122,9 @@ public final class Stream implements AutoCloseable {
         if (--s.users == 0) {
           STAGED.remove(s.array);
           if (s.written) {
-            Buffers.copyBack(s.memory, s.array, Array.getLength(s.array));
+            // UINT8: an array's length in elements, a heap buffer's window in bytes
+            Buffers.copyBack(s.memory, s.target, Buffers.elements(s.target, DType.UINT8),
+                DType.UINT8);
           }
         }
       }

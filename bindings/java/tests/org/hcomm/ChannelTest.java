@@ -63,11 +63,20 @@ public class ChannelTest {
     assertTrue(e.getMessage(), e.getMessage().contains(name));
     expect(Status.INVALID_ARGUMENT, () -> ch.write(new byte[100], 0)); // never fits
     expect(Status.INVALID_ARGUMENT, () -> ch.write(new byte[1], -1));
-    expect(Status.INVALID_ARGUMENT, () -> ch.write(ByteBuffer.allocate(4), 0));
     ch.write(new byte[24], 0);
     ByteBuffer small = direct(8);
     expect(Status.MISMATCH, () -> ch.read(small, 0)); // stays in the channel
     assertEquals(24, ch.read(0).length);
+    // Heap buffers: the bytes from position to limit go, and come back from the position.
+    ByteBuffer out = ByteBuffer.wrap(new byte[] {9, 1, 2, 3, 9});
+    out.position(1).limit(4);
+    ch.write(out, 0);
+    ByteBuffer in = ByteBuffer.allocate(6);
+    in.position(2);
+    assertEquals(3, ch.read(in, 0));
+    assertArrayEquals(new byte[] {0, 0, 1, 2, 3, 0}, in.array());
+    assertEquals(2, in.position());
+    assertEquals(1, out.position());
     ch.close();
     ch.close();
     assertTrue(ch.isClosed());

@@ -37,13 +37,17 @@ public class CommunicatorTest {
     return cfg;
   }
 
-  /** Runs r, which must throw HcommException with `status`; returns it. */
+  /**
+   * Runs r, which must throw the HcommException subclass of `status` (as HcommException.of
+   * makes it); returns it.
+   */
   static HcommException expect(Status status, Runnable r) {
     try {
       r.run();
     } catch (HcommException e) {
       assertEquals("status of " + e, status.code(), e.status());
       assertSame(status, e.kind());
+      assertSame("class of " + e, HcommException.of(status.code(), "").getClass(), e.getClass());
       assertNotNull(e.getMessage());
       assertFalse("empty message: " + e, e.getMessage().isEmpty());
       return e;
@@ -311,7 +315,8 @@ public class CommunicatorTest {
   public void errorsCarryStatusAndMessage() {
     HcommException e = expect(Status.INVALID_ARGUMENT, () -> comm.send(new int[1], 3, 0));
     assertTrue(e.getMessage(), e.getMessage().contains("peer 3"));
-    assertTrue(e.toString(), e.toString().startsWith("org.hcomm.HcommException: INVALID_ARGUMENT"));
+    assertTrue(e.toString(),
+        e.toString().startsWith("org.hcomm.InvalidArgumentException: INVALID_ARGUMENT (1): "));
     expect(Status.INVALID_ARGUMENT, () -> comm.send(new int[1], 0, -2));
     expect(Status.INVALID_ARGUMENT, () -> comm.broadcast(new int[1], 1));
 
@@ -406,13 +411,14 @@ public class CommunicatorTest {
   @Test
   public void badBuffersAreInvalidArgument() {
     HcommException e = expect(Status.INVALID_ARGUMENT,
-        () -> comm.allReduce(ByteBuffer.allocate(8), ReduceOp.SUM));
-    assertTrue(e.getMessage(), e.getMessage().contains("allocateDirect"));
-    expect(Status.INVALID_ARGUMENT, () -> comm.send(ByteBuffer.allocate(8), 0, 0));
-    expect(Status.INVALID_ARGUMENT, () -> comm.isend(ByteBuffer.wrap(new byte[4]), 0, 0));
+        () -> comm.allReduce(ByteBuffer.allocate(8).asReadOnlyBuffer(), ReduceOp.SUM));
+    assertTrue(e.getMessage(), e.getMessage().contains("allReduce: buf: the ByteBuffer is "
+        + "read-only"));
     expect(Status.INVALID_ARGUMENT, () -> comm.recv(direct(8).asReadOnlyBuffer(), 0, 0));
     expect(Status.INVALID_ARGUMENT,
         () -> comm.allReduce(direct(6), DType.FLOAT32, ReduceOp.SUM));
+    expect(Status.INVALID_ARGUMENT,
+        () -> comm.irecv(ByteBuffer.allocate(6), DType.FLOAT32, 0, 0));
     expect(Status.INVALID_ARGUMENT, () -> comm.send((int[]) null, 0, 0));
     expect(Status.INVALID_ARGUMENT, () -> comm.allReduce(new int[1], null));
     expect(Status.INVALID_ARGUMENT, () -> comm.send(direct(4), null, 0, 0));

@@ -59,6 +59,17 @@ public final class MultiRankMain {
       s.await();
     }
     check(got[0] == left && got[1] == left * 10, "ring ints " + Arrays.toString(got));
+    // Heap buffers both ways, from their positions.
+    ByteBuffer heapOut = ByteBuffer.allocate(6);
+    heapOut.put(2, (byte) rank).put(3, (byte) 7).position(2).limit(4);
+    ByteBuffer heapIn = ByteBuffer.allocate(5);
+    heapIn.position(1).limit(3);
+    try (Request s = c.isend(heapOut, right, 1)) {
+      check(c.recv(heapIn, left, 1) == left, "heap recv source");
+      s.await();
+    }
+    check(heapIn.get(1) == left && heapIn.get(2) == 7 && heapIn.get(0) == 0
+        && heapIn.position() == 1, "ring heap buffer");
 
     // Every array type and a direct buffer, nonblocking both ways.
     byte[] b = new byte[3];
@@ -163,6 +174,15 @@ public final class MultiRankMain {
     bf.putFloat(0, 1f).putFloat(4, rank);
     c.allReduce(bf, DType.FLOAT32, ReduceOp.SUM);
     check(bf.getFloat(0) == n && bf.getFloat(4) == sumRanks, "allReduce direct");
+    // A heap buffer, from its position (4) to its limit (12): copied in and back.
+    ByteBuffer hf = ByteBuffer.allocate(16).order(ByteOrder.nativeOrder());
+    hf.putFloat(0, -9f).putFloat(4, 1f).putFloat(8, rank).putFloat(12, -9f);
+    hf.position(4).limit(12);
+    c.allReduce(hf, DType.FLOAT32, ReduceOp.SUM);
+    check(hf.position() == 4 && hf.limit() == 12, "allReduce heap: position, limit");
+    hf.clear();
+    check(hf.getFloat(4) == n && hf.getFloat(8) == sumRanks && hf.getFloat(0) == -9f
+        && hf.getFloat(12) == -9f, "allReduce heap");
     double[] big = new double[1 << 17];
     for (int k = 0; k < big.length; ++k) {
       big[k] = k + rank;
@@ -181,6 +201,12 @@ public final class MultiRankMain {
       r.await();
     }
     check(ia[0] == n - 1, "iallReduce");
+    ByteBuffer ih = ByteBuffer.allocate(8).order(ByteOrder.nativeOrder());
+    ih.putLong(0, rank);
+    try (Request r = c.iallReduce(ih, DType.INT64, ReduceOp.SUM)) {
+      check(r.future().join() == r, "iallReduce heap future");
+    }
+    check(ih.getLong(0) == sumRanks, "iallReduce heap " + ih.getLong(0));
     ok("iallReduce");
 
     long[] bc = {rank == 2 ? 99 : 0, rank == 2 ? -7 : 0};

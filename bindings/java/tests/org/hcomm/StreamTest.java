@@ -291,7 +291,8 @@ public class StreamTest {
   public void badArgumentsNameTheArgument() {
     invalid("Stream.allReduce: buf is null", () -> s.allReduce((int[]) null, ReduceOp.SUM));
     invalid("Stream.allReduce: op is null", () -> s.allReduce(new int[1], null));
-    invalid("heap", () -> s.broadcast(ByteBuffer.allocate(4), 0));
+    invalid("Stream.broadcast: buf: the ByteBuffer is read-only",
+        () -> s.broadcast(ByteBuffer.allocate(4).asReadOnlyBuffer(), 0));
     invalid("read-only", () -> s.recv(direct(4).asReadOnlyBuffer(), 0, 1));
     invalid("Stream.send: buf is null", () -> s.send((long[]) null, 0, 1));
     invalid("peer", () -> s.send(new int[1], 1, 0)); // one rank: no rank 1
