@@ -1,11 +1,11 @@
-"""Data-parallel training of an MLP three ways, side by side in one run.
+"""Data-parallel training of an MLP four ways, side by side in one run.
 
     bazel run //tools:train_bench -- --ranks 4 --steps 30
     (one rank: hcomm_run -n 4 -- train_bench_rank --steps 30 --port P)
 
 Every rank trains the same MLP (--layers Linear layers of --width, so
 2 x layers parameter tensors) on its own batch each step, with plain SGD,
-from the same initial parameters, in three ways:
+from the same initial parameters, in four ways:
 
   stream     hcomm: each gradient is allreduced (average) on an hcomm.Stream
              as soon as backward has produced it (a hook on each parameter's
@@ -14,12 +14,14 @@ from the same initial parameters, in three ways:
              the optimizer steps after stream.synchronize();
   blocking   hcomm: after backward, one blocking allreduce per tensor;
   ddp_gloo   torch's DistributedDataParallel over the gloo backend;
+  ddp_hcomm  the same DDP over hcomm's torch backend (hcomm.torch: a group
+             of new_group(backend="hcomm"));
   compute    no communication at all (each rank its own model): the floor
-             under the three, measured in the same run.
+             under the others, measured in the same run.
 
 Rank 0 prints the median step time of each (the slowest rank's, --steps
 after --warmup) and the largest difference between the parameters the
-three reached after the same steps, and with --json one JSON object per way.
+four reached after the same steps, and with --json one JSON object per way.
 """
 
 import argparse
@@ -33,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 import hcomm
+import hcomm.torch  # the backend "hcomm"
 
 
 def make_model(width, layers):
@@ -126,6 +129,16 @@ class DdpGloo(Blocking):
         sgd(self.params, lr)
 
 
+class DdpHcomm(DdpGloo):
+    """DistributedDataParallel over hcomm's torch backend."""
+
+    group = None  # made in main(), after torch.distributed's init
+
+    def __init__(self, model):  # pylint: disable=super-init-not-called
+        Blocking.__init__(self, torch.nn.parallel.DistributedDataParallel(
+            model, process_group=DdpHcomm.group))
+
+
 class Compute(DdpGloo):
     """No communication: each rank its own model (the floor)."""
 
@@ -133,7 +146,8 @@ class Compute(DdpGloo):
         self.model, self.params = model, list(model.parameters())
 
 
-WAYS = (("stream", Stream), ("blocking", Blocking), ("ddp_gloo", DdpGloo), ("compute", Compute))
+WAYS = (("stream", Stream), ("blocking", Blocking), ("ddp_gloo", DdpGloo), ("ddp_hcomm", DdpHcomm),
+        ("compute", Compute))
 
 
 def main():
@@ -153,6 +167,7 @@ def main():
     rank, size = hcomm.get_rank(), hcomm.get_world_size()
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % args.port, rank=rank,
                             world_size=size)
+    DdpHcomm.group = dist.new_group(backend="hcomm")
     steps = args.warmup + args.steps
     data = batches(rank, steps, args.batch, args.width)
     models = {name: make_model(args.width, args.layers) for name, _ in WAYS}
@@ -172,7 +187,8 @@ def main():
     final = {name: torch.cat([p.detach().reshape(-1) for p in m.parameters()])
              for name, m in models.items()}
     ntensors = len(list(make_model(args.width, args.layers).parameters()))
-    diff = max(float((final[a] - final["ddp_gloo"]).abs().max()) for a in ("stream", "blocking"))
+    diff = max(float((final[a] - final["ddp_gloo"]).abs().max())
+               for a in ("stream", "blocking", "ddp_hcomm"))
     if rank == 0:
         for name, ms in results.items():
             row = {"op": "train_mlp", "way": name, "nranks": size, "tensors": ntensors,
@@ -188,7 +204,7 @@ def main():
                       % (name, ms, results["blocking"] / ms, results["ddp_gloo"] / ms))
         if not args.json:
             print("%d ranks, %d parameter tensors (%d parameters), %d steps after %d warm-up; "
-                  "largest parameter difference between stream, blocking and ddp_gloo: %.2e"
+                  "largest parameter difference between stream, blocking, ddp_hcomm and ddp_gloo: %.2e"
                   % (size, ntensors, final["stream"].numel(), args.steps, args.warmup, diff))
     dist.destroy_process_group()
     hcomm.destroy()
