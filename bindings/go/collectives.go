@@ -1,6 +1,8 @@
 package hcomm
 
 import (
+	"context"
+
 	"hcomm.local/hcomm/internal/capi"
 )
 
@@ -12,54 +14,112 @@ import (
 // StatusMismatch or StatusTimeout from hcomm. Empty slices are valid and
 // still synchronise.
 
+// Each collective has a Context variant (AllReduceContext, ...;
+// Comm.BarrierContext) that a context.Context can end: see
+// AllReduceContext.
+
 // AllReduce replaces buf on every rank with op over all ranks' buf,
 // element by element (hcomm_allreduce, in place).
 func AllReduce[T Number](c *Comm, buf []T, op Op) error {
-	if err := opArg("AllReduce", op); err != nil {
-		return c.refuse("AllReduce", err, func(h uintptr) error {
-			return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
-		})
+	return allReduce(context.Background(), "AllReduce", c, buf, op)
+}
+
+// AllReduceContext is AllReduce that ctx can end, as every collective's
+// Context variant is. Once ctx is done, the call returns within about 100
+// ms with an error that wraps ctx.Err() (errors.Is(err, context.Canceled)
+// or context.DeadlineExceeded), whatever the communicator's timeout_ms:
+// the collective fails on this rank as at its timeout, its turn among the
+// collectives used up, and the other ranks' part of it fails as the
+// library fails a collective that a rank left (at their timeout at the
+// latest). With a ctx done before the call, the collective is not run, but
+// its turn is taken as for a refused call (the other ranks' call fails at
+// once with StatusMismatch naming this rank), so later calls stay paired.
+// A collective that completed returns nil even if ctx ended meanwhile. A
+// nil ctx is StatusInvalidArgument (the call is refused, its turn taken).
+func AllReduceContext[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
+	return allReduce(ctx, "AllReduceContext", c, buf, op)
+}
+
+func allReduce[T Number](ctx context.Context, name string, c *Comm, buf []T, op Op) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_allreduce(nil, nil, 0, badDtype, 0, h)
+	}
+	err := checkContext(name, ctx)
+	if err == nil {
+		err = opArg(name, op)
+	}
+	if err != nil {
+		return c.refuse(name, err, refused)
 	}
 	dt := dtypeOf[T]()
-	return c.do("AllReduce", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		p := ptr(buf)
-		return capi.Hcomm_allreduce(p, p, int64(len(buf)), dt, capi.Hcomm_reduce_op_t(op), h)
+		return capi.Hcomm_go_allreduce_cancellable(p, p, int64(len(buf)), dt, capi.Hcomm_reduce_op_t(op),
+			h, cancel)
 	})
 }
 
 // Broadcast copies root's buf to every rank's buf (hcomm_broadcast).
 func Broadcast[T Number](c *Comm, buf []T, root int) error {
-	if err := cint("Broadcast", "root", root); err != nil {
-		return c.refuse("Broadcast", err, func(h uintptr) error {
-			return capi.Hcomm_broadcast(nil, 0, badDtype, 0, h)
-		})
+	return broadcast(context.Background(), "Broadcast", c, buf, root)
+}
+
+// BroadcastContext is Broadcast that ctx can end (see AllReduceContext).
+func BroadcastContext[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
+	return broadcast(ctx, "BroadcastContext", c, buf, root)
+}
+
+func broadcast[T Number](ctx context.Context, name string, c *Comm, buf []T, root int) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_broadcast(nil, 0, badDtype, 0, h)
+	}
+	err := checkContext(name, ctx)
+	if err == nil {
+		err = cint(name, "root", root)
+	}
+	if err != nil {
+		return c.refuse(name, err, refused)
 	}
 	dt := dtypeOf[T]()
-	return c.do("Broadcast", func(h uintptr) error {
-		return capi.Hcomm_broadcast(ptr(buf), int64(len(buf)), dt, root, h)
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
+		return capi.Hcomm_go_broadcast_cancellable(ptr(buf), int64(len(buf)), dt, root, h, cancel)
 	})
 }
 
 // Reduce replaces root's buf with op over all ranks' buf (hcomm_reduce, in
 // place at the root); the other ranks' buf is left as it was.
 func Reduce[T Number](c *Comm, buf []T, op Op, root int) error {
-	err := opArg("Reduce", op)
+	return reduce(context.Background(), "Reduce", c, buf, op, root)
+}
+
+// ReduceContext is Reduce that ctx can end (see AllReduceContext).
+func ReduceContext[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) error {
+	return reduce(ctx, "ReduceContext", c, buf, op, root)
+}
+
+func reduce[T Number](ctx context.Context, name string, c *Comm, buf []T, op Op, root int) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_reduce(nil, nil, 0, badDtype, 0, 0, h)
+	}
+	err := checkContext(name, ctx)
 	if err == nil {
-		err = cint("Reduce", "root", root)
+		err = opArg(name, op)
+	}
+	if err == nil {
+		err = cint(name, "root", root)
 	}
 	if err != nil {
-		return c.refuse("Reduce", err, func(h uintptr) error {
-			return capi.Hcomm_reduce(nil, nil, 0, badDtype, 0, 0, h)
-		})
+		return c.refuse(name, err, refused)
 	}
 	dt := dtypeOf[T]()
-	return c.do("Reduce", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		send := ptr(buf)
 		recv := send
 		if c.rank != root {
 			recv = nil // only the root's recvbuf is used
 		}
-		return capi.Hcomm_reduce(send, recv, int64(len(buf)), dt, capi.Hcomm_reduce_op_t(op), root, h)
+		return capi.Hcomm_go_reduce_cancellable(send, recv, int64(len(buf)), dt, capi.Hcomm_reduce_op_t(op),
+			root, h, cancel)
 	})
 }
 
@@ -67,18 +127,33 @@ func Reduce[T Number](c *Comm, buf []T, op Op, root int) error {
 // (hcomm_allgather); len(recv) must be Size*len(send). send may be this
 // rank's block of recv (recv[Rank*n:(Rank+1)*n]): that is done in place.
 func AllGather[T Number](c *Comm, send, recv []T) error {
+	return allGather(context.Background(), "AllGather", c, send, recv)
+}
+
+// AllGatherContext is AllGather that ctx can end (see AllReduceContext).
+func AllGatherContext[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	return allGather(ctx, "AllGatherContext", c, send, recv)
+}
+
+func allGather[T Number](ctx context.Context, name string, c *Comm, send, recv []T) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_allgather(nil, nil, 0, badDtype, h)
+	}
+	if err := checkContext(name, ctx); err != nil {
+		return c.refuse(name, err, refused)
+	}
 	dt := dtypeOf[T]()
-	return c.do("AllGather", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		if len(recv) != c.size*len(send) {
-			_ = capi.Hcomm_allgather(nil, nil, 0, badDtype, h) // refused: see badDtype
-			return invalid("AllGather on rank %d: recv has %d elements, want Size*len(send) = %d*%d",
-				c.rank, len(recv), c.size, len(send))
+			_ = refused(h) // see badDtype
+			return invalid("%s on rank %d: recv has %d elements, want Size*len(send) = %d*%d",
+				name, c.rank, len(recv), c.size, len(send))
 		}
 		sp := ptr(send)
 		if len(send) > 0 && sameStart(send, recv[c.rank*len(send):]) {
 			sp = ptr(recv) // in place
 		}
-		return capi.Hcomm_allgather(sp, ptr(recv), int64(len(send)), dt, h)
+		return capi.Hcomm_go_allgather_cancellable(sp, ptr(recv), int64(len(send)), dt, h, cancel)
 	})
 }
 
@@ -87,20 +162,35 @@ func AllGather[T Number](c *Comm, send, recv []T) error {
 // (hcomm_reduce_scatter); len(send) must be Size*len(recv). recv may be
 // send[:len(recv)]: that is done in place.
 func ReduceScatter[T Number](c *Comm, send, recv []T, op Op) error {
-	if err := opArg("ReduceScatter", op); err != nil {
-		return c.refuse("ReduceScatter", err, func(h uintptr) error {
-			return capi.Hcomm_reduce_scatter(nil, nil, 0, badDtype, 0, h)
-		})
+	return reduceScatter(context.Background(), "ReduceScatter", c, send, recv, op)
+}
+
+// ReduceScatterContext is ReduceScatter that ctx can end (see
+// AllReduceContext).
+func ReduceScatterContext[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return reduceScatter(ctx, "ReduceScatterContext", c, send, recv, op)
+}
+
+func reduceScatter[T Number](ctx context.Context, name string, c *Comm, send, recv []T, op Op) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_reduce_scatter(nil, nil, 0, badDtype, 0, h)
+	}
+	err := checkContext(name, ctx)
+	if err == nil {
+		err = opArg(name, op)
+	}
+	if err != nil {
+		return c.refuse(name, err, refused)
 	}
 	dt := dtypeOf[T]()
-	return c.do("ReduceScatter", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		if len(send) != c.size*len(recv) {
-			_ = capi.Hcomm_reduce_scatter(nil, nil, 0, badDtype, 0, h) // refused: see badDtype
-			return invalid("ReduceScatter on rank %d: send has %d elements, want Size*len(recv) = %d*%d",
-				c.rank, len(send), c.size, len(recv))
+			_ = refused(h) // see badDtype
+			return invalid("%s on rank %d: send has %d elements, want Size*len(recv) = %d*%d",
+				name, c.rank, len(send), c.size, len(recv))
 		}
-		return capi.Hcomm_reduce_scatter(ptr(send), ptr(recv), int64(len(recv)), dt,
-			capi.Hcomm_reduce_op_t(op), h)
+		return capi.Hcomm_go_reduce_scatter_cancellable(ptr(send), ptr(recv), int64(len(recv)), dt,
+			capi.Hcomm_reduce_op_t(op), h, cancel)
 	})
 }
 
@@ -108,14 +198,29 @@ func ReduceScatter[T Number](c *Comm, send, recv []T, op Op) error {
 // in block i of recv (hcomm_alltoall); send and recv have the same length,
 // a multiple of Size.
 func AllToAll[T Number](c *Comm, send, recv []T) error {
+	return allToAll(context.Background(), "AllToAll", c, send, recv)
+}
+
+// AllToAllContext is AllToAll that ctx can end (see AllReduceContext).
+func AllToAllContext[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	return allToAll(ctx, "AllToAllContext", c, send, recv)
+}
+
+func allToAll[T Number](ctx context.Context, name string, c *Comm, send, recv []T) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_alltoall(nil, nil, 0, badDtype, h)
+	}
+	if err := checkContext(name, ctx); err != nil {
+		return c.refuse(name, err, refused)
+	}
 	dt := dtypeOf[T]()
-	return c.do("AllToAll", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		if len(send) != len(recv) || len(send)%c.size != 0 {
-			_ = capi.Hcomm_alltoall(nil, nil, 0, badDtype, h) // refused: see badDtype
-			return invalid("AllToAll on rank %d: send has %d elements and recv %d; want equal lengths, a multiple of Size %d",
-				c.rank, len(send), len(recv), c.size)
+			_ = refused(h) // see badDtype
+			return invalid("%s on rank %d: send has %d elements and recv %d; want equal lengths, a multiple of Size %d",
+				name, c.rank, len(send), len(recv), c.size)
 		}
-		return capi.Hcomm_alltoall(ptr(send), ptr(recv), int64(len(send)/c.size), dt, h)
+		return capi.Hcomm_go_alltoall_cancellable(ptr(send), ptr(recv), int64(len(send)/c.size), dt, h, cancel)
 	})
 }
 
@@ -123,19 +228,33 @@ func AllToAll[T Number](c *Comm, send, recv []T) error {
 // (hcomm_gather); at the root len(recv) must be Size*len(send), elsewhere
 // recv is not used (nil is fine).
 func Gather[T Number](c *Comm, send, recv []T, root int) error {
-	if err := cint("Gather", "root", root); err != nil {
-		return c.refuse("Gather", err, func(h uintptr) error {
-			return capi.Hcomm_gather(nil, nil, 0, badDtype, 0, h)
-		})
+	return gather(context.Background(), "Gather", c, send, recv, root)
+}
+
+// GatherContext is Gather that ctx can end (see AllReduceContext).
+func GatherContext[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return gather(ctx, "GatherContext", c, send, recv, root)
+}
+
+func gather[T Number](ctx context.Context, name string, c *Comm, send, recv []T, root int) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_gather(nil, nil, 0, badDtype, 0, h)
+	}
+	err := checkContext(name, ctx)
+	if err == nil {
+		err = cint(name, "root", root)
+	}
+	if err != nil {
+		return c.refuse(name, err, refused)
 	}
 	dt := dtypeOf[T]()
-	return c.do("Gather", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		sp, rp := ptr(send), ptr(recv)
 		if c.rank == root {
 			if len(recv) != c.size*len(send) {
-				_ = capi.Hcomm_gather(nil, nil, 0, badDtype, 0, h) // refused: see badDtype
-				return invalid("Gather on root %d: recv has %d elements, want Size*len(send) = %d*%d",
-					c.rank, len(recv), c.size, len(send))
+				_ = refused(h) // see badDtype
+				return invalid("%s on root %d: recv has %d elements, want Size*len(send) = %d*%d",
+					name, c.rank, len(recv), c.size, len(send))
 			}
 			if len(send) > 0 && sameStart(send, recv[c.rank*len(send):]) {
 				sp = rp // in place
@@ -143,7 +262,7 @@ func Gather[T Number](c *Comm, send, recv []T, root int) error {
 		} else {
 			rp = nil
 		}
-		return capi.Hcomm_gather(sp, rp, int64(len(send)), dt, root, h)
+		return capi.Hcomm_go_gather_cancellable(sp, rp, int64(len(send)), dt, root, h, cancel)
 	})
 }
 
@@ -151,24 +270,38 @@ func Gather[T Number](c *Comm, send, recv []T, root int) error {
 // recv (hcomm_scatter); at the root len(send) must be Size*len(recv),
 // elsewhere send is not used (nil is fine).
 func Scatter[T Number](c *Comm, send, recv []T, root int) error {
-	if err := cint("Scatter", "root", root); err != nil {
-		return c.refuse("Scatter", err, func(h uintptr) error {
-			return capi.Hcomm_scatter(nil, nil, 0, badDtype, 0, h)
-		})
+	return scatter(context.Background(), "Scatter", c, send, recv, root)
+}
+
+// ScatterContext is Scatter that ctx can end (see AllReduceContext).
+func ScatterContext[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return scatter(ctx, "ScatterContext", c, send, recv, root)
+}
+
+func scatter[T Number](ctx context.Context, name string, c *Comm, send, recv []T, root int) error {
+	refused := func(h uintptr) error {
+		return capi.Hcomm_scatter(nil, nil, 0, badDtype, 0, h)
+	}
+	err := checkContext(name, ctx)
+	if err == nil {
+		err = cint(name, "root", root)
+	}
+	if err != nil {
+		return c.refuse(name, err, refused)
 	}
 	dt := dtypeOf[T]()
-	return c.do("Scatter", func(h uintptr) error {
+	return c.collective(ctx, name, refused, func(h uintptr, cancel *int32) error {
 		sp := ptr(send)
 		if c.rank == root {
 			if len(send) != c.size*len(recv) {
-				_ = capi.Hcomm_scatter(nil, nil, 0, badDtype, 0, h) // refused: see badDtype
-				return invalid("Scatter on root %d: send has %d elements, want Size*len(recv) = %d*%d",
-					c.rank, len(send), c.size, len(recv))
+				_ = refused(h) // see badDtype
+				return invalid("%s on root %d: send has %d elements, want Size*len(recv) = %d*%d",
+					name, c.rank, len(send), c.size, len(recv))
 			}
 		} else {
 			sp = nil
 		}
-		return capi.Hcomm_scatter(sp, ptr(recv), int64(len(recv)), dt, root, h)
+		return capi.Hcomm_go_scatter_cancellable(sp, ptr(recv), int64(len(recv)), dt, root, h, cancel)
 	})
 }
 
@@ -209,6 +342,26 @@ const badDtype = capi.Hcomm_dtype_t(-1)
 func (c *Comm) refuse(name string, err error, call func(h uintptr) error) error {
 	_ = c.do(name, call)
 	return err
+}
+
+// collective makes a blocking collective on c under ctx (see blocking).
+// If ctx is done already, it is not made: refused hands the library the
+// same collective with an argument it refuses instead, so that this rank's
+// turn is taken all the same (see badDtype).
+func (c *Comm) collective(ctx context.Context, name string, refused func(h uintptr) error,
+	call func(h uintptr, cancel *int32) error) error {
+	if ctx.Err() != nil {
+		if err := c.do(name, func(h uintptr) error {
+			_ = refused(h)
+			return nil
+		}); err != nil {
+			return err // a nil or closed Comm
+		}
+		return endedBy(name, ctx, nil, "the collective was not run; its turn was taken")
+	}
+	return blocking(name, ctx, func(cancel *int32) error {
+		return c.do(name, func(h uintptr) error { return call(h, cancel) })
+	})
 }
 
 func opArg(name string, op Op) error {

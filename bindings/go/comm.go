@@ -1,6 +1,7 @@
 package hcomm
 
 import (
+	"context"
 	"runtime"
 	"sort"
 	"strconv"
@@ -192,6 +193,32 @@ func (c *Comm) do(op string, f func(h uintptr) error) error {
 // Barrier returns once every rank of c has entered it (hcomm_barrier).
 func (c *Comm) Barrier() error {
 	return c.do("Barrier", func(h uintptr) error { return capi.Hcomm_barrier(h) })
+}
+
+// BarrierContext is Barrier that ctx can end, as the collectives' Context
+// variants are (see AllReduceContext): once ctx is done it returns within
+// about 100 ms with an error that wraps ctx.Err(). A barrier cannot be
+// refused, so with a ctx done already it is still entered, to take its
+// turn among the collectives: it then returns nil if every rank arrives
+// within about 100 ms, and otherwise the error that wraps ctx.Err().
+func (c *Comm) BarrierContext(ctx context.Context) error {
+	const op = "BarrierContext"
+	if err := checkContext(op, ctx); err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
+		return blocking(op, ctx, func(cancel *int32) error {
+			return c.do(op, func(h uintptr) error { return capi.Hcomm_go_barrier_cancellable(h, cancel) })
+		})
+	}
+	enableInterrupts.Do(capi.Hcomm_go_enable_interrupts)
+	flag := new(int32)
+	*flag = flagEnd
+	err := c.do(op, func(h uintptr) error { return capi.Hcomm_go_barrier_cancellable(h, flag) })
+	if err != nil && atomic.LoadInt32(flag) == flagInterrupted {
+		return endedBy(op, ctx, err, "")
+	}
+	return err
 }
 
 // Abort aborts c (hcomm_comm_abort): every pending and later operation on

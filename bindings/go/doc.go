@@ -27,7 +27,22 @@
 // and writes their results into the slices, which are staged in C memory
 // in the meantime; see Stream and Event.
 //
-// Every error is an *Error with the Status and the message of
+// Every blocking call has a variant that a context.Context can end:
+// SendContext, RecvContext, AllReduceContext (and the other collectives'),
+// Comm.BarrierContext, Request.WaitContext, Stream.SynchronizeContext and
+// Event.SynchronizeContext. Once ctx is done, the call returns within
+// about 100 ms (the library looks every 100 ms), also when ctx's deadline
+// comes before timeout_ms, with an error that wraps ctx.Err():
+//
+//	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+//	defer cancel()
+//	src, err := hcomm.RecvContext(ctx, c, buf, hcomm.AnySource, tag)
+//	if errors.Is(err, context.DeadlineExceeded) { ... } // the receive was withdrawn
+//
+// Request.Done returns a channel closed once the request has ended, for
+// select; Request.Err then returns its result.
+//
+// Every other error is an *Error with the Status and the message of
 // hcomm_last_error() for the failed call. Nothing blocks past the
 // communicator's timeout_ms. Comm, Request, Channel, Stream and Event are
 // released by Close/Free (finalizers are only a safety net); using one

@@ -31,6 +31,10 @@
  *   memory (the hand-written layer stages them, as for nonblocking calls).
  *   hcomm_stream_enqueue_host is not bound: its callback would run on a
  *   thread of the library, outside the Go runtime.
+ * - Every blocking call on a communicator, request, stream or event is
+ *   also reached through hcomm_go_*_cancellable, which takes one more
+ *   argument, `int* cancel` (NULL: none), for the package's ...Context
+ *   calls; see "Cancellation" below.
  */
 
 %{
@@ -258,3 +262,131 @@ static hcomm_status_t hcomm_go_stream_enqueue(hcomm_stream_t s, hcomm_op_kind_t 
 %rename("$ignore", regexmatch$name="^hcomm_scheduler_") "";
 %ignore hcomm_task_info_t;
 %ignore hcomm_policy_fn;
+
+/* ---- Cancellation (the ...Context calls of package hcomm) ------------------ */
+/* The library lets a binding end a blocking call from outside: a check
+ * registered with hcomm_internal_set_interrupt_check (c_api/interrupt_hook.h,
+ * exported by libhcomm_c.so but not installed, hence the declaration here)
+ * runs on the thread waiting inside a call after it has waited 100 ms and
+ * every 100 ms after that; when it returns nonzero, the call ends as at its
+ * deadline (TIMEOUT, the message saying it was interrupted), unwinding as a
+ * timeout does (a receive is withdrawn, a collective fails).
+ *
+ * hcomm_go_*_cancellable(..., int* cancel) makes its call with `cancel` in a
+ * thread-local variable, all within one cgo call, so on one OS thread; the
+ * check reads the flag of its own thread. `cancel` is Go memory: it is held
+ * only for the duration of the call (cgo's rule) and set by a goroutine with
+ * an atomic store of 1 when the call should end. The check answers 1 once
+ * it sees the flag set and stores 2 into it, so that the Go side can tell a
+ * call that the flag ended from one that ended by itself meanwhile. Threads
+ * without a flag (the library's own, other bindings' calls) are never
+ * interrupted. */
+
+%{
+HCOMM_API void hcomm_internal_set_interrupt_check(int (*check)(void));
+
+static __thread int* hcomm_go_cancel;
+
+static int hcomm_go_interrupt_check(void) {
+  int* flag = hcomm_go_cancel;
+  if (flag == NULL || __atomic_load_n(flag, __ATOMIC_ACQUIRE) == 0) return 0;
+  __atomic_store_n(flag, 2, __ATOMIC_RELEASE);
+  return 1;
+}
+
+/* Returns `call` made with `cancel` as this thread's flag. */
+#define HCOMM_GO_CANCELLABLE(cancel, call) \
+  do {                                     \
+    hcomm_status_t hcomm_go_st_;           \
+    hcomm_go_cancel = (cancel);            \
+    hcomm_go_st_ = (call);                 \
+    hcomm_go_cancel = NULL;                \
+    return hcomm_go_st_;                   \
+  } while (0)
+%}
+
+%inline %{
+/* Registers the check (process-wide; idempotent). Until then no call is
+ * ever interrupted, and the library's waits do not look at the flags. */
+static void hcomm_go_enable_interrupts(void) {
+  hcomm_internal_set_interrupt_check(&hcomm_go_interrupt_check);
+}
+
+static hcomm_status_t hcomm_go_send_cancellable(const void* buf, size_t count, hcomm_dtype_t dtype,
+                                                int peer, int tag, hcomm_comm_t comm,
+                                                int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_send(buf, count, dtype, peer, tag, comm));
+}
+
+static hcomm_status_t hcomm_go_recv_cancellable(void* buf, size_t count, hcomm_dtype_t dtype,
+                                                int peer, int tag, hcomm_comm_t comm,
+                                                int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_recv(buf, count, dtype, peer, tag, comm));
+}
+
+static hcomm_status_t hcomm_go_wait_cancellable(hcomm_request_t req, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_wait(req));
+}
+
+static hcomm_status_t hcomm_go_allreduce_cancellable(const void* sendbuf, void* recvbuf,
+                                                     size_t count, hcomm_dtype_t dtype,
+                                                     hcomm_reduce_op_t op, hcomm_comm_t comm,
+                                                     int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_allreduce(sendbuf, recvbuf, count, dtype, op, comm));
+}
+
+static hcomm_status_t hcomm_go_broadcast_cancellable(void* buf, size_t count, hcomm_dtype_t dtype,
+                                                     int root, hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_broadcast(buf, count, dtype, root, comm));
+}
+
+static hcomm_status_t hcomm_go_reduce_cancellable(const void* sendbuf, void* recvbuf, size_t count,
+                                                  hcomm_dtype_t dtype, hcomm_reduce_op_t op,
+                                                  int root, hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_reduce(sendbuf, recvbuf, count, dtype, op, root, comm));
+}
+
+static hcomm_status_t hcomm_go_allgather_cancellable(const void* sendbuf, void* recvbuf,
+                                                     size_t count, hcomm_dtype_t dtype,
+                                                     hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_allgather(sendbuf, recvbuf, count, dtype, comm));
+}
+
+static hcomm_status_t hcomm_go_reduce_scatter_cancellable(const void* sendbuf, void* recvbuf,
+                                                          size_t count, hcomm_dtype_t dtype,
+                                                          hcomm_reduce_op_t op,
+                                                          hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_reduce_scatter(sendbuf, recvbuf, count, dtype, op, comm));
+}
+
+static hcomm_status_t hcomm_go_alltoall_cancellable(const void* sendbuf, void* recvbuf,
+                                                    size_t count, hcomm_dtype_t dtype,
+                                                    hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_alltoall(sendbuf, recvbuf, count, dtype, comm));
+}
+
+static hcomm_status_t hcomm_go_gather_cancellable(const void* sendbuf, void* recvbuf, size_t count,
+                                                  hcomm_dtype_t dtype, int root,
+                                                  hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_gather(sendbuf, recvbuf, count, dtype, root, comm));
+}
+
+static hcomm_status_t hcomm_go_scatter_cancellable(const void* sendbuf, void* recvbuf,
+                                                   size_t count, hcomm_dtype_t dtype, int root,
+                                                   hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_scatter(sendbuf, recvbuf, count, dtype, root, comm));
+}
+
+static hcomm_status_t hcomm_go_barrier_cancellable(hcomm_comm_t comm, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_barrier(comm));
+}
+
+static hcomm_status_t hcomm_go_stream_synchronize_cancellable(hcomm_stream_t stream,
+                                                              int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_stream_synchronize(stream));
+}
+
+static hcomm_status_t hcomm_go_event_synchronize_cancellable(hcomm_event_t event, int* cancel) {
+  HCOMM_GO_CANCELLABLE(cancel, hcomm_event_synchronize(event));
+}
+%}

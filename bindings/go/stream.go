@@ -1,6 +1,7 @@
 package hcomm
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"strconv"
@@ -251,17 +252,49 @@ func (s *Stream) finishHere(upTo uint64) []*streamOp {
 // operation (the message says what runs and what is queued); the work goes
 // on.
 func (s *Stream) Synchronize() error {
+	return s.synchronize(context.Background(), "Synchronize")
+}
+
+// SynchronizeContext is Synchronize that ctx can end: once ctx is done it
+// returns within about 100 ms with an error that wraps ctx.Err()
+// (errors.Is(err, context.Canceled) or context.DeadlineExceeded), whatever
+// the communicator's timeout_ms. The
+// stream's work goes on, and the slices of operations not seen to have run
+// stay in use; a later Synchronize (or Query, Close) finishes them. One
+// exception: while the stream's own thread has not taken the next
+// operation, Synchronize runs it on the calling thread (the library saves
+// a hand-over so); if ctx ends during that operation, the operation fails
+// as at its timeout (the error returned wraps ctx.Err() and quotes the
+// operation's failure; later operations of the stream run again). A ctx
+// done already returns at once.
+func (s *Stream) SynchronizeContext(ctx context.Context) error {
+	const op = "SynchronizeContext"
+	if err := checkContext(op, ctx); err != nil {
+		return err
+	}
+	return s.synchronize(ctx, op)
+}
+
+func (s *Stream) synchronize(ctx context.Context, op string) error {
+	if ctx.Err() != nil {
+		if err := s.do(op, func(uintptr) error { return nil }); err != nil {
+			return err // a nil or closed Stream
+		}
+		return endedBy(op, ctx, nil, "the stream was not waited for")
+	}
 	var upTo uint64
 	ran := false
-	err := s.do("Synchronize", func(h uintptr) error {
-		upTo = s.queuedNow()
-		err := capi.Hcomm_stream_synchronize(h)
-		ran = !errors.Is(fromC(err), ErrTimeout)
-		if !ran { // the stream stalled, unless an operation itself timed out
-			var idle int32
-			ran = capi.Hcomm_stream_query(h, &idle) == nil && idle == 1
-		}
-		return err
+	err := blocking(op, ctx, func(cancel *int32) error {
+		return s.do(op, func(h uintptr) error {
+			upTo = s.queuedNow()
+			err := capi.Hcomm_go_stream_synchronize_cancellable(h, cancel)
+			ran = !errors.Is(fromC(err), ErrTimeout)
+			if !ran { // the stream stalled (or ctx ended), unless an operation itself timed out
+				var idle int32
+				ran = capi.Hcomm_stream_query(h, &idle) == nil && idle == 1
+			}
+			return err
+		})
 	})
 	if ran {
 		s.finish(upTo)
@@ -651,13 +684,38 @@ func (e *Event) reached(s *Stream, upTo, records uint64) {
 // It returns the stream's error if an operation before the mark failed
 // (the stream keeps it for its own Synchronize).
 func (e *Event) Synchronize() error {
+	return e.synchronize(context.Background(), "Synchronize")
+}
+
+// SynchronizeContext is Synchronize that ctx can end, as
+// Stream.SynchronizeContext is (and with its one exception: an operation
+// that the call was running itself fails): once ctx is done it returns
+// within about 100 ms with an error that wraps ctx.Err(), and the
+// stream's work goes on.
+func (e *Event) SynchronizeContext(ctx context.Context) error {
+	const op = "Event.SynchronizeContext"
+	if err := checkContext(op, ctx); err != nil {
+		return err
+	}
+	return e.synchronize(ctx, op)
+}
+
+func (e *Event) synchronize(ctx context.Context, op string) error {
+	if ctx.Err() != nil {
+		if err := e.do(op, func(uintptr) error { return nil }); err != nil {
+			return err // a nil or closed Event
+		}
+		return endedBy(op, ctx, nil, "the event was not waited for")
+	}
 	s, upTo, records := e.latest()
 	done := false
-	err := e.do("Synchronize", func(h uintptr) error {
-		err := capi.Hcomm_event_synchronize(h)
-		var d int32
-		done = capi.Hcomm_event_query(h, &d) == nil && d == 1
-		return err
+	err := blocking(op, ctx, func(cancel *int32) error {
+		return e.do(op, func(h uintptr) error {
+			err := capi.Hcomm_go_event_synchronize_cancellable(h, cancel)
+			var d int32
+			done = capi.Hcomm_event_query(h, &d) == nil && d == 1
+			return err
+		})
 	})
 	if done {
 		e.reached(s, upTo, records)
