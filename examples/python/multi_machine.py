@@ -15,11 +15,13 @@ the same HCOMM_JOB_TOKEN on both):
 
 A machine is LOCAL_WORLD_SIZE consecutive ranks (hcomm_run sets it; or
 --ranks-per-machine). Every rank makes every machine's intra_machine_group
-(new_group is collective: ranks outside a group get None) and the
+(new_group is collective: ranks outside a group get
+hcomm.GroupMember.NON_GROUP_MEMBER) and the
 inter_machine_group of each machine's first rank. Then:
 
 - across inter_machine_group, machine 0's first rank sends a vector to the
-  first rank of every other machine (ranks of that group: machine numbers);
+  first rank of every other machine (dst and src are ranks of the job, as in
+  torch.distributed, whatever the group);
 - within each intra_machine_group, an allreduce of the ranks' own values.
 
 Each rank checks what it got and prints one line.
@@ -58,11 +60,12 @@ def main():
     inter_machine_group = hcomm.new_group([m * per for m in range(machines)])
 
     # Across machines: machine 0's leader sends to every other leader.
-    if inter_machine_group is not None:
+    leader = inter_machine_group is not hcomm.GroupMember.NON_GROUP_MEMBER
+    if leader:
         if machine == 0:
             payload = np.arange(args.size, dtype=np.float32)
-            for m in range(1, machines):
-                hcomm.send(payload, dst=m, tag=TAG, group=inter_machine_group)
+            for m in range(1, machines):  # dst: the leader's rank in the job
+                hcomm.send(payload, dst=m * per, tag=TAG, group=inter_machine_group)
         else:
             got = np.zeros(args.size, dtype=np.float32)
             hcomm.recv(got, src=0, tag=TAG, group=inter_machine_group)
@@ -79,7 +82,7 @@ def main():
               file=sys.stderr)
         return 1
 
-    role = "leader" if inter_machine_group is not None else "worker"
+    role = "leader" if leader else "worker"
     print(f"rank {rank}: machine {machine} of {machines} ({role}): "
           f"{'sent' if machine == 0 and role == 'leader' else 'received' if role == 'leader' else 'no'} "
           f"cross-machine vector, machine allreduce {value[0]} ok")

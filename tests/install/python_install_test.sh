@@ -74,7 +74,7 @@ if rank in (1, 3):
     assert v[0] == 3 and hcomm.get_rank(group=g) == rank // 2
     hcomm.destroy(g)
 else:
-    assert g is None
+    assert g is hcomm.GroupMember.NON_GROUP_MEMBER
 print("ok: new_group")
 
 # parameter server: rank 0 takes gradients from whoever is first
