@@ -17,7 +17,7 @@
  * message on both ranks (random writes: a few ms for 1% of 16 MiB here) and
  * the check. send_us is rank 0's time inside hcomm_send per message (coding
  * and moving it; the receiver rebuilds a message while the sender changes
- * the next). Rank 0 prints one JSON line:
+ * the next). Rank 0 prints one JSON line (written by nlohmann/json):
  *   {"op":"repeat","bytes":S,"messages":N,"changed_pct":P,"compression":"..",
  *    "time_per_message_us":T,"gbit_s":X,"send_us":U,"send_gbit_s":Y,
  *    "wrong_messages":W}
@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <nlohmann/json.hpp>
 
 #include "hcomm/hcomm.h"
 
@@ -142,11 +144,12 @@ int main(int argc, char** argv) {
     hcomm_comm_destroy(comm);
     return 2;
   }
-  unsigned char* msg = malloc(bytes);
+  unsigned char* msg = static_cast<unsigned char*>(malloc(bytes));
   /* Rank 1 receives into two buffers in turn: the next receive is posted
    * before the last message is checked, as an application that overlaps its
    * work with the transfer would. */
-  unsigned char* got[2] = {malloc(bytes), malloc(bytes)};
+  unsigned char* got[2] = {static_cast<unsigned char*>(malloc(bytes)),
+                          static_cast<unsigned char*>(malloc(bytes))};
   hcomm_request_t req[2] = {NULL, NULL};
   if (msg == NULL || got[0] == NULL || got[1] == NULL) {
     fprintf(stderr, "repeat_bench: out of memory for %zu bytes\n", bytes);
@@ -184,11 +187,18 @@ int main(int argc, char** argv) {
   CHECK(hcomm_allreduce(&wrong, &all_wrong, 1, HCOMM_INT32, HCOMM_SUM, comm));
   if (rank == 0) {
     const double send = in_send / (messages - 1);
-    printf("{\"op\":\"repeat\",\"bytes\":%zu,\"messages\":%d,\"changed_pct\":%g,"
-           "\"compression\":\"%s\",\"time_per_message_us\":%.1f,\"gbit_s\":%.3f,"
-           "\"send_us\":%.1f,\"send_gbit_s\":%.3f,\"wrong_messages\":%d}\n",
-           bytes, messages, pct, compression ? compression : "default", per,
-           (double)bytes * 8 / per / 1e3, send, (double)bytes * 8 / send / 1e3, all_wrong);
+    nlohmann::ordered_json row;
+    row["op"] = "repeat";
+    row["bytes"] = bytes;
+    row["messages"] = messages;
+    row["changed_pct"] = pct;
+    row["compression"] = compression != NULL ? compression : "default";
+    row["time_per_message_us"] = per;
+    row["gbit_s"] = static_cast<double>(bytes) * 8 / per / 1e3;
+    row["send_us"] = send;
+    row["send_gbit_s"] = static_cast<double>(bytes) * 8 / send / 1e3;
+    row["wrong_messages"] = all_wrong;
+    printf("%s\n", row.dump().c_str());
   }
   free(msg);
   free(got[0]);
