@@ -1,17 +1,36 @@
 #include "core/comm/comm_stream.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/priority.h"
 #include "core/base/status.h"
 #include "core/comm/fusion.h"
 
 namespace hcomm {
+
+namespace {
+
+// A stream thread's nice value (Stream::Options::nice): HCOMM_STREAM_NICE
+// where set (0-19), else 10 where this host's ranks fill its CPUs (the
+// scheduler then gives the thread about a tenth of a CPU against a thread
+// of nice 0 and lets no wake of it preempt one), else 0.
+int StreamNice(const Engine& engine) {
+  int nice = 0;
+  const char* env = std::getenv("HCOMM_STREAM_NICE");
+  if (env != nullptr && *env != '\0' && absl::SimpleAtoi(env, &nice)) {
+    return std::clamp(nice, 0, 19);
+  }
+  return engine.cpus_filled() ? 10 : 0;
+}
+
+}  // namespace
 namespace {
 
 // The collective of a stream operation's kind (kSend and kRecv have none).
@@ -57,6 +76,7 @@ absl::StatusOr<std::unique_ptr<CommStream>> CommStream::Create(Communicator& com
   o.name = absl::StrCat("stream ", index, " of rank ", comm.rank());
   o.priority = priority;
   o.timeout = comm.timeout();
+  o.nice = StreamNice(*comm.engine());
   return std::unique_ptr<CommStream>(
       new CommStream(*std::move(own), std::move(o), static_cast<size_t>(fusion_bytes)));
 }

@@ -113,6 +113,8 @@ class Engine : public FrameSink {
   const std::string& job_key() const;
   // More ranks on this host than CPUs they may use (waits then yield).
   bool oversubscribed() const { return oversubscribed_; }
+  // At least as many ranks on this host as CPUs they may use (CpusFilled).
+  bool cpus_filled() const { return cpus_filled_; }
   // Where a rank runs, as it published at init: every rank holds the same
   // Placement of every other.
   const Placement& placement(int r) const {
@@ -617,6 +619,7 @@ class Engine : public FrameSink {
   // (a waiter then yields its CPU instead of spinning on it), and whether
   // the only transport spins in Poll by itself (shm), so Wait need not.
   bool oversubscribed_ = false;
+  bool cpus_filled_ = false;
   std::vector<Placement> placement_;  // by world rank
   bool transport_spins_ = false;
   // Two transports (shm and TCP) that block in one wait (PollAll): the

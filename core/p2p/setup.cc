@@ -198,6 +198,7 @@ absl::Status Engine::Bootstrap(const Options& opts) {
 
   // Ranks of this host outnumbering their CPUs change how waits behave.
   oversubscribed_ = CpusShared(placement_, host_id_);
+  cpus_filled_ = CpusFilled(placement_, host_id_);
   if (oversubscribed_ && !spin_set_) {
     // A waiter gives its CPU away between looks, so looking longer costs the
     // other ranks little, while sleeping costs a wakeup behind their time

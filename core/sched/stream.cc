@@ -1,5 +1,9 @@
 #include "core/sched/stream.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <functional>
 #include <utility>
@@ -192,6 +196,11 @@ absl::Status Stream::Failure() const {
 
 void Stream::Run() {
   MarkBackgroundThread();  // its waits leave the CPUs to the program's computation
+  if (options_.nice > 0) {
+    // Linux's nice is per thread (setpriority with a thread id). A refusal
+    // (a seccomp filter, say) leaves the thread as it was: slower, not wrong.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.nice);
+  }
   for (;;) {
     {
       absl::MutexLock l(&mu_);

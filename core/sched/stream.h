@@ -92,6 +92,13 @@ class Stream {
     // How long the stream's own waits (on another stream's event) may see
     // that stream finish nothing.
     absl::Duration timeout = absl::Seconds(60);
+    // The nice value of the stream's thread (0: the program's; 1-19: a
+    // lower scheduling priority). Where the program's own threads fill the
+    // CPUs, a wake of a thread at nice 0 preempts the thread that queued
+    // the work (which runs a lone operation itself when it waits, see
+    // Synchronize), and competes with the program's computation. Measured:
+    // docs/performance.md, "A stream's thread on busy CPUs".
+    int nice = 0;
   };
   using Work = absl::AnyInvocable<absl::Status()>;
   using Skipped = absl::AnyInvocable<void()>;

@@ -1,5 +1,9 @@
 #include "core/sched/stream.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -57,6 +61,27 @@ TEST(StreamTest, RunsInEnqueueOrderOneAtATime) {
   done.WaitForNotification();
   EXPECT_NE(where, std::this_thread::get_id());
   ASSERT_TRUE(s.Synchronize(Soon()).ok());
+}
+
+// Options::nice lowers the priority of the stream's own thread alone.
+TEST(StreamTest, NiceAppliesToTheStreamsThread) {
+  const int mine = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  for (int nice : {0, 10}) {
+    Stream::Options o = Named("nice");
+    o.nice = nice;
+    Stream s(std::move(o));
+    absl::Notification done;
+    int seen = -100;
+    s.Enqueue("read", [&] {
+      seen = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+      done.Notify();
+      return absl::OkStatus();
+    });
+    done.WaitForNotification();  // on the stream's thread: nobody waits in Synchronize
+    EXPECT_EQ(seen, nice == 0 ? mine : nice);
+    ASSERT_TRUE(s.Synchronize(Soon()).ok());
+  }
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))), mine);
 }
 
 TEST(StreamTest, EnqueueReturnsAtOnce) {

@@ -23,7 +23,10 @@ std::string OwnCpus() {
   return mine.empty() ? "-" : absl::StrJoin(mine, ",");
 }
 
-bool CpusShared(const std::vector<Placement>& ranks, const std::string& host) {
+namespace {
+
+// The ranks placed on `host` and the CPUs they may use together.
+std::pair<int, int> RanksAndCpus(const std::vector<Placement>& ranks, const std::string& host) {
   int local_ranks = 0;
   std::set<int> host_cpus;
   for (const Placement& p : ranks) {
@@ -34,7 +37,19 @@ bool CpusShared(const std::vector<Placement>& ranks, const std::string& host) {
       if (absl::SimpleAtoi(c, &cpu)) host_cpus.insert(cpu);
     }
   }
-  return local_ranks > std::max<int>(1, static_cast<int>(host_cpus.size()));
+  return {local_ranks, std::max<int>(1, static_cast<int>(host_cpus.size()))};
+}
+
+}  // namespace
+
+bool CpusShared(const std::vector<Placement>& ranks, const std::string& host) {
+  const auto [local_ranks, cpus] = RanksAndCpus(ranks, host);
+  return local_ranks > cpus;
+}
+
+bool CpusFilled(const std::vector<Placement>& ranks, const std::string& host) {
+  const auto [local_ranks, cpus] = RanksAndCpus(ranks, host);
+  return local_ranks >= cpus;
 }
 
 }  // namespace hcomm

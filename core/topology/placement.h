@@ -26,6 +26,10 @@ std::string OwnCpus();
 // Whether the ranks placed on `host` outnumber the CPUs they may use
 // together (each rank pinned to a CPU of its own is not).
 bool CpusShared(const std::vector<Placement>& ranks, const std::string& host);
+// Whether the ranks placed on `host` are at least as many as the CPUs they
+// may use together: with each rank's own thread busy, no CPU is left idle
+// for another thread of theirs.
+bool CpusFilled(const std::vector<Placement>& ranks, const std::string& host);
 
 }  // namespace hcomm
 

@@ -26,6 +26,17 @@ TEST(PlacementTest, OnlyTheRanksOfTheHostCount) {
   EXPECT_FALSE(CpusShared(ranks, "c"));
 }
 
+TEST(PlacementTest, RanksFillTheCpusTheyMayUse) {
+  // Two unpinned ranks on two CPUs: no CPU left idle for a third thread.
+  EXPECT_TRUE(CpusFilled({{"h", "0,1"}, {"h", "0,1"}}, "h"));
+  EXPECT_TRUE(CpusFilled({{"h", "0"}, {"h", "1"}, {"h", "0"}, {"h", "1"}}, "h"));
+  EXPECT_TRUE(CpusFilled({{"h", "0"}}, "h"));
+  // One rank on two CPUs, or two on four, leave some idle.
+  EXPECT_FALSE(CpusFilled({{"h", "0,1"}}, "h"));
+  EXPECT_FALSE(CpusFilled({{"h", "0,1,2,3"}, {"h", "0,1,2,3"}}, "h"));
+  EXPECT_FALSE(CpusFilled({{"a", "0"}, {"b", "0,1"}}, "b"));
+}
+
 TEST(PlacementTest, OwnCpusListsWhereThisProcessMayRun) {
   const std::string mine = OwnCpus();
   ASSERT_FALSE(mine.empty());
