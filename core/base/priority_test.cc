@@ -25,9 +25,14 @@ TEST(PriorityTest, ALowerPriorityStepsAsideWhileAHigherOneRuns) {
   {
     PriorityScope bulk(0);
     const absl::Time t0 = absl::Now();
-    YieldToHigherPriority();  // returns once the urgent one is done
-    EXPECT_FALSE(urgent_running.load());
-    EXPECT_LT(absl::Now() - t0, kMostYield + absl::Milliseconds(50));
+    YieldToHigherPriority();  // returns once the urgent one is done, or after kMostYield
+    const bool still_urgent = urgent_running.load();
+    const absl::Duration took = absl::Now() - t0;
+    // On a loaded machine (a sanitizer build beside other tests) the urgent
+    // thread may oversleep its 3 ms past kMostYield: then the step aside
+    // must have lasted the whole kMostYield, never returned early.
+    if (still_urgent) EXPECT_GE(took, kMostYield);
+    EXPECT_LT(took, kMostYield + absl::Seconds(1));
   }
   urgent.join();
   EXPECT_EQ(priority_internal::highest.load(), INT_MIN);
