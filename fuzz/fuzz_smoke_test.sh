@@ -10,7 +10,7 @@
 set -uo pipefail
 root="${TEST_SRCDIR:?run me with bazel test}/${TEST_WORKSPACE:-hcomm}"
 seconds="${HCOMM_FUZZ_SMOKE_SECONDS:-4}"
-bash "$root/tools/fuzz.sh" all "$seconds"
+HCOMM_FUZZ_OPT="${HCOMM_FUZZ_OPT:--O0}" bash "$root/tools/fuzz.sh" all "$seconds"
 rc=$?
 if [ "$rc" -eq 3 ]; then
   echo "FAILED: ${CXX:-clang++} or its libFuzzer runtime (libclang_rt.fuzzer) is missing, so no" \

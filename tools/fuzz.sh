@@ -21,7 +21,9 @@
 #
 # Environment: HCOMM_FUZZ_DIR (work directory; default $TEST_TMPDIR or
 # /tmp, + /hcomm-fuzz), CXX (default clang++), HCOMM_FUZZ_FLAGS (extra
-# libFuzzer flags, e.g. "-jobs=2 -workers=2").
+# libFuzzer flags, e.g. "-jobs=2 -workers=2"), HCOMM_FUZZ_OPT (the
+# optimization flag, default -O1; the CI smoke test compiles with -O0,
+# which builds faster and runs its few seconds slower).
 #
 # Prints one line per target ("fuzz TARGET: N executions in S s, ...,
 # findings: none" or the crashing input and how to replay it) and, last,
@@ -103,7 +105,7 @@ max_len_of() {
 }
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
-CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-link
+CXXFLAGS=(-std=c++17 "${HCOMM_FUZZ_OPT:--O1}" -g -fno-omit-frame-pointer $SAN -fsanitize=fuzzer-no-link
           -I"$ROOT" -I"$ROOT/c_api/include" -I"$GEN" -include "$ROOT/fuzz/clang_compat.h"
           -Wno-unused-command-line-argument)
 LIBS="$(pkg-config --libs absl_statusor absl_synchronization absl_str_format absl_time \
