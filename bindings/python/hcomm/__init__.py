@@ -19,8 +19,16 @@ Start ranks with `hcomm_run -n 4 -- python3 app.py`, or give each process
 HCOMM_RANK, HCOMM_WORLD_SIZE, HCOMM_STORE_ADDR and HCOMM_JOB_TOKEN (or
 torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
+torch.distributed's rules hold: dst, src and root are ranks of the whole
+job whatever `group` is, `group` may be a torch.distributed group, and
+ranks that new_group() leaves out get GroupMember.NON_GROUP_MEMBER, which
+raises when used. Where torch.distributed is initialised and hcomm.init()
+was not called, the first call joins through torch's store; `import
+hcomm.torch` registers the torch backend "hcomm" (docs/torch.md).
+
 Every blocking call ends by the communicator's timeout_ms. Errors raise
-hcomm.HcommError (attribute `status`) or a subclass per status code;
+hcomm.HcommError (a RuntimeError; attribute `status`; the message starts
+"hcomm operation <what>: ") or a subclass per status code;
 hcomm.TimeoutError is also a builtin TimeoutError. The blocking calls
 release the GIL, so other Python threads run meanwhile; on the main thread
 they run Python's signal handlers every 100 ms while they wait, so Ctrl-C
