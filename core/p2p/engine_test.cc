@@ -448,13 +448,16 @@ TEST_P(FabricTest, DestroyWhileAnotherThreadWaitsOnARequest) {
 // goodbye: its connections are torn down), naming it; a rank that sent it
 // nothing destroys cleanly. (Before, both returned OK.)
 TEST_P(FabricTest, DestroySaysWhichFailedRankMayHaveLostItsMessages) {
-  std::atomic<int> sent{0};
+  std::atomic<int> sent{0}, ready{0};
   std::atomic<bool> aborted{false};
   RunRanks(3, [&](int rank, const Options& o) {
     auto c = MustInit(o);
     ASSERT_NE(c, nullptr);
+    ready.fetch_add(1);
     if (rank == 0) {
-      ASSERT_TRUE(WaitFor([&] { return sent.load() == 1; }, absl::Now() + absl::Seconds(10)));
+      // Every rank's init has ended (they read the store rank 0 serves).
+      ASSERT_TRUE(WaitFor([&] { return ready.load() == 3 && sent.load() == 1; },
+                          absl::Now() + absl::Seconds(10)));
       c->Abort();  // as if it died: no goodbye
       aborted.store(true);
     } else {
@@ -500,6 +503,44 @@ TEST_P(FabricTest, DestroySaysWhichSendsItCouldNotDeliver) {
       destroyed.store(true);
     } else {
       ASSERT_TRUE(WaitFor([&] { return destroyed.load(); }, absl::Now() + absl::Seconds(10)));
+      c->Destroy().IgnoreError();
+    }
+  });
+}
+
+// A rank that leaves after another failed (as a survivor does whose
+// collective failed) is named with the failed rank, which is the cause:
+// rank 0 dies, rank 1 destroys its communicator, and rank 2's receive from
+// rank 1 fails naming both. (Before, it named rank 1 alone.)
+TEST_P(FabricTest, ALeavingRanksFailureNamesTheRanksThatFailedBefore) {
+  std::atomic<bool> aborted{false}, posted{false};
+  std::atomic<int> ready{0};
+  RunRanks(3, [&](int rank, const Options& o) {
+    auto c = MustInit(o);
+    ASSERT_NE(c, nullptr);
+    ready.fetch_add(1);
+    if (rank == 0) {
+      // Every rank's init has ended (they read the store rank 0 serves).
+      ASSERT_TRUE(WaitFor([&] { return ready.load() == 3; }, absl::Now() + absl::Seconds(10)));
+      c->Abort();  // as if it died: no goodbye
+      aborted.store(true);
+      return;
+    }
+    ASSERT_TRUE(WaitFor([&] { return aborted.load() && !c->PeerHealth(0).ok(); },
+                        absl::Now() + absl::Seconds(10)));
+    if (rank == 1) {
+      ASSERT_TRUE(WaitFor([&] { return posted.load(); }, absl::Now() + absl::Seconds(10)));
+      c->Destroy().IgnoreError();
+    } else {
+      char buf[8];
+      auto r = c->Irecv(0, buf, sizeof buf, 1, /*peer=*/1, /*tag=*/9);
+      ASSERT_TRUE(r.ok()) << r.status();
+      posted.store(true);
+      absl::Status s = c->Wait(r->get(), absl::Now() + absl::Seconds(20));
+      EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "rank 1 destroyed its communicator") &&
+                  absl::StrContains(s.message(), "(after rank 0 had failed)"))
+          << s;
       c->Destroy().IgnoreError();
     }
   });

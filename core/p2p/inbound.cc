@@ -9,6 +9,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/spin.h"
 #include "core/base/status.h"
 #include "core/p2p/protocol.h"
@@ -351,10 +352,23 @@ void Engine::OnPayload(int peer, const FrameMeta& fm, uint64_t payload_len) {
             // Sends whose payload is already with the transport are left to
             // it: they complete once the data is out (or fail if it cannot
             // be), whatever the peer does next.
+            // A rank that leaves often does so because another rank died
+            // (its collective failed, and the program gave up): name the
+            // ranks known to have failed, so the message leads to the cause.
+            std::vector<int> failed;
+            for (int r = 0; r < size_; ++r) {
+              if (r != peer && peers_[r]->state == PeerState::kFailed) failed.push_back(r);
+            }
+            std::string after;
+            if (!failed.empty()) {
+              after = absl::StrCat(" (after rank", failed.size() > 1 ? "s " : " ",
+                                   absl::StrJoin(failed, ", "), " had failed)");
+            }
             FailPeerLocked(peer,
                            PeerFailure(absl::StrCat("rank ", peer,
                                                     " destroyed its communicator while this was "
-                                                    "pending")),
+                                                    "pending",
+                                                    after)),
                            /*any_source=*/false, /*keep_queued_sends=*/true);
             p.fast_send.store(false, std::memory_order_release);
             p.state = PeerState::kClosed;
