@@ -9,7 +9,7 @@
 # them has a broken setup, and a pass would hide that nothing was fuzzed.
 set -uo pipefail
 root="${TEST_SRCDIR:?run me with bazel test}/${TEST_WORKSPACE:-hcomm}"
-seconds="${HCOMM_FUZZ_SMOKE_SECONDS:-4}"
+seconds="${HCOMM_FUZZ_SMOKE_SECONDS:-3}"
 HCOMM_FUZZ_OPT="${HCOMM_FUZZ_OPT:--O0}" bash "$root/tools/fuzz.sh" all "$seconds"
 rc=$?
 if [ "$rc" -eq 3 ]; then

@@ -14,6 +14,7 @@ PKGS=(
   chromium libzstd-dev python3-jsonschema
   libxxhash-dev
   libhwloc-dev slurmd slurmctld slurm-client munge
+  nftables
 )
 
 missing=()
