@@ -31,35 +31,8 @@ echo "host b's link: down ${down_s} s, up ${up_s} s, for ${flap_for} s; jobs bac
 ) &
 flapper=$!
 
-start="$(now)" jobs_n=0 bad=0
-while awk -v e="$(elapsed "$start")" -v f="$flap_for" 'BEGIN { exit !(e < f) }'; do
-  jobs_n=$((jobs_n + 1))
-  tok="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-  store="$subnet.1:$((port + jobs_n))"
-  pids=()
-  for r in 0 1; do
-    ns="$(ns_of "${hosts[r]}")"
-    ip netns exec "$ns" env -i PATH=/usr/bin:/bin HCOMM_TIMEOUT_MS=120000 \
-      HCOMM_RANK="$r" HCOMM_WORLD_SIZE=2 HCOMM_STORE_ADDR="$store" \
-      HCOMM_JOB_TOKEN="$tok" HCOMM_HOST_ID="$ns" \
-      "$bench" allreduce -b 8 -e 256K -f 8 -n 200 -w 5 -c 1 --json \
-      >"$work/job$jobs_n.r$r.out" 2>&1 </dev/null &
-    pids[r]=$!
-  done
-  job_start="$(now)"
-  for r in 0 1; do
-    rc=0
-    wait_pid "${pids[r]}" 150 || rc=$?
-    if [[ $rc -ne 0 ]]; then
-      bad=$((bad + 1))
-      echo "job $jobs_n: rank $r exited $rc"
-      cat "$work/job$jobs_n.r$r.out"
-    fi
-  done
-  wrong="$(grep -cE '"wrong":[1-9]' "$work/job$jobs_n.r0.out")"
-  [[ "$wrong" -eq 0 ]] || { bad=$((bad + 1)); echo "job $jobs_n: wrong results"; }
-  echo "job $jobs_n: $(elapsed "$job_start") s, $(grep -c '"op":"allreduce"' "$work/job$jobs_n.r0.out") sizes"
-done
+start="$(now)"
+run_jobs_for "$bench" "$flap_for" 200
 touch "$work/stop"
 wait "$flapper"
 ip -n "$(ns_of b)" link set eth0 up

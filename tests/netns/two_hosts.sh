@@ -8,7 +8,8 @@
 #   ip netns exec "$(ns_of a)" ...
 #
 # Sets id, hosts=(a b), subnet, port (a random base the caller offsets per
-# run), work (a temporary folder) and made (the namespaces created). On
+# run), work (a temporary folder) and made (the namespaces created), and
+# defines run_jobs_for (below). On
 # exit, pass or fail, every process still running in the background or
 # inside the namespaces is killed and the namespaces (with the veth) and
 # the work folder are removed. Prints "SKIP: ..." and exits 0 at once when
@@ -57,5 +58,44 @@ setup_network() {
     ip -n "$ns" addr add "$subnet.$i/24" dev eth0 || return 1
     ip -n "$ns" link set eth0 up || return 1
     i=$((i + 1))
+  done
+}
+
+# run_jobs_for BENCH SECONDS ITERS: two ranks (rank r on hosts[r]) run
+# `BENCH allreduce` (8 B to 256 KiB, ITERS iterations per size, checked)
+# as jobs back to back, timeout_ms 120000, until SECONDS have passed; each
+# job's results go to $work/job<N>.r<rank>.out. Sets jobs_n and bad (jobs
+# with a rank that failed or a wrong result, each shown).
+run_jobs_for() {
+  local bench="$1" seconds="$2" iters="$3" start tok store r rc ns wrong job_start
+  local -a pids
+  start="$(now)" jobs_n=0 bad=0
+  while awk -v e="$(elapsed "$start")" -v f="$seconds" 'BEGIN { exit !(e < f) }'; do
+    jobs_n=$((jobs_n + 1))
+    tok="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    store="$subnet.1:$((port + jobs_n))"
+    pids=()
+    for r in 0 1; do
+      ns="$(ns_of "${hosts[r]}")"
+      ip netns exec "$ns" env -i PATH=/usr/bin:/bin HCOMM_TIMEOUT_MS=120000 \
+        HCOMM_RANK="$r" HCOMM_WORLD_SIZE=2 HCOMM_STORE_ADDR="$store" \
+        HCOMM_JOB_TOKEN="$tok" HCOMM_HOST_ID="$ns" \
+        "$bench" allreduce -b 8 -e 256K -f 8 -n "$iters" -w 2 -c 1 --json \
+        >"$work/job$jobs_n.r$r.out" 2>&1 </dev/null &
+      pids[r]=$!
+    done
+    job_start="$(now)"
+    for r in 0 1; do
+      rc=0
+      wait_pid "${pids[r]}" 150 || rc=$?
+      if [[ $rc -ne 0 ]]; then
+        bad=$((bad + 1))
+        echo "job $jobs_n: rank $r exited $rc"
+        cat "$work/job$jobs_n.r$r.out"
+      fi
+    done
+    wrong="$(grep -cE '"wrong":[1-9]' "$work/job$jobs_n.r0.out")"
+    [[ "$wrong" -eq 0 ]] || { bad=$((bad + 1)); echo "job $jobs_n: wrong results"; }
+    echo "job $jobs_n: $(elapsed "$job_start") s, $(grep -c '"op":"allreduce"' "$work/job$jobs_n.r0.out") sizes"
   done
 }
