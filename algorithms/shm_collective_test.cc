@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/fence.h"
 #include "core/base/status.h"
 #include "gtest/gtest.h"
@@ -789,9 +790,9 @@ TEST(ShmCollectiveTest, TheLastArrivalWakesTheSleepers) {
       TestWaiter w;
       w.share_cpu = false;
       if (r == 2) {
-        const absl::Time give_up = absl::Now() + absl::Seconds(30);
+        const MonoTime give_up = MonoNow() + absl::Seconds(30);
         while (segs[2]->Sleepers() < 2) {
-          if (absl::Now() > give_up) {
+          if (MonoNow() > give_up) {
             errors[r] = "ranks 0 and 1 did not fall asleep in 30 s";
             break;
           }
@@ -799,11 +800,11 @@ TEST(ShmCollectiveTest, TheLastArrivalWakesTheSleepers) {
         }
       }
       segs[r]->Enter(0, 41);
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       absl::Status s = segs[r]->Barrier(0, 41, w);
       if (!s.ok()) {
         errors[r] = s.ToString();
-      } else if (r < 2 && absl::Now() - start > absl::Seconds(30)) {
+      } else if (r < 2 && MonoNow() - start > absl::Seconds(30)) {
         errors[r] = "slept through rank 2's arrival";
       }
     });
@@ -836,9 +837,9 @@ TEST(ShmCollectiveTest, ARankWithoutAsymmetricFencesMakesEveryRankFenceFully) {
     w.share_cpu = false;
     for (int i = 0; i < kBarriers; ++i) {
       (*opened)->Enter(i, 7);
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       if (!(*opened)->Barrier(i, 7, w).ok()) _exit(3);
-      if (absl::Now() - start > absl::Seconds(30)) _exit(4);  // slept through a wake
+      if (MonoNow() - start > absl::Seconds(30)) _exit(4);  // slept through a wake
     }
     _exit(0);
   }
@@ -846,8 +847,8 @@ TEST(ShmCollectiveTest, ARankWithoutAsymmetricFencesMakesEveryRankFenceFully) {
   w.share_cpu = false;
   for (int i = 0; i < kBarriers; ++i) {
     // Arrive once rank 1 has fallen asleep (it spins 100 us first).
-    const absl::Time give_up = absl::Now() + absl::Seconds(30);
-    while (seg.Sleepers() < 1 && absl::Now() < give_up) absl::SleepFor(absl::Microseconds(200));
+    const MonoTime give_up = MonoNow() + absl::Seconds(30);
+    while (seg.Sleepers() < 1 && MonoNow() < give_up) absl::SleepFor(absl::Microseconds(200));
     EXPECT_EQ(seg.Sleepers(), 1) << "rank 1 did not fall asleep before barrier " << i;
     EXPECT_FALSE(seg.light_fences()) << "the segment is not marked";
     seg.Enter(i, 7);

@@ -18,6 +18,7 @@
 #include "c_api/internal.h"
 #include "c_api/request_slots.h"
 #include "c_api/shim.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
 
@@ -223,7 +224,7 @@ hcomm_status_t hcomm_wait(hcomm_request_t req) {
     HCOMM_C_CHECK(CheckRequest("hcomm_wait", req));
     hcomm::Request* r = req->impl.get();
     if (r->done.load(std::memory_order_acquire)) return ToC(req->driver->Finished(r));
-    return ToC(req->driver->Wait(r, absl::Now() + req->timeout));
+    return ToC(req->driver->Wait(r, hcomm::MonoNow() + req->timeout));
   });
 }
 

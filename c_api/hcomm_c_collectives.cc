@@ -2,6 +2,7 @@
 // the C++ core, then one status mapping (shim.h). No exception crosses this
 // boundary.
 #include "c_api/shim.h"
+#include "core/base/clock.h"
 
 using namespace hcomm_c;  // NOLINT: the shim's own helpers (shim.h)
 
@@ -130,7 +131,7 @@ hcomm_status_t hcomm_channel_write(hcomm_channel_t ch, const void* data, size_t 
       return BadArg(absl::StrCat("hcomm_channel_write to channel '", name, "': timeout_ms is ",
                                  timeout_ms, "; it must be >= 0 (0 tries once)"));
     }
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+    const hcomm::MonoTime deadline = hcomm::MonoNow() + absl::Milliseconds(timeout_ms);
     return ToC(hcomm::Annotate(ch->impl->Write(data, nbytes, deadline), "hcomm_channel_write"));
   });
 }
@@ -151,7 +152,7 @@ hcomm_status_t hcomm_channel_read(hcomm_channel_t ch, void* buf, size_t cap, siz
       return BadArg(absl::StrCat("hcomm_channel_read from channel '", name, "': timeout_ms is ",
                                  timeout_ms, "; it must be >= 0 (0 tries once)"));
     }
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+    const hcomm::MonoTime deadline = hcomm::MonoNow() + absl::Milliseconds(timeout_ms);
     return ToC(
         hcomm::Annotate(ch->impl->Read(buf, cap, nbytes, deadline), "hcomm_channel_read"));
   });

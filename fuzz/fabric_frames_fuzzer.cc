@@ -44,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/p2p/engine.h"
 #include "core/bootstrap/handshake.h"
@@ -99,7 +100,7 @@ int FreePort() {
 }
 
 bool WriteAll(int fd, absl::string_view bytes) {
-  return hcomm::net::WriteFull(fd, bytes.data(), bytes.size(), absl::Now() + absl::Seconds(5)).ok();
+  return hcomm::net::WriteFull(fd, bytes.data(), bytes.size(), MonoNow() + absl::Seconds(5)).ok();
 }
 
 // The harness's rank 1: a connection to rank 0 that has passed the
@@ -135,7 +136,7 @@ struct FakePeer {
 // setup.cc) and the tcp transport's setup (transports/tcp/tcp_protocol.cc)
 // do: a claim, a card with a tcp card, and a dial of the lower rank.
 void Join(FakePeer* peer, int store_port) {
-  const absl::Time deadline = absl::Now() + kSetup;
+  const MonoTime deadline = MonoNow() + kSetup;
   auto store =
       hcomm::StoreClient::Connect(hcomm::net::HostPort{"127.0.0.1", store_port}, "", deadline);
   Check(store.ok(), "store connect", store.status().ToString());
@@ -272,7 +273,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // rank 1 said goodbye first (rank 0 itself could still send to it);
   // Destroy must then end it.
   ::shutdown(peer.fd.get(), SHUT_RDWR);
-  const absl::Time deadline = absl::Now() + kEnd;
+  const MonoTime deadline = MonoNow() + kEnd;
   for (auto& r : reqs) {
     if (r->kind == hcomm::Request::Kind::kRecv && r->peer == hcomm::kAnySource) continue;
     absl::Status s = f.Wait(r.get(), deadline);
@@ -280,9 +281,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           s.ToString());
     Check(Allowed(hcomm::CodeOf(s)), "unexpected status", s.ToString());
   }
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   f.Destroy().IgnoreError();
-  Check(absl::Now() - start < kEnd, "Destroy took too long");
+  Check(MonoNow() - start < kEnd, "Destroy took too long");
   for (auto& r : reqs) {
     Check(r->done.load(), "a request still pending after Destroy");
     Check(Allowed(hcomm::CodeOf(r->status)), "unexpected status", r->status.ToString());

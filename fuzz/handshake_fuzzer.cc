@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/bootstrap/handshake.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
@@ -115,22 +116,22 @@ void RawServer(absl::string_view token, absl::string_view bytes) {
   Pair p;
   WriteAll(p.fd[1], bytes.substr(0, 64 * 1024));
   ::shutdown(p.fd[1], SHUT_WR);
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   absl::Status s = hcomm::HandshakeAsServer(p.fd[0], token, start + kDeadline);
   Check(!s.ok(), "server accepted raw bytes");
   CheckCode(s, "server vs raw bytes");
-  Check(absl::Now() - start < kPrompt, "server took too long", s.ToString());
+  Check(MonoNow() - start < kPrompt, "server took too long", s.ToString());
 }
 
 void RawClient(absl::string_view token, absl::string_view bytes) {
   Pair p;
   WriteAll(p.fd[1], bytes.substr(0, 64 * 1024));
   ::shutdown(p.fd[1], SHUT_WR);
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   absl::Status s = hcomm::HandshakeAsClient(p.fd[0], token, start + kDeadline);
   Check(!s.ok(), "client accepted raw bytes");
   CheckCode(s, "client vs raw bytes");
-  Check(absl::Now() - start < kPrompt, "client took too long", s.ToString());
+  Check(MonoNow() - start < kPrompt, "client took too long", s.ToString());
 }
 
 // Mode 1. Input after the mode byte: token length (1 byte), token, then
@@ -145,11 +146,11 @@ void MutatedClient(absl::string_view in) {
   Pair p;
   absl::Status server_status;
   std::thread server(
-      [&] { server_status = hcomm::HandshakeAsServer(p.fd[0], token, absl::Now() + kDeadline); });
+      [&] { server_status = hcomm::HandshakeAsServer(p.fd[0], token, MonoNow() + kDeadline); });
 
   // Read the Hello the way an honest client does.
   absl::StatusOr<std::string> hello_frame =
-      hcomm::net::ReadFrame(p.fd[1], kMaxFrame, absl::Now() + kDeadline);
+      hcomm::net::ReadFrame(p.fd[1], kMaxFrame, MonoNow() + kDeadline);
   Check(hello_frame.ok(), "no hello from the server", hello_frame.status().ToString());
   hcomm::store::Hello hello;
   Check(hello.ParseFromString(*hello_frame) && hello.server_nonce().size() == 32, "bad hello");

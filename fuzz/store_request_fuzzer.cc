@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
 #include "core/bootstrap/store.pb.h"
@@ -104,7 +105,7 @@ std::string RunClient(int fd, absl::string_view input, hcomm::StoreServer* serve
     if (r == 0) {
       // Quiet: if the server is parked in GET/WAIT, nothing this client
       // sends can help (requests are served in order).
-      if (server->AwaitWaiters(1, absl::Now()).ok()) hcomm::StoreServerFuzzPeer::Stop(server);
+      if (server->AwaitWaiters(1, MonoNow()).ok()) hcomm::StoreServerFuzzPeer::Stop(server);
       continue;
     }
     if (r < 0) {

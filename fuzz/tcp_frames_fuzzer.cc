@@ -63,6 +63,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
 #include "transports/tcp/tcp_transport.h"
@@ -314,7 +315,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   int port = 0;
   int lfd = Listener(&port);
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  const MonoTime deadline = MonoNow() + absl::Seconds(5);
   auto client = hcomm::net::Connect(hcomm::net::HostPort{"127.0.0.1", port}, deadline);
   Check(client.ok(), "connect to the loopback listener");
   auto accepted = hcomm::net::Accept(lfd, deadline);
@@ -341,12 +342,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       while (transport.Poll(absl::ZeroDuration()) > 0) {
       }
-      Check(absl::Now() < deadline, "writing the stream took too long");
+      Check(MonoNow() < deadline, "writing the stream took too long");
     }
     ::shutdown(client->get(), SHUT_WR);
     while (!sink.lost()) {
       transport.Poll(absl::Milliseconds(10));
-      Check(absl::Now() < deadline, "the transport never reported the closed connection");
+      Check(MonoNow() < deadline, "the transport never reported the closed connection");
     }
   }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -333,7 +334,7 @@ hcomm_status_t Provider::GetThunk(void* ctx, int peer, const char* key, void* bu
 }
 
 int64_t Provider::TimeLeftMs(void* ctx) {
-  const absl::Duration left = static_cast<Provider*>(ctx)->setup_->Deadline() - absl::Now();
+  const absl::Duration left = static_cast<Provider*>(ctx)->setup_->Deadline() - MonoNow();
   return std::max<int64_t>(0, absl::ToInt64Milliseconds(left));
 }
 

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "hcomm/hcomm_transport.h"
+#include "core/base/clock.h"
 #include "transports/transport.h"
 
 namespace hcomm {
@@ -60,7 +61,7 @@ class ProviderSetup {
   // OK while init may go on; else why not (another rank's init failed, the
   // deadline passed, Ctrl-C).
   virtual absl::Status Check() = 0;
-  virtual absl::Time Deadline() const = 0;
+  virtual MonoTime Deadline() const = 0;
   // The job-token handshake on a connected stream socket.
   virtual absl::Status Authenticate(int fd, bool as_server) = 0;
 };

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "hcomm/protocol.hpp"
 #include "transports/transport.h"
@@ -84,7 +85,7 @@ class TransportProtocol : public Protocol {
   // What the Transport reports arriving goes to the library.
   FrameSink* sink() { return &sink_; }
   // The deadline of init (for the Transport's own setup calls).
-  absl::Time Deadline() const { return absl::Now() + absl::Milliseconds(TimeLeftMs()); }
+  MonoTime Deadline() const { return MonoNow() + absl::Milliseconds(TimeLeftMs()); }
   hcomm_status_t Fail(const absl::Status& s) const {
     return Protocol::Fail(static_cast<hcomm_status_t>(CodeOf(s)), std::string(s.message()));
   }

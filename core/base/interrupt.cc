@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "core/base/clock.h"
+
 namespace hcomm {
 
 std::atomic<InterruptCheck> interrupt_internal::check{nullptr};
@@ -12,7 +14,7 @@ struct ThreadState {
   bool interrupted = false;
   // When the check may next run; InfinitePast: the thread has not waited
   // since its call began.
-  absl::Time next_check = absl::InfinitePast();
+  MonoTime next_check = MonoTime::InfinitePast();
 };
 
 ThreadState& Mine() {
@@ -26,12 +28,12 @@ void SetInterruptCheck(InterruptCheck check) {
   interrupt_internal::check.store(check, std::memory_order_release);
 }
 
-bool InterruptNow(absl::Time now) {
+bool InterruptNow(MonoTime now) {
   const InterruptCheck check = interrupt_internal::check.load(std::memory_order_acquire);
   if (check == nullptr) return false;
   ThreadState& s = Mine();
   if (s.interrupted) return true;
-  if (s.next_check == absl::InfinitePast()) {
+  if (s.next_check == MonoTime::InfinitePast()) {
     s.next_check = now + kInterruptCheckPeriod;
     return false;
   }
@@ -50,7 +52,7 @@ const char* TimedOutOrInterrupted() {
 void interrupt_internal::ClearSlow() {
   ThreadState& s = Mine();
   s.interrupted = false;
-  s.next_check = absl::InfinitePast();
+  s.next_check = MonoTime::InfinitePast();
 }
 
 }  // namespace hcomm

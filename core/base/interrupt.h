@@ -24,6 +24,7 @@
 
 #include "absl/base/optimization.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 
@@ -47,7 +48,7 @@ inline bool InterruptCheckSet() {
 }
 // Whether this thread's call was interrupted, running the check when the
 // period has passed.
-bool InterruptNow(absl::Time now);
+bool InterruptNow(MonoTime now);
 // Whether this thread's call was interrupted, without running the check.
 bool Interrupted();
 // How a wait that ended unfinished says why: "interrupted (a signal handler

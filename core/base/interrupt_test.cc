@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 namespace {
@@ -30,7 +31,7 @@ class InterruptTest : public ::testing::Test {
 TEST_F(InterruptTest, WithoutACheckNothingIsInterrupted) {
   SetInterruptCheck(nullptr);
   answer = 1;
-  const absl::Time t0 = absl::Now();
+  const MonoTime t0 = MonoNow();
   EXPECT_FALSE(InterruptNow(t0));
   EXPECT_FALSE(InterruptNow(t0 + absl::Seconds(10)));
   EXPECT_FALSE(Interrupted());
@@ -38,7 +39,7 @@ TEST_F(InterruptTest, WithoutACheckNothingIsInterrupted) {
 }
 
 TEST_F(InterruptTest, TheCheckRunsOnceAPeriodHasBeenWaited) {
-  const absl::Time t0 = absl::Now();
+  const MonoTime t0 = MonoNow();
   EXPECT_FALSE(InterruptNow(t0));  // the first look only starts the period
   EXPECT_FALSE(InterruptNow(t0 + kInterruptCheckPeriod / 2));
   EXPECT_EQ(calls.load(), 0);
@@ -53,7 +54,7 @@ TEST_F(InterruptTest, TheCheckRunsOnceAPeriodHasBeenWaited) {
 
 TEST_F(InterruptTest, InterruptedLastsUntilTheNextCall) {
   answer = 1;
-  const absl::Time t0 = absl::Now();
+  const MonoTime t0 = MonoNow();
   EXPECT_FALSE(InterruptNow(t0));
   EXPECT_TRUE(InterruptNow(t0 + kInterruptCheckPeriod));
   answer = 0;
@@ -68,7 +69,7 @@ TEST_F(InterruptTest, InterruptedLastsUntilTheNextCall) {
 
 TEST_F(InterruptTest, EachThreadHasItsOwn) {
   answer = 1;
-  const absl::Time t0 = absl::Now();
+  const MonoTime t0 = MonoNow();
   ASSERT_FALSE(InterruptNow(t0));
   ASSERT_TRUE(InterruptNow(t0 + kInterruptCheckPeriod));
   bool other = true;

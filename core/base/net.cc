@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
 
@@ -26,8 +27,8 @@ namespace hcomm {
 namespace net {
 namespace {
 
-int PollTimeoutMs(absl::Time deadline) {
-  absl::Duration left = deadline - absl::Now();
+int PollTimeoutMs(MonoTime deadline) {
+  absl::Duration left = deadline - MonoNow();
   if (left <= absl::ZeroDuration()) return 0;
   int64_t ms = absl::ToInt64Milliseconds(left + absl::Microseconds(999));
   // Wake at least every second, and as often as a Ctrl-C is looked for
@@ -37,7 +38,7 @@ int PollTimeoutMs(absl::Time deadline) {
   return static_cast<int>(std::min<int64_t>(ms, most));
 }
 
-absl::Status WaitFor(int fd, short events, absl::Time deadline, const char* what) {
+absl::Status WaitFor(int fd, short events, MonoTime deadline, const char* what) {
   for (;;) {
     struct pollfd p = {fd, events, 0};
     int to = PollTimeoutMs(deadline);
@@ -47,7 +48,7 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, const char* what
       return Internal(absl::StrCat("poll: ", strerror(errno)));
     }
     if (r == 0) {
-      const absl::Time now = absl::Now();
+      const MonoTime now = MonoNow();
       if (now >= deadline || InterruptNow(now)) {
         return Timeout(absl::StrCat(TimedOutOrInterrupted(),
                                     " waiting for the socket to become ", what));
@@ -206,7 +207,7 @@ absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port) {
   return last;
 }
 
-absl::StatusOr<Fd> Connect(const HostPort& hp, absl::Time deadline) {
+absl::StatusOr<Fd> Connect(const HostPort& hp, MonoTime deadline) {
   HCOMM_ASSIGN_OR_RETURN(struct addrinfo* res, Resolve(hp, /*passive=*/false));
   absl::Status last = Unavailable(absl::StrCat("cannot connect to ", hp.ToString()));
   for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
@@ -237,12 +238,12 @@ absl::StatusOr<Fd> Connect(const HostPort& hp, absl::Time deadline) {
   return last;
 }
 
-absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline) {
+absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, MonoTime deadline) {
   absl::Duration backoff = absl::Milliseconds(10);
   for (;;) {
     absl::StatusOr<Fd> fd = Connect(hp, deadline);
     if (fd.ok()) return fd;
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     if (now + backoff >= deadline) return Annotate(fd.status(), "gave up at the deadline");
     if (InterruptNow(now)) {
       return Annotate(fd.status(), absl::StrCat("gave up: ", TimedOutOrInterrupted()));
@@ -252,7 +253,7 @@ absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline) {
   }
 }
 
-absl::StatusOr<Fd> Accept(int listen_fd, absl::Time deadline) {
+absl::StatusOr<Fd> Accept(int listen_fd, MonoTime deadline) {
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c >= 0) {
@@ -267,15 +268,15 @@ absl::StatusOr<Fd> Accept(int listen_fd, absl::Time deadline) {
   }
 }
 
-absl::Status WaitReadable(int fd, absl::Time deadline) {
+absl::Status WaitReadable(int fd, MonoTime deadline) {
   return WaitFor(fd, POLLIN, deadline, "readable");
 }
 
-absl::Status WaitWritable(int fd, absl::Time deadline) {
+absl::Status WaitWritable(int fd, MonoTime deadline) {
   return WaitFor(fd, POLLOUT, deadline, "writable");
 }
 
-absl::Status ReadFull(int fd, void* buf, size_t n, absl::Time deadline) {
+absl::Status ReadFull(int fd, void* buf, size_t n, MonoTime deadline) {
   char* p = static_cast<char*>(buf);
   size_t got = 0;
   while (got < n) {
@@ -301,7 +302,7 @@ absl::Status ReadFull(int fd, void* buf, size_t n, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFull(int fd, const void* buf, size_t n, absl::Time deadline) {
+absl::Status WriteFull(int fd, const void* buf, size_t n, MonoTime deadline) {
   const char* p = static_cast<const char*>(buf);
   size_t put = 0;
   while (put < n) {
@@ -323,7 +324,7 @@ absl::Status WriteFull(int fd, const void* buf, size_t n, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFrame(int fd, absl::string_view payload, absl::Time deadline) {
+absl::Status WriteFrame(int fd, absl::string_view payload, MonoTime deadline) {
   if (payload.size() > 0xffffffffu) return InvalidArgument("frame larger than 4 GiB");
   uint32_t n = static_cast<uint32_t>(payload.size());
   unsigned char hdr[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
@@ -333,7 +334,7 @@ absl::Status WriteFrame(int fd, absl::string_view payload, absl::Time deadline) 
   return WriteFull(fd, payload.data(), payload.size(), deadline);
 }
 
-absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, absl::Time deadline) {
+absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, MonoTime deadline) {
   unsigned char hdr[4];
   HCOMM_RETURN_IF_ERROR(ReadFull(fd, hdr, sizeof hdr, deadline));
   uint32_t n = static_cast<uint32_t>(hdr[0]) | (static_cast<uint32_t>(hdr[1]) << 8) |

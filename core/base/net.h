@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/forks.h"
 
 namespace hcomm {
@@ -72,28 +73,28 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view s, absl::string_view wh
 absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port);
 
 // Connects once; fails at once on refusal.
-absl::StatusOr<Fd> Connect(const HostPort& hp, absl::Time deadline);
+absl::StatusOr<Fd> Connect(const HostPort& hp, MonoTime deadline);
 
 // Connects, retrying refusals (the listener may not be up yet) until the
 // deadline.
-absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, absl::Time deadline);
+absl::StatusOr<Fd> ConnectWithRetry(const HostPort& hp, MonoTime deadline);
 
 // Accepts one connection; Timeout when the deadline passes first.
-absl::StatusOr<Fd> Accept(int listen_fd, absl::Time deadline);
+absl::StatusOr<Fd> Accept(int listen_fd, MonoTime deadline);
 
 // Waits until fd is readable (or writable); Timeout at the deadline.
-absl::Status WaitReadable(int fd, absl::Time deadline);
-absl::Status WaitWritable(int fd, absl::Time deadline);
+absl::Status WaitReadable(int fd, MonoTime deadline);
+absl::Status WaitWritable(int fd, MonoTime deadline);
 
 // Reads / writes exactly n bytes. A closed connection is PeerFailure.
-absl::Status ReadFull(int fd, void* buf, size_t n, absl::Time deadline);
-absl::Status WriteFull(int fd, const void* buf, size_t n, absl::Time deadline);
+absl::Status ReadFull(int fd, void* buf, size_t n, MonoTime deadline);
+absl::Status WriteFull(int fd, const void* buf, size_t n, MonoTime deadline);
 
 // Length-prefixed frames: a 4-byte little-endian length, then the bytes.
 // ReadFrame refuses (InvalidArgument) a length above max_len before reading
 // or allocating anything.
-absl::Status WriteFrame(int fd, absl::string_view payload, absl::Time deadline);
-absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, absl::Time deadline);
+absl::Status WriteFrame(int fd, absl::string_view payload, MonoTime deadline);
+absl::StatusOr<std::string> ReadFrame(int fd, size_t max_len, MonoTime deadline);
 
 absl::Status SetNonBlocking(int fd);
 absl::Status SetNoDelay(int fd);

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/synchronization/mutex.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 namespace priority_internal {
@@ -19,6 +20,12 @@ std::map<int, int>& Active() {
   return *active;
 }
 
+// Signalled whenever Active() changes (Publish): Yield's waiters look again.
+CondVar& Changed() {
+  static auto* changed = new CondVar;
+  return *changed;
+}
+
 // INT_MIN: outside any scope (priority 0).
 thread_local int current = INT_MIN;
 thread_local bool background = false;  // MarkBackgroundThread
@@ -26,6 +33,7 @@ thread_local bool background = false;  // MarkBackgroundThread
 void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(Mu()) {
   highest.store(Active().empty() ? INT_MIN : Active().rbegin()->first,
                 std::memory_order_relaxed);
+  Changed().SignalAll();
 }
 
 }  // namespace
@@ -39,7 +47,10 @@ void Yield(int mine) {
   auto clear = [mine]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(Mu()) {
     return Active().empty() || Active().rbegin()->first <= mine;
   };
-  Mu().AwaitWithTimeout(absl::Condition(&clear), kMostYield);
+  const MonoTime until = MonoNow() + kMostYield;
+  while (!clear()) {
+    if (Changed().WaitUntil(&Mu(), until)) return;
+  }
 }
 
 }  // namespace priority_internal

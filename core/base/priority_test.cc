@@ -6,6 +6,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 namespace {
@@ -24,10 +25,10 @@ TEST(PriorityTest, ALowerPriorityStepsAsideWhileAHigherOneRuns) {
   urgent_started.WaitForNotification();
   {
     PriorityScope bulk(0);
-    const absl::Time t0 = absl::Now();
+    const MonoTime t0 = MonoNow();
     YieldToHigherPriority();  // returns once the urgent one is done, or after kMostYield
     const bool still_urgent = urgent_running.load();
-    const absl::Duration took = absl::Now() - t0;
+    const absl::Duration took = MonoNow() - t0;
     // On a loaded machine (a sanitizer build beside other tests) the urgent
     // thread may oversleep its 3 ms past kMostYield: then the step aside
     // must have lasted the whole kMostYield, never returned early.
@@ -41,9 +42,9 @@ TEST(PriorityTest, ALowerPriorityStepsAsideWhileAHigherOneRuns) {
 TEST(PriorityTest, TheSameOrAHigherPriorityGoesOn) {
   PriorityScope high(7);
   PriorityScope same(7);  // nested: the thread's priority is still 7
-  const absl::Time t0 = absl::Now();
+  const MonoTime t0 = MonoNow();
   YieldToHigherPriority();
-  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(1));
+  EXPECT_LT(MonoNow() - t0, absl::Milliseconds(1));
   EXPECT_EQ(priority_internal::CurrentPriority(), 7);
 }
 
@@ -57,9 +58,9 @@ TEST(PriorityTest, AStepAsideIsBounded) {
     stop.WaitForNotification();
   });
   started.WaitForNotification();
-  const absl::Time t0 = absl::Now();
+  const MonoTime t0 = MonoNow();
   YieldToHigherPriority();  // outside any scope: priority 0
-  const absl::Duration took = absl::Now() - t0;
+  const absl::Duration took = MonoNow() - t0;
   EXPECT_GE(took, kMostYield - absl::Milliseconds(1));
   EXPECT_LT(took, kMostYield + absl::Milliseconds(100));
   stop.Notify();

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
 #include "core/bootstrap/store.pb.h"
@@ -63,7 +64,7 @@ bool MacEquals(absl::string_view got, absl::string_view want) {
   return got.size() == want.size() && CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0;
 }
 
-absl::Status Send(int fd, const google::protobuf::MessageLite& msg, absl::Time deadline,
+absl::Status Send(int fd, const google::protobuf::MessageLite& msg, MonoTime deadline,
                   absl::string_view what) {
   std::string bytes;
   if (!msg.SerializeToString(&bytes)) {
@@ -74,7 +75,7 @@ absl::Status Send(int fd, const google::protobuf::MessageLite& msg, absl::Time d
 
 }  // namespace
 
-absl::Status HandshakeAsClient(int fd, absl::string_view token, absl::Time deadline) {
+absl::Status HandshakeAsClient(int fd, absl::string_view token, MonoTime deadline) {
   // 1. Hello.
   absl::StatusOr<std::string> frame = net::ReadFrame(fd, kMaxHandshakeFrame, deadline);
   if (!frame.ok()) {
@@ -134,7 +135,7 @@ absl::Status HandshakeAsClient(int fd, absl::string_view token, absl::Time deadl
   return absl::OkStatus();
 }
 
-absl::Status HandshakeAsServer(int fd, absl::string_view token, absl::Time deadline) {
+absl::Status HandshakeAsServer(int fd, absl::string_view token, MonoTime deadline) {
   // 1. Hello.
   HCOMM_ASSIGN_OR_RETURN(std::string server_nonce, RandomNonce());
   store::Hello hello;

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 
@@ -39,7 +40,7 @@ namespace hcomm {
 // rejects our proof; PermissionDenied when the other side cannot prove the
 // token; Timeout at the deadline; PeerFailure when the connection breaks or
 // the other side does not speak this protocol.
-absl::Status HandshakeAsClient(int fd, absl::string_view token, absl::Time deadline);
+absl::Status HandshakeAsClient(int fd, absl::string_view token, MonoTime deadline);
 
 // Runs the accepting side on a connected, non-blocking socket `fd` (not
 // owned; the caller closes it afterwards on any error). Blocks until done or
@@ -47,7 +48,7 @@ absl::Status HandshakeAsClient(int fd, absl::string_view token, absl::Time deadl
 // Errors: PermissionDenied for a wrong or missing token (after telling the
 // client so); InvalidArgument for junk, oversized or unparsable frames;
 // Timeout at the deadline; PeerFailure when the connection breaks.
-absl::Status HandshakeAsServer(int fd, absl::string_view token, absl::Time deadline);
+absl::Status HandshakeAsServer(int fd, absl::string_view token, MonoTime deadline);
 
 }  // namespace hcomm
 

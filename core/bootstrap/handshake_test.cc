@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
 #include "core/bootstrap/store.pb.h"
@@ -31,7 +32,7 @@ Pair MakePair() {
   return Pair{net::Fd(fds[0]), net::Fd(fds[1])};
 }
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
+MonoTime Soon() { return MonoNow() + absl::Seconds(5); }
 
 struct Outcome {
   absl::Status client;
@@ -91,7 +92,7 @@ TEST(HandshakeTest, PrefixOfTokenDenied) {
 
 // Runs the server against raw bytes written by `feed` on the other end.
 template <typename Feed>
-absl::Status ServerAgainst(Feed feed, absl::Time deadline) {
+absl::Status ServerAgainst(Feed feed, MonoTime deadline) {
   Pair p = MakePair();
   absl::Status server;
   std::thread t([&] { server = HandshakeAsServer(p.a.get(), "tok", deadline); });
@@ -156,10 +157,10 @@ TEST(HandshakeTest, ServerSeesTruncatedFrameAsPeerFailure) {
 }
 
 TEST(HandshakeTest, ServerTimesOutOnSilentClient) {
-  const absl::Time start = absl::Now();
-  absl::Status s = ServerAgainst([](net::Fd&) {}, absl::Now() + absl::Milliseconds(200));
+  const MonoTime start = MonoNow();
+  absl::Status s = ServerAgainst([](net::Fd&) {}, MonoNow() + absl::Milliseconds(200));
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(3));
 }
 
 // A server that does not know the token but pretends to accept anyone.
@@ -209,10 +210,10 @@ TEST(HandshakeTest, ClientRejectsOtherVersion) {
 
 TEST(HandshakeTest, ClientTimesOutOnSilentServer) {
   Pair p = MakePair();
-  const absl::Time start = absl::Now();
-  absl::Status s = HandshakeAsClient(p.b.get(), "tok", absl::Now() + absl::Milliseconds(200));
+  const MonoTime start = MonoNow();
+  absl::Status s = HandshakeAsClient(p.b.get(), "tok", MonoNow() + absl::Milliseconds(200));
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(3));
 }
 
 TEST(HandshakeTest, ClientSeesClosedConnectionAsPeerFailure) {

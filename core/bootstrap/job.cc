@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
 
@@ -95,7 +96,7 @@ Job::~Job() {
   server_.reset();
 }
 
-absl::StatusOr<std::unique_ptr<Job>> Job::Join(const Options& opts, absl::Time deadline) {
+absl::StatusOr<std::unique_ptr<Job>> Job::Join(const Options& opts, MonoTime deadline) {
   HCOMM_ASSIGN_OR_RETURN(net::HostPort store_hp, net::ParseHostPort(opts.store_addr, "store_addr"));
   std::unique_ptr<Job> job(new Job(opts, std::move(store_hp)));
   absl::Status s = job->Connect(deadline);
@@ -107,7 +108,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Join(const Options& opts, absl::Time d
   return job;
 }
 
-absl::Status Job::Connect(absl::Time deadline) {
+absl::Status Job::Connect(MonoTime deadline) {
   if (rank_ == 0) {
     auto server = StoreServer::Start(store_hp_.host, store_hp_.port, token_);
     std::string reach = store_hp_.ToString();  // where the store can be reached
@@ -145,7 +146,7 @@ absl::Status Job::Connect(absl::Time deadline) {
   for (;;) {
     auto client = StoreClient::Connect(store_hp_, token_, deadline);
     if (!client.ok() && CodeOf(client.status()) == ErrorCode::kUnavailable &&
-        absl::Now() < deadline && !Interrupted()) {
+        MonoNow() < deadline && !Interrupted()) {
       // Reset in the handshake: a store closing as we came (see below).
       absl::SleepFor(absl::Milliseconds(50));
       continue;
@@ -172,7 +173,7 @@ absl::Status Job::Connect(absl::Time deadline) {
                                        "has ended (an earlier init's), and no new job came up "
                                        "there in time"));
     }
-    if (CodeOf(stale) != ErrorCode::kUnavailable || absl::Now() >= deadline || Interrupted()) {
+    if (CodeOf(stale) != ErrorCode::kUnavailable || MonoNow() >= deadline || Interrupted()) {
       return Unavailable(absl::StrCat(where_, ": rank 0 did not publish the job at ",
                                       store_hp_.ToString(), ": ", stale.message()));
     }
@@ -181,7 +182,7 @@ absl::Status Job::Connect(absl::Time deadline) {
   }
 }
 
-absl::Status Job::Identify(absl::Time deadline) {
+absl::Status Job::Identify(MonoTime deadline) {
   // Job identity, so that connections from another job are refused, and
   // the job's size: ranks started with different sizes, or two processes
   // given one rank, fail at once saying so (else the job waits for ranks
@@ -239,17 +240,17 @@ absl::Status Job::StoreError(const absl::Status& s) const {
                                   "its init): ", s.message()));
 }
 
-absl::Status Job::Publish(const store::RankCard& card, absl::Time deadline) {
+absl::Status Job::Publish(const store::RankCard& card, MonoTime deadline) {
   return StoreError(client_->Set(CardKey(rank_), card.SerializeAsString(), deadline));
 }
 
-absl::StatusOr<std::vector<store::RankCard>> Job::Cards(absl::Time deadline) {
+absl::StatusOr<std::vector<store::RankCard>> Job::Cards(MonoTime deadline) {
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(CardKey(r));
   absl::Status joined = Wait(keys, deadline, /*ranks_joining=*/true);
   if (!joined.ok() && failed_elsewhere_) return joined;
   if (!joined.ok()) {
-    auto have = client_->Check(keys, absl::Now() + absl::Seconds(2));
+    auto have = client_->Check(keys, MonoNow() + absl::Seconds(2));
     std::vector<int> missing;
     if (have.ok()) {
       for (int r = 0; r < size_; ++r) {
@@ -259,7 +260,7 @@ absl::StatusOr<std::vector<store::RankCard>> Job::Cards(absl::Time deadline) {
     if (!missing.empty()) {
       return Unavailable(absl::StrCat(
           where_, ": init ", TimedOutOrInterrupted(), " after ",
-          Seconds(Interrupted() ? absl::Now() - began_ : timeout_),
+          Seconds(Interrupted() ? MonoNow() - began_ : timeout_),
           ": ", size_ - static_cast<int>(missing.size()), " of ", size_,
           " ranks joined the store at ", store_hp_.ToString(), "; missing: ",
           absl::StrJoin(missing, ", ")));
@@ -278,13 +279,13 @@ absl::StatusOr<std::vector<store::RankCard>> Job::Cards(absl::Time deadline) {
 }
 
 absl::Status Job::PutFor(const std::string& transport, const std::string& key,
-                         const std::string& value, absl::Time deadline) {
+                         const std::string& value, MonoTime deadline) {
   return client_->Set(absl::StrCat("hcomm/t/", transport, "/", key, "/", rank_), value,
                       deadline);
 }
 
 absl::StatusOr<std::string> Job::GetFor(const std::string& transport, int peer,
-                                        const std::string& key, absl::Time deadline) {
+                                        const std::string& key, MonoTime deadline) {
   const std::string k = absl::StrCat("hcomm/t/", transport, "/", key, "/", peer);
   absl::Status published = Wait({k}, deadline);
   if (!published.ok()) {
@@ -297,7 +298,7 @@ absl::StatusOr<std::string> Job::GetFor(const std::string& transport, int peer,
 }
 
 absl::Status Job::FailedElsewhere() {
-  const absl::Time soon = absl::Now() + absl::Seconds(1);
+  const MonoTime soon = MonoNow() + absl::Seconds(1);
   auto have = client_->Check({kInitFailedKey}, soon);
   if (!have.ok() || !(*have)[0]) return absl::OkStatus();  // a lost store shows in the wait
   auto why = client_->Get(kInitFailedKey, soon);
@@ -307,19 +308,19 @@ absl::Status Job::FailedElsewhere() {
       why.ok() ? *why : std::string("(the store went away before saying which)")));
 }
 
-absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline,
+absl::Status Job::Wait(const std::vector<std::string>& keys, MonoTime deadline,
                        bool ranks_joining) {
-  const absl::Time start = absl::Now();
-  absl::Time notice = start + kWaitNotice;
+  const MonoTime start = MonoNow();
+  MonoTime notice = start + kWaitNotice;
   for (;;) {
-    const absl::Time slice = std::min(deadline, absl::Now() + kInitLook);
+    const MonoTime slice = std::min(deadline, MonoNow() + kInitLook);
     absl::Status s = client_->Wait(keys, slice);
     if (s.ok() || CodeOf(s) != ErrorCode::kTimeout) return StoreError(s);
     if (slice < deadline && !Interrupted()) {
       HCOMM_RETURN_IF_ERROR(FailedElsewhere());
-      if (ranks_joining && absl::Now() >= notice) {
-        notice = absl::Now() + kWaitNotice;
-        auto have = client_->Check(keys, absl::Now() + absl::Seconds(1));
+      if (ranks_joining && MonoNow() >= notice) {
+        notice = MonoNow() + kWaitNotice;
+        auto have = client_->Check(keys, MonoNow() + absl::Seconds(1));
         std::vector<int> missing;
         for (size_t r = 0; have.ok() && r < keys.size(); ++r) {
           if (!(*have)[r]) missing.push_back(static_cast<int>(r));
@@ -328,7 +329,7 @@ absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline
           fprintf(stderr,
                   "hcomm: rank %d: init has waited %s for rank%s %s to join the store at %s "
                   "(%d of %d joined; it gives up at timeout_ms, %s)\n",
-                  rank_, Seconds(absl::Now() - start).c_str(), missing.size() == 1 ? "" : "s",
+                  rank_, Seconds(MonoNow() - start).c_str(), missing.size() == 1 ? "" : "s",
                   absl::StrJoin(missing, ", ").c_str(), store_hp_.ToString().c_str(),
                   size_ - static_cast<int>(missing.size()), size_,
                   Seconds(timeout_).c_str());
@@ -340,12 +341,12 @@ absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline
     // whole wait was, as init's own failure (UNAVAILABLE, like a rank that
     // never joined).
     std::vector<std::string> missing;
-    auto have = client_->Check(keys, absl::Now() + absl::Seconds(1));
+    auto have = client_->Check(keys, MonoNow() + absl::Seconds(1));
     for (size_t i = 0; have.ok() && i < keys.size(); ++i) {
       if (!(*have)[i]) missing.push_back(absl::StrCat("'", keys[i], "'"));
     }
     return Unavailable(absl::StrCat("init ", TimedOutOrInterrupted(), " after ",
-                                    Seconds(absl::Now() - start), ": the store never got ",
+                                    Seconds(MonoNow() - start), ": the store never got ",
                                     missing.empty() ? "what it waited for"
                                                     : absl::StrJoin(missing, ", ")));
   }
@@ -353,7 +354,7 @@ absl::Status Job::Wait(const std::vector<std::string>& keys, absl::Time deadline
 
 void Job::TellInitFailure(const absl::Status& s) {
   if (client_ != nullptr && !failed_elsewhere_) {
-    const absl::Time soon = absl::Now() + absl::Seconds(1);
+    const MonoTime soon = MonoNow() + absl::Seconds(1);
     auto have = client_->Check({kInitFailedKey}, soon);
     // Unless the store is gone, or the first word is said.
     if (have.ok() && !(*have)[0]) {

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/net.h"
 #include "core/bootstrap/store.pb.h"
@@ -44,7 +45,7 @@ class Job {
 
   // Joins the job of opts (rank 0 first serves its store), by `deadline`:
   // the store's job id, key and world size, and a claim on this rank.
-  static absl::StatusOr<std::unique_ptr<Job>> Join(const Options& opts, absl::Time deadline);
+  static absl::StatusOr<std::unique_ptr<Job>> Join(const Options& opts, MonoTime deadline);
   // Leaves the store: rank 0 stops serving it.
   ~Job();
 
@@ -63,20 +64,20 @@ class Job {
 
   // Publishes this rank's card, then waits (Wait) for every rank's and
   // returns them by rank.
-  absl::Status Publish(const store::RankCard& card, absl::Time deadline);
-  absl::StatusOr<std::vector<store::RankCard>> Cards(absl::Time deadline);
+  absl::Status Publish(const store::RankCard& card, MonoTime deadline);
+  absl::StatusOr<std::vector<store::RankCard>> Cards(MonoTime deadline);
 
   // A transport's values, under keys of its own.
   absl::Status PutFor(const std::string& transport, const std::string& key,
-                      const std::string& value, absl::Time deadline);
+                      const std::string& value, MonoTime deadline);
   absl::StatusOr<std::string> GetFor(const std::string& transport, int peer,
-                                     const std::string& key, absl::Time deadline);
+                                     const std::string& key, MonoTime deadline);
 
   // Waits for `keys` until `deadline`, in slices between which it asks
   // whether another rank's init failed: PEER_FAILURE naming it if so.
   // `ranks_joining`: the keys are ranks' cards (key r is rank r's): every
   // kWaitNotice the wait says on stderr which ranks it still waits for.
-  absl::Status Wait(const std::vector<std::string>& keys, absl::Time deadline,
+  absl::Status Wait(const std::vector<std::string>& keys, MonoTime deadline,
                     bool ranks_joining = false);
   // How often a wait for ranks to join says whom it waits for.
   static constexpr absl::Duration kWaitNotice = absl::Seconds(5);
@@ -94,8 +95,8 @@ class Job {
 
  private:
   Job(const Options& opts, net::HostPort store_hp);
-  absl::Status Connect(absl::Time deadline);
-  absl::Status Identify(absl::Time deadline);
+  absl::Status Connect(MonoTime deadline);
+  absl::Status Identify(MonoTime deadline);
   // A store call's error: where the store was lost (UNAVAILABLE) after this
   // rank had joined it, says that rank 0, which serves it, is gone (that
   // and the error, without where_).
@@ -107,7 +108,7 @@ class Job {
   const net::HostPort store_hp_;
   const std::string where_;
   const absl::Duration timeout_;  // init's
-  const absl::Time began_ = absl::Now();
+  const MonoTime began_ = MonoNow();
   uint64_t id_ = 0;
   std::string key_;
   bool check_collectives_ = false;

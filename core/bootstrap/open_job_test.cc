@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/bootstrap/job.h"
 #include "core/bootstrap/store.pb.h"
@@ -51,7 +52,7 @@ Options RankOptions(int rank, int world_size, const std::string& store_addr,
 // all have joined); true if all joined.
 bool RunJob(int world_size, const std::string& token) {
   const std::string addr = absl::StrCat("127.0.0.1:", FreePort());
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  const MonoTime deadline = MonoNow() + absl::Seconds(10);
   std::vector<std::unique_ptr<Job>> jobs(world_size);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
@@ -89,7 +90,7 @@ constexpr char kNoToken[] = "no job token (HCOMM_JOB_TOKEN";
 // nothing before (a job looked hung for timeout_ms).
 TEST(OpenJobTest, InitWaitingForALateRankNamesIt) {
   const std::string addr = absl::StrCat("127.0.0.1:", FreePort());
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const MonoTime deadline = MonoNow() + absl::Seconds(20);
   ::testing::internal::CaptureStderr();
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -145,7 +146,7 @@ TEST(OpenJobTest, WarnsOnceWhenTheStoreListensOnEveryAddress) {
   for (int i = 0; i < 2; ++i) {
     const std::string addr = absl::StrCat("192.0.2.1:", FreePort());
     ::testing::internal::CaptureStderr();
-    auto job = Job::Join(RankOptions(0, 2, addr, "a-token"), absl::Now() + absl::Seconds(1));
+    auto job = Job::Join(RankOptions(0, 2, addr, "a-token"), MonoNow() + absl::Seconds(1));
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_FALSE(job.ok());
     EXPECT_EQ(Count(err, "listens on every address"), i == 0 ? 1 : 0) << err;

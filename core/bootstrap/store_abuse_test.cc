@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
 #include "core/bootstrap/handshake.h"
@@ -25,7 +26,7 @@ namespace {
 
 constexpr char kToken[] = "job-token-abuse";
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+MonoTime Soon() { return MonoNow() + absl::Seconds(10); }
 
 bool Contains(absl::string_view haystack, absl::string_view needle) {
   return haystack.find(needle) != absl::string_view::npos;
@@ -89,7 +90,7 @@ TEST(StoreAbuseTest, SilentStrangerDroppedAfterShortHandshakeDeadline) {
   ASSERT_NE(server, nullptr);
   absl::StatusOr<net::Fd> fd = net::Connect(AddrOf(*server), Soon());
   ASSERT_TRUE(fd.ok()) << fd.status();
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   const absl::Duration limit = StoreLimits().handshake_timeout + absl::Seconds(2);
   // Hello, then nothing but the close.
   absl::StatusOr<std::string> hello = net::ReadFrame(fd->get(), 1024, Soon());
@@ -97,7 +98,7 @@ TEST(StoreAbuseTest, SilentStrangerDroppedAfterShortHandshakeDeadline) {
   char buf[16];
   absl::Status s = net::ReadFull(fd->get(), buf, sizeof buf, start + limit);
   EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure)
-      << "still connected " << absl::FormatDuration(absl::Now() - start)
+      << "still connected " << absl::FormatDuration(MonoNow() - start)
       << " after saying nothing: " << s;
   EXPECT_LE(StoreLimits().handshake_timeout, absl::Seconds(5));
 }
@@ -126,8 +127,8 @@ TEST(StoreAbuseTest, PromisedFrameCostsOnlyWhatArrived) {
   // Dropped frames give their reservation back.
   auto c = ConnectTo(*server);
   ASSERT_NE(c, nullptr);
-  const absl::Time deadline = Soon();
-  while (server->PendingFrameBytes() != 0 && absl::Now() < deadline) {
+  const MonoTime deadline = Soon();
+  while (server->PendingFrameBytes() != 0 && MonoNow() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ(server->PendingFrameBytes(), 0u);

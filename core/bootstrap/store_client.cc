@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/bootstrap/handshake.h"
 #include "core/base/status.h"
 #include "core/bootstrap/store.pb.h"
@@ -60,8 +61,8 @@ absl::Status CheckKeys(const std::vector<std::string>& keys) {
 // How long the server may wait: a little less than we will, so that its
 // answer (which names what was missing) normally arrives before our own
 // deadline fires.
-uint64_t ServerTimeoutMs(absl::Time deadline) {
-  const absl::Duration left = deadline - absl::Now();
+uint64_t ServerTimeoutMs(MonoTime deadline) {
+  const absl::Duration left = deadline - MonoNow();
   if (left <= absl::ZeroDuration()) return 0;
   const absl::Duration margin =
       std::clamp(left / 5, absl::Milliseconds(1), absl::Milliseconds(250));
@@ -81,22 +82,24 @@ absl::Status HandshakeError(const absl::Status& s, const net::HostPort& addr) {
 
 }  // namespace
 
-bool DeadlineLock::LockUntil(absl::Time deadline) {
-  auto free = [](bool* held) { return !*held; };
-  bool ok = mu_.LockWhenWithDeadline(absl::Condition(+free, &held_), deadline);
-  if (ok) held_ = true;
-  mu_.Unlock();
-  return ok;
+bool DeadlineLock::LockUntil(MonoTime deadline) {
+  absl::MutexLock l(&mu_);
+  while (held_) {
+    if (freed_.WaitUntil(&mu_, deadline) && held_) return false;
+  }
+  held_ = true;
+  return true;
 }
 
 void DeadlineLock::Unlock() {
   absl::MutexLock l(&mu_);
   held_ = false;
+  freed_.Signal();
 }
 
 absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const net::HostPort& addr,
                                                                   std::string token,
-                                                                  absl::Time deadline) {
+                                                                  MonoTime deadline) {
   absl::StatusOr<net::Fd> fd = net::ConnectWithRetry(addr, deadline);
   if (!fd.ok()) {
     return Unavailable(absl::StrCat("store at ", addr.ToString(),
@@ -112,16 +115,16 @@ StoreClient::StoreClient(net::HostPort addr, std::string token, net::Fd fd)
 
 StoreClient::~StoreClient() = default;
 
-absl::StatusOr<store::Response> StoreClient::Call(store::Request* req, absl::Time deadline,
+absl::StatusOr<store::Response> StoreClient::Call(store::Request* req, MonoTime deadline,
                                                   const std::string& what) {
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   if (start >= deadline) {
     return Timeout(absl::StrCat(what, " at ", addr_.ToString(),
                                 ": the deadline had passed before the call"));
   }
   if (!call_lock_.LockUntil(deadline)) {
     return Timeout(absl::StrCat(what, " at ", addr_.ToString(), " timed out after ",
-                                absl::FormatDuration(absl::Now() - start),
+                                absl::FormatDuration(MonoNow() - start),
                                 " waiting for another request on this store client"));
   }
   absl::StatusOr<store::Response> resp = CallLocked(req, start, deadline, what);
@@ -129,8 +132,8 @@ absl::StatusOr<store::Response> StoreClient::Call(store::Request* req, absl::Tim
   return resp;
 }
 
-absl::StatusOr<store::Response> StoreClient::CallLocked(store::Request* req, absl::Time start,
-                                                        absl::Time deadline,
+absl::StatusOr<store::Response> StoreClient::CallLocked(store::Request* req, MonoTime start,
+                                                        MonoTime deadline,
                                                         const std::string& what) {
   if (!fd_.valid()) {
     // One attempt, no retries: the store was up before.
@@ -178,8 +181,8 @@ absl::StatusOr<store::Response> StoreClient::CallLocked(store::Request* req, abs
   return resp;
 }
 
-absl::Status StoreClient::ConnectionLost(const absl::Status& io, absl::Time start,
-                                         absl::Time deadline, const std::string& what) {
+absl::Status StoreClient::ConnectionLost(const absl::Status& io, MonoTime start,
+                                         MonoTime deadline, const std::string& what) {
   // After a partial exchange the stream position is unknown: drop it.
   fd_.reset();
   lost_reason_ = std::string(io.message());
@@ -192,7 +195,7 @@ absl::Status StoreClient::ConnectionLost(const absl::Status& io, absl::Time star
 }
 
 absl::Status StoreClient::Set(const std::string& key, const std::string& value,
-                              absl::Time deadline) {
+                              MonoTime deadline) {
   HCOMM_RETURN_IF_ERROR(CheckKey(key));
   if (value.size() > StoreServer::kMaxValueBytes) {
     return InvalidArgument(absl::StrCat("store SET of key ", Quote(key), ": the value has ",
@@ -205,7 +208,7 @@ absl::Status StoreClient::Set(const std::string& key, const std::string& value,
   return Call(&req, deadline, absl::StrCat("store SET of key ", Quote(key))).status();
 }
 
-absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Time deadline) {
+absl::StatusOr<std::string> StoreClient::Get(const std::string& key, MonoTime deadline) {
   HCOMM_RETURN_IF_ERROR(CheckKey(key));
   store::Request req;
   req.mutable_get()->set_key(key);
@@ -215,7 +218,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Time 
 }
 
 absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta,
-                                         absl::Time deadline) {
+                                         MonoTime deadline) {
   HCOMM_RETURN_IF_ERROR(CheckKey(key));
   store::Request req;
   req.mutable_add()->set_key(key);
@@ -225,7 +228,7 @@ absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta,
   return resp.counter();
 }
 
-absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Time deadline) {
+absl::Status StoreClient::Wait(const std::vector<std::string>& keys, MonoTime deadline) {
   HCOMM_RETURN_IF_ERROR(CheckKeys(keys));
   if (keys.empty()) return absl::OkStatus();
   store::Request req;
@@ -234,7 +237,7 @@ absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Time 
 }
 
 absl::StatusOr<std::vector<bool>> StoreClient::Check(const std::vector<std::string>& keys,
-                                                     absl::Time deadline) {
+                                                     MonoTime deadline) {
   HCOMM_RETURN_IF_ERROR(CheckKeys(keys));
   if (keys.empty()) return std::vector<bool>();
   store::Request req;

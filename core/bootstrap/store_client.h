@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 
 namespace hcomm {
@@ -48,12 +49,13 @@ class Response;
 class ABSL_LOCKABLE DeadlineLock {
  public:
   // True when acquired; false when the deadline passed first.
-  bool LockUntil(absl::Time deadline) ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true);
+  bool LockUntil(MonoTime deadline) ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true);
   void Unlock() ABSL_UNLOCK_FUNCTION();
 
  private:
   absl::Mutex mu_;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar freed_;  // signalled when held_ goes false
 };
 
 class StoreClient {
@@ -66,29 +68,29 @@ class StoreClient {
   // store cannot prove it knows the token.
   static absl::StatusOr<std::unique_ptr<StoreClient>> Connect(const net::HostPort& addr,
                                                               std::string token,
-                                                              absl::Time deadline);
+                                                              MonoTime deadline);
 
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
   ~StoreClient();
 
   // Stores `value` under `key`, replacing any previous value.
-  absl::Status Set(const std::string& key, const std::string& value, absl::Time deadline);
+  absl::Status Set(const std::string& key, const std::string& value, MonoTime deadline);
 
   // Waits until `key` exists and returns its value. Timeout names the key.
-  absl::StatusOr<std::string> Get(const std::string& key, absl::Time deadline);
+  absl::StatusOr<std::string> Get(const std::string& key, MonoTime deadline);
 
   // Adds `delta` to the decimal int64 counter at `key` (created at 0) and
   // returns the new value; Get(key) returns it as a decimal string.
   // InvalidArgument when the value is not a decimal int64 or would overflow.
-  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, absl::Time deadline);
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, MonoTime deadline);
 
   // Waits until every key exists. Timeout lists the keys still missing.
-  absl::Status Wait(const std::vector<std::string>& keys, absl::Time deadline);
+  absl::Status Wait(const std::vector<std::string>& keys, MonoTime deadline);
 
   // Whether each key exists now, in order. Does not wait for keys.
   absl::StatusOr<std::vector<bool>> Check(const std::vector<std::string>& keys,
-                                          absl::Time deadline);
+                                          MonoTime deadline);
 
   const net::HostPort& addr() const { return addr_; }
 
@@ -98,14 +100,14 @@ class StoreClient {
   // Sends `req` (setting its id and the server's timeout) and reads the
   // response. Any error code in the response becomes the returned status,
   // prefixed with `what`.
-  absl::StatusOr<store::Response> Call(store::Request* req, absl::Time deadline,
+  absl::StatusOr<store::Response> Call(store::Request* req, MonoTime deadline,
                                        const std::string& what);
-  absl::StatusOr<store::Response> CallLocked(store::Request* req, absl::Time start,
-                                             absl::Time deadline, const std::string& what)
+  absl::StatusOr<store::Response> CallLocked(store::Request* req, MonoTime start,
+                                             MonoTime deadline, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_lock_);
   // Drops the connection after an I/O error and turns the error into the
   // call's status.
-  absl::Status ConnectionLost(const absl::Status& io, absl::Time start, absl::Time deadline,
+  absl::Status ConnectionLost(const absl::Status& io, MonoTime start, MonoTime deadline,
                               const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_lock_);
 
   const net::HostPort addr_;

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/bootstrap/handshake.h"
 #include "core/base/status.h"
 #include "core/bootstrap/store.pb.h"
@@ -147,19 +148,24 @@ size_t StoreServer::PendingFrameBytes() const {
   return pending_frame_bytes_;
 }
 
-absl::Status StoreServer::AwaitPendingFrameBytes(size_t n, absl::Time deadline) {
-  struct Arg {
-    StoreServer* server;
-    size_t n;
-  } arg{this, n};
-  auto enough = [](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return a->server->pending_frame_bytes_ >= a->n;
-  };
-  bool ok = mu_.LockWhenWithDeadline(absl::Condition(+enough, &arg), deadline);
-  const size_t have = pending_frame_bytes_;
-  mu_.Unlock();
-  if (ok) return absl::OkStatus();
+absl::Status StoreServer::AwaitPendingFrameBytes(size_t n, MonoTime deadline) {
+  size_t have = 0;
+  if (PollUntil([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return (have = pending_frame_bytes_) >= n; },
+                deadline)) {
+    return absl::OkStatus();
+  }
   return Timeout(absl::StrCat("store server: ", have, " bytes reserved for frames, wanted ", n));
+}
+
+bool StoreServer::PollUntil(absl::FunctionRef<bool()> reached, MonoTime deadline) {
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (reached()) return true;
+    }
+    if (MonoNow() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));  // relative: no wall clock
+  }
 }
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
@@ -356,7 +362,7 @@ void StoreServer::ServeConnection(uint64_t id, int fd) {
 
 void StoreServer::AuthenticateAndServe(uint64_t id, int fd) {
   if (Stopping()) return;
-  absl::Status s = HandshakeAsServer(fd, token_, absl::Now() + limits_.handshake_timeout);
+  absl::Status s = HandshakeAsServer(fd, token_, MonoNow() + limits_.handshake_timeout);
   // A failed handshake (stranger, wrong token, junk) just ends the connection.
   if (!s.ok()) return;
   {
@@ -372,7 +378,7 @@ void StoreServer::AuthenticateAndServe(uint64_t id, int fd) {
   ServeRequests(fd);
 }
 
-absl::StatusOr<std::string> StoreServer::ReadRequestFrame(int fd, absl::Time deadline) {
+absl::StatusOr<std::string> StoreServer::ReadRequestFrame(int fd, MonoTime deadline) {
   unsigned char hdr[4];
   HCOMM_RETURN_IF_ERROR(net::ReadFull(fd, hdr, sizeof hdr, deadline));
   const uint32_t n = static_cast<uint32_t>(hdr[0]) | (static_cast<uint32_t>(hdr[1]) << 8) |
@@ -412,10 +418,10 @@ absl::StatusOr<std::string> StoreServer::ReadRequestFrame(int fd, absl::Time dea
 void StoreServer::ServeRequests(int fd) {
   for (;;) {
     if (Stopping()) return;
-    absl::Status idle = net::WaitReadable(fd, absl::Now() + kIdleSlice);
+    absl::Status idle = net::WaitReadable(fd, MonoNow() + kIdleSlice);
     if (CodeOf(idle) == ErrorCode::kTimeout) continue;
     if (!idle.ok()) return;
-    absl::StatusOr<std::string> frame = ReadRequestFrame(fd, absl::Now() + kFrameTimeout);
+    absl::StatusOr<std::string> frame = ReadRequestFrame(fd, MonoNow() + kFrameTimeout);
     // Closed, truncated or over-long frames: the stream cannot be trusted.
     if (!frame.ok()) return;
     store::Request req;
@@ -433,7 +439,7 @@ void StoreServer::ServeRequests(int fd) {
     }
     std::string bytes;
     if (!resp.SerializeToString(&bytes)) return;
-    if (!net::WriteFrame(fd, bytes, absl::Now() + kFrameTimeout).ok()) return;
+    if (!net::WriteFrame(fd, bytes, MonoNow() + kFrameTimeout).ok()) return;
   }
 }
 
@@ -441,7 +447,7 @@ bool StoreServer::Handle(int fd, const store::Request& req, store::Response* res
   const int64_t timeout_ms =
       std::min<uint64_t>(req.timeout_ms(), static_cast<uint64_t>(kMaxWaitMs));
   const absl::Duration timeout = absl::Milliseconds(timeout_ms);
-  const absl::Time deadline = absl::Now() + timeout;
+  const MonoTime deadline = MonoNow() + timeout;
   switch (req.op_case()) {
     case store::Request::kSet: {
       absl::Status s = CheckKey(req.set().key());
@@ -595,7 +601,7 @@ void StoreServer::NotifyKeyLocked(const std::string& key) {
 }
 
 absl::Status StoreServer::AwaitKeys(int fd, absl::Span<const std::string> keys,
-                                    absl::Time deadline, std::vector<std::string>* missing) {
+                                    MonoTime deadline, std::vector<std::string>* missing) {
   absl::MutexLock l(&mu_);
   *missing = MissingLocked(keys);
   if (missing->empty()) return absl::OkStatus();
@@ -626,15 +632,15 @@ absl::Status StoreServer::AwaitKeys(int fd, absl::Span<const std::string> keys,
       result = Unavailable("the store server is shutting down");
       break;
     }
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     if (now >= deadline) {
       result = Timeout("timed out");
       break;
     }
-    const absl::Time slice = std::min(deadline, now + kIdleSlice);
+    const MonoTime slice = std::min(deadline, now + kIdleSlice);
     // Every slice, check (without blocking) that the client is still there,
     // so that a vanished client does not keep its thread parked.
-    if (self.cv.WaitWithDeadline(&mu_, slice) && slice < deadline && PeerHungUp(fd)) {
+    if (self.cv.WaitUntil(&mu_, slice) && slice < deadline && PeerHungUp(fd)) {
       result = PeerFailure("the client hung up while waiting");
       break;
     }
@@ -643,18 +649,13 @@ absl::Status StoreServer::AwaitKeys(int fd, absl::Span<const std::string> keys,
   return result;
 }
 
-absl::Status StoreServer::AwaitWaiters(int n, absl::Time deadline) {
-  struct Arg {
-    StoreServer* server;
-    size_t n;
-  } arg{this, static_cast<size_t>(std::max(n, 0))};
-  auto enough = [](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return a->server->waiters_.size() >= a->n;
-  };
-  bool ok = mu_.LockWhenWithDeadline(absl::Condition(+enough, &arg), deadline);
-  const size_t have = waiters_.size();
-  mu_.Unlock();
-  if (ok) return absl::OkStatus();
+absl::Status StoreServer::AwaitWaiters(int n, MonoTime deadline) {
+  const size_t want = static_cast<size_t>(std::max(n, 0));
+  size_t have = 0;
+  if (PollUntil([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return (have = waiters_.size()) >= want; },
+                deadline)) {
+    return absl::OkStatus();
+  }
   return Timeout(absl::StrCat("store server: ", have, " requests waiting, wanted ", n));
 }
 

@@ -48,12 +48,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 
 namespace hcomm {
@@ -116,13 +118,13 @@ class StoreServer {
 
   // Blocks until at least `n` GET/WAIT requests are waiting for keys, or the
   // deadline passes (Timeout). For tests and monitoring.
-  absl::Status AwaitWaiters(int n, absl::Time deadline);
+  absl::Status AwaitWaiters(int n, MonoTime deadline);
 
   // Bytes reserved right now for request frames still being received, over
   // all connections. For tests and monitoring.
   size_t PendingFrameBytes() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until PendingFrameBytes() >= n or the deadline passes (Timeout).
-  absl::Status AwaitPendingFrameBytes(size_t n, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AwaitPendingFrameBytes(size_t n, MonoTime deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // For tests: when set, called with the new size before a connection
   // grows the buffer of a frame it is receiving; it may throw
@@ -136,11 +138,15 @@ class StoreServer {
   // loop every connection runs once its handshake has succeeded.
   friend class StoreServerFuzzPeer;
 
+  // Takes mu_ every millisecond to ask `reached` until it says yes (true)
+  // or `deadline` passes (false): the tests' waits for a state of the server.
+  bool PollUntil(absl::FunctionRef<bool()> reached, MonoTime deadline) ABSL_LOCKS_EXCLUDED(mu_);
+
   // A parked GET/WAIT; its condition variable is signalled when one of its
   // keys is set, and on shutdown. Lives on the waiting thread's stack and is
   // registered in waiters_ / waiters_by_key_ only while it waits.
   struct Waiter {
-    absl::CondVar cv;
+    CondVar cv;
   };
   struct Conn {
     int fd = -1;  // -1 once the connection thread has closed it
@@ -162,14 +168,14 @@ class StoreServer {
   void AuthenticateAndServe(uint64_t id, int fd);
   // Reads one length-prefixed request frame, growing its buffer as bytes
   // arrive and counting it in pending_frame_bytes_.
-  absl::StatusOr<std::string> ReadRequestFrame(int fd, absl::Time deadline);
+  absl::StatusOr<std::string> ReadRequestFrame(int fd, MonoTime deadline);
   void ServeRequests(int fd);
   // Fills *resp. Returns false when the connection must be dropped (the
   // client left while we waited).
   bool Handle(int fd, const store::Request& req, store::Response* resp);
   // Waits until every key exists. *missing gets the absent keys on failure.
   // Errors: Timeout, Unavailable (shutting down), PeerFailure (client left).
-  absl::Status AwaitKeys(int fd, absl::Span<const std::string> keys, absl::Time deadline,
+  absl::Status AwaitKeys(int fd, absl::Span<const std::string> keys, MonoTime deadline,
                          std::vector<std::string>* missing);
   static size_t EntryCost(const std::string& key, size_t value_bytes) {
     return key.size() + value_bytes + kEntryOverheadBytes;

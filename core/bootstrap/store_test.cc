@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/bootstrap/handshake.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
@@ -30,7 +31,7 @@ namespace {
 
 constexpr char kToken[] = "job-token-1234";
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+MonoTime Soon() { return MonoNow() + absl::Seconds(10); }
 
 bool Contains(absl::string_view haystack, absl::string_view needle) {
   return haystack.find(needle) != absl::string_view::npos;
@@ -238,26 +239,26 @@ TEST(StoreTest, GetAndWaitTimeOutNamingKeys) {
   auto c = ConnectTo(*server);
   ASSERT_NE(c, nullptr);
 
-  absl::Time start = absl::Now();
+  MonoTime start = MonoNow();
   absl::StatusOr<std::string> v = c->Get("never-set-key", start + absl::Milliseconds(200));
-  absl::Duration took = absl::Now() - start;
+  absl::Duration took = MonoNow() - start;
   EXPECT_EQ(CodeOf(v.status()), ErrorCode::kTimeout) << v.status();
   EXPECT_TRUE(Contains(v.status().message(), "never-set-key")) << v.status();
   EXPECT_GE(took, absl::Milliseconds(100));
   EXPECT_LT(took, absl::Milliseconds(1200));
 
   ASSERT_TRUE(c->Set("present-key", "1", Soon()).ok());
-  start = absl::Now();
+  start = MonoNow();
   absl::Status s =
       c->Wait({"present-key", "missing-one", "missing-two"}, start + absl::Milliseconds(200));
-  took = absl::Now() - start;
+  took = MonoNow() - start;
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
   EXPECT_TRUE(Contains(s.message(), "missing-one")) << s;
   EXPECT_TRUE(Contains(s.message(), "missing-two")) << s;
   EXPECT_LT(took, absl::Milliseconds(1200));
 
   // A deadline already past fails at once.
-  EXPECT_EQ(CodeOf(c->Get("present-key", absl::Now() - absl::Seconds(1)).status()),
+  EXPECT_EQ(CodeOf(c->Get("present-key", MonoNow() - absl::Seconds(1)).status()),
             ErrorCode::kTimeout);
   // The client is still in step with the server afterwards.
   EXPECT_EQ(*c->Get("present-key", Soon()), "1");
@@ -280,19 +281,19 @@ TEST(StoreTest, ClientDeadlineHoldsAgainstSilentServer) {
       StoreClient::Connect(net::HostPort{"127.0.0.1", port}, kToken, Soon());
   ASSERT_TRUE(c.ok()) << c.status();
 
-  absl::Time start = absl::Now();
+  MonoTime start = MonoNow();
   absl::StatusOr<std::string> v = (*c)->Get("some-key", start + absl::Milliseconds(200));
-  absl::Duration took = absl::Now() - start;
+  absl::Duration took = MonoNow() - start;
   EXPECT_EQ(CodeOf(v.status()), ErrorCode::kTimeout) << v.status();
   EXPECT_TRUE(Contains(v.status().message(), "some-key")) << v.status();
   EXPECT_LT(took, absl::Milliseconds(1200));
 
   // The connection was dropped; the next call reconnects, but nobody runs the
   // handshake on the new connection: it still ends by its deadline.
-  start = absl::Now();
+  start = MonoNow();
   absl::Status s = (*c)->Set("k", "v", start + absl::Milliseconds(200));
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1200));
+  EXPECT_LT(MonoNow() - start, absl::Milliseconds(1200));
   done.Notify();
   silent.join();
 }
@@ -306,10 +307,10 @@ TEST(StoreTest, QueuedCallOnBusyClientKeepsItsDeadline) {
   absl::StatusOr<std::string> got;
   std::thread g([&] { got = shared->Get("gate", Soon()); });
   ASSERT_TRUE(server->AwaitWaiters(1, Soon()).ok());  // g holds the client now
-  absl::Time start = absl::Now();
+  MonoTime start = MonoNow();
   absl::Status s = shared->Set("x", "y", start + absl::Milliseconds(200));
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1200));
+  EXPECT_LT(MonoNow() - start, absl::Milliseconds(1200));
   ASSERT_TRUE(other->Set("gate", "open", Soon()).ok());
   g.join();
   ASSERT_TRUE(got.ok()) << got.status();
@@ -464,23 +465,23 @@ TEST(StoreTest, ServerDestroyedWhileClientsWait) {
     ASSERT_NE(clients[i], nullptr);
     threads.emplace_back([&, i] {
       if (i == 0) {
-        results[i] = clients[i]->Wait({"never-a", "never-b"}, absl::Now() + absl::Seconds(30));
+        results[i] = clients[i]->Wait({"never-a", "never-b"}, MonoNow() + absl::Seconds(30));
       } else {
-        results[i] = clients[i]->Get("never", absl::Now() + absl::Seconds(30)).status();
+        results[i] = clients[i]->Get("never", MonoNow() + absl::Seconds(30)).status();
       }
     });
   }
   ASSERT_TRUE(server->AwaitWaiters(kWaiters, Soon()).ok());
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   server.reset();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(5));
   for (auto& t : threads) t.join();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(5));
   for (const absl::Status& s : results) {
     EXPECT_EQ(CodeOf(s), ErrorCode::kUnavailable) << s;
   }
   // The idle client learns on its next call, without hanging.
-  absl::Status s = idle->Set("k", "v", absl::Now() + absl::Seconds(5));
+  absl::Status s = idle->Set("k", "v", MonoNow() + absl::Seconds(5));
   EXPECT_EQ(CodeOf(s), ErrorCode::kUnavailable) << s;
   ExpectClosedByServer(silent);
   (void)addr;
@@ -488,10 +489,10 @@ TEST(StoreTest, ServerDestroyedWhileClientsWait) {
 
 TEST(StoreTest, UnreachableStoreIsUnavailableByDeadline) {
   ReservedPort reserved = ReservePort();
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   absl::StatusOr<std::unique_ptr<StoreClient>> c = StoreClient::Connect(
       net::HostPort{"127.0.0.1", reserved.port}, kToken, start + absl::Milliseconds(300));
-  const absl::Duration took = absl::Now() - start;
+  const absl::Duration took = MonoNow() - start;
   EXPECT_EQ(CodeOf(c.status()), ErrorCode::kUnavailable) << c.status();
   EXPECT_TRUE(Contains(c.status().message(), "unreachable")) << c.status();
   EXPECT_TRUE(Contains(c.status().message(), absl::StrCat("127.0.0.1:", reserved.port)))

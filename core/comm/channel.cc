@@ -1,11 +1,9 @@
 #include "core/comm/channel.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/shm_file.h"
 #include "core/base/status.h"
@@ -80,39 +79,22 @@ std::string ShmPath(absl::string_view name) {
   return absl::StrCat("/dev/shm", Channel::ShmName(name));
 }
 
-uint32_t* FutexWord(std::atomic<uint32_t>* a) { return reinterpret_cast<uint32_t*>(a); }
-
-// Sleeps while *word == expected, at most until deadline (InfiniteFuture:
-// no limit). Returns on a wake, a signal, a timeout or a changed word alike;
-// the caller rechecks.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
-  timespec ts;
-  timespec* timeout = nullptr;
-  if (deadline != absl::InfiniteFuture()) {
-    absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return;
-    ts = absl::ToTimespec(left);
-    timeout = &ts;
-  }
-  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
-  syscall(SYS_futex, FutexWord(word), FUTEX_WAIT, expected, timeout, nullptr, 0);
-}
-
-// FutexWait for a reader or writer that has let go of the channel's lock:
+// FutexWaitUntil (core/base/clock.h; not private: the word lives in memory
+// shared between processes) for a reader or writer that has let go of the
+// channel's lock:
 // where a binding looks for Ctrl-C (core/base/interrupt.h), in naps of its
 // period, running the check after each, outside the lock.
-void SleepUnlocked(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+void SleepUnlocked(std::atomic<uint32_t>* word, uint32_t expected, MonoTime deadline) {
   if (!InterruptCheckSet()) {
-    FutexWait(word, expected, deadline);
+    FutexWaitUntil(word, expected, deadline, /*shared=*/true);
     return;
   }
-  FutexWait(word, expected, std::min(deadline, absl::Now() + kInterruptCheckPeriod));
-  InterruptNow(absl::Now());
+  FutexWaitUntil(word, expected, std::min(deadline, MonoNow() + kInterruptCheckPeriod),
+                 /*shared=*/true);
+  InterruptNow(MonoNow());
 }
 
-void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, FutexWord(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
+void FutexWakeAll(std::atomic<uint32_t>* word) { FutexWake(word, INT_MAX, /*shared=*/true); }
 
 absl::Status ValidateName(absl::string_view name) {
   if (name.empty()) return InvalidArgument("channel name is empty");
@@ -285,7 +267,7 @@ absl::StatusOr<std::unique_ptr<Channel>> Channel::Open(absl::string_view name, s
   }
   const int fd = *opened;
   std::string what = absl::StrCat("channel '", name, "' (", ShmPath(name), ")");
-  const absl::Time give_up = absl::Now() + kInitWait;
+  const MonoTime give_up = MonoNow() + kInitWait;
   while (true) {
     // Again on every try: the owner and mode are those of the file mapped.
     absl::Status checked = CheckSegment(fd, ShmPath(name), &st);
@@ -320,7 +302,7 @@ absl::StatusOr<std::unique_ptr<Channel>> Channel::Open(absl::string_view name, s
       }
       munmap(base, size);
     }
-    if (!not_ready || absl::Now() >= give_up) {
+    if (!not_ready || MonoNow() >= give_up) {
       close(fd);
       return s;
     }
@@ -375,14 +357,16 @@ absl::Status Channel::Close() {
   return status;
 }
 
-absl::Status Channel::Lock(absl::Time deadline, absl::string_view op) {
+absl::Status Channel::Lock(MonoTime deadline, absl::string_view op) {
   int rc;
-  if (deadline == absl::InfiniteFuture()) {
+  if (deadline == MonoTime::InfiniteFuture()) {
     rc = pthread_mutex_lock(&header_->mu);
   } else {
-    const absl::Time lock_deadline = std::max(deadline, absl::Now() + kLockGrace);
-    const timespec ts = absl::ToTimespec(lock_deadline);
-    rc = pthread_mutex_timedlock(&header_->mu, &ts);
+    // On CLOCK_MONOTONIC as every deadline (pthread_mutex_timedlock's
+    // would be the wall clock's).
+    const MonoTime lock_deadline = std::max(deadline, MonoNow() + kLockGrace);
+    const timespec ts = absl::ToTimespec(lock_deadline.SinceOrigin());
+    rc = pthread_mutex_clocklock(&header_->mu, CLOCK_MONOTONIC, &ts);
   }
   switch (rc) {
     case 0: return absl::OkStatus();
@@ -430,7 +414,7 @@ void Channel::CopyOut(uint64_t pos, void* dst, size_t n) const {
   if (n > first) memcpy(static_cast<unsigned char*>(dst) + first, ring_, n - first);
 }
 
-absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
+absl::Status Channel::Write(const void* data, size_t n, MonoTime deadline) {
   if (header_ == nullptr) {
     return InvalidArgument(absl::StrCat("write to channel '", name_, "': it is closed"));
   }
@@ -444,7 +428,7 @@ absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
         "holds at most ", max_message_bytes(), " bytes per message (capacity ", capacity_,
         " bytes, ", kRecordHeaderBytes, " of them taken by each message's length)"));
   }
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   const uint64_t need = RecordBytes(n);
   const std::string op = "write to";
   HCOMM_RETURN_IF_ERROR(Lock(deadline, op));
@@ -472,11 +456,11 @@ absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
       if (wake) FutexWakeAll(&header_->data_seq);
       return absl::OkStatus();
     }
-    if (absl::Now() >= deadline || Interrupted()) {
+    if (MonoNow() >= deadline || Interrupted()) {
       Unlock();
       return Timeout(absl::StrCat(
           "write of ", n, " bytes to channel '", name_, "' ", TimedOutOrInterrupted(), " after ",
-          absl::FormatDuration(absl::Now() - start), ": it needs ", need,
+          absl::FormatDuration(MonoNow() - start), ": it needs ", need,
           " bytes of ring space and ", free_bytes, " of ", capacity_,
           " bytes are free (no reader has made room)"));
     }
@@ -489,7 +473,7 @@ absl::Status Channel::Write(const void* data, size_t n, absl::Time deadline) {
   }
 }
 
-absl::Status Channel::Read(void* buf, size_t cap, size_t* n, absl::Time deadline) {
+absl::Status Channel::Read(void* buf, size_t cap, size_t* n, MonoTime deadline) {
   if (header_ == nullptr) {
     return InvalidArgument(absl::StrCat("read from channel '", name_, "': it is closed"));
   }
@@ -500,7 +484,7 @@ absl::Status Channel::Read(void* buf, size_t cap, size_t* n, absl::Time deadline
     return InvalidArgument(absl::StrCat("read from channel '", name_, "': buf is null with cap ",
                                         cap));
   }
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   const std::string op = "read from";
   HCOMM_RETURN_IF_ERROR(Lock(deadline, op));
   while (true) {
@@ -542,11 +526,11 @@ absl::Status Channel::Read(void* buf, size_t cap, size_t* n, absl::Time deadline
       if (wake) FutexWakeAll(&header_->space_seq);
       return absl::OkStatus();
     }
-    if (absl::Now() >= deadline || Interrupted()) {
+    if (MonoNow() >= deadline || Interrupted()) {
       Unlock();
       return Timeout(absl::StrCat("read from channel '", name_, "' ", TimedOutOrInterrupted(),
                                   " after ",
-                                  absl::FormatDuration(absl::Now() - start),
+                                  absl::FormatDuration(MonoNow() - start),
                                   ": the channel is empty (no writer sent a message)"));
     }
     const uint32_t seq = header_->data_seq.load(std::memory_order_acquire);

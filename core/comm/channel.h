@@ -4,11 +4,11 @@
 //   // Parameter server:
 //   HCOMM_ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch,
 //                          Channel::Open("weights", 64 << 20, /*create=*/true));
-//   HCOMM_RETURN_IF_ERROR(ch->Write(buf, n, absl::Now() + absl::Seconds(5)));
+//   HCOMM_RETURN_IF_ERROR(ch->Write(buf, n, MonoNow() + absl::Seconds(5)));
 //   // Worker:
 //   HCOMM_ASSIGN_OR_RETURN(auto ch, Channel::Open("weights", 0, /*create=*/false));
 //   size_t got = 0;
-//   HCOMM_RETURN_IF_ERROR(ch->Read(buf, cap, &got, absl::Now() + absl::Seconds(5)));
+//   HCOMM_RETURN_IF_ERROR(ch->Read(buf, cap, &got, MonoNow() + absl::Seconds(5)));
 //
 // Layout. The segment is the POSIX shared-memory object "/hcomm-ch-<name>"
 // (the file /dev/shm/hcomm-ch-<name>, mode 0600): a header of kHeaderBytes,
@@ -56,6 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 
@@ -117,7 +118,7 @@ class Channel {
   // Errors: INVALID_ARGUMENT (n > max_message_bytes(), data null with n > 0,
   // closed channel), TIMEOUT (names the channel, the bytes needed and the
   // bytes free), INTERNAL (the shared state is corrupted).
-  absl::Status Write(const void* data, size_t n, absl::Time deadline);
+  absl::Status Write(const void* data, size_t n, MonoTime deadline);
 
   // Removes the next message into buf (capacity `cap` bytes) and sets *n to
   // its size. Blocks while the channel is empty, until `deadline` (the mutex
@@ -125,7 +126,7 @@ class Channel {
   // the channel, *n is set to its size and the result is MISMATCH.
   // Errors: INVALID_ARGUMENT (n null, buf null with cap > 0, closed
   // channel), TIMEOUT (names the channel), MISMATCH, INTERNAL (corrupted).
-  absl::Status Read(void* buf, size_t cap, size_t* n, absl::Time deadline);
+  absl::Status Read(void* buf, size_t cap, size_t* n, MonoTime deadline);
 
   // Unmaps the segment; the creator also unlinks its name (processes that
   // have it open keep working until they close; a later Open of the name
@@ -160,7 +161,7 @@ class Channel {
 
   // Takes the mutex by max(deadline, now + 1 s); recovers it from a dead
   // owner. On success the caller must call Unlock().
-  absl::Status Lock(absl::Time deadline, absl::string_view op);
+  absl::Status Lock(MonoTime deadline, absl::string_view op);
   void Unlock();
   // Checks head/tail under the mutex; INTERNAL if they are impossible.
   absl::Status CheckState(absl::string_view op, uint64_t* head, uint64_t* tail);

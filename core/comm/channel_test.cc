@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "gtest/gtest.h"
 
@@ -54,7 +55,7 @@ std::string UniqueName(absl::string_view tag) {
   return name;
 }
 
-absl::Time In(absl::Duration d) { return absl::Now() + d; }
+MonoTime In(absl::Duration d) { return MonoNow() + d; }
 
 bool ShmExists(const std::string& name) {
   int fd = shm_open(Channel::ShmName(name).c_str(), O_RDONLY, 0);
@@ -157,10 +158,10 @@ TEST(ChannelTest, CapacityIsRoundedAndBoundsTheMessage) {
   EXPECT_EQ(ch->capacity(), 104u);
   EXPECT_EQ(ch->max_message_bytes(), 96u);
   std::vector<unsigned char> big(97, 1);
-  absl::Time start = absl::Now();
+  MonoTime start = MonoNow();
   absl::Status s = ch->Write(big.data(), big.size(), In(absl::Seconds(10)));
   EXPECT_EQ(CodeOf(s), ErrorCode::kInvalidArgument) << s;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "must fail at once, not wait";
+  EXPECT_LT(MonoNow() - start, absl::Seconds(1)) << "must fail at once, not wait";
   EXPECT_CONTAINS(std::string(s.message()), "97 bytes");
   EXPECT_CONTAINS(std::string(s.message()), "at most 96 bytes");
   EXPECT_CONTAINS(std::string(s.message()), name);
@@ -199,7 +200,7 @@ TEST(ChannelTest, WrapAroundWithVaryingSizes) {
     bool write = expected.empty() || rng() % 2 == 0;
     if (write) {
       std::vector<unsigned char> m = MakeMsg(0, seq, rng() % 121, &rng);
-      absl::Status s = ch->Write(m.data(), m.size(), absl::Now());
+      absl::Status s = ch->Write(m.data(), m.size(), MonoNow());
       if (s.ok()) {
         expected.push_back(std::move(m));
         ++seq;
@@ -208,7 +209,7 @@ TEST(ChannelTest, WrapAroundWithVaryingSizes) {
       ASSERT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
     }
     size_t n = 0;
-    ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, absl::Now()).ok());
+    ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, MonoNow()).ok());
     ASSERT_EQ(n, expected.front().size());
     ASSERT_EQ(0, memcmp(buf.data(), expected.front().data(), n)) << "message " << reads;
     expected.pop_front();
@@ -222,13 +223,13 @@ TEST(ChannelTest, FullChannelWriteTimesOut) {
   auto ch = MustOpen(name, 64, true);
   ASSERT_NE(ch, nullptr);
   std::vector<unsigned char> m(48, 7);
-  ASSERT_TRUE(ch->Write(m.data(), m.size(), absl::Now()).ok());  // takes 56 of 64
+  ASSERT_TRUE(ch->Write(m.data(), m.size(), MonoNow()).ok());  // takes 56 of 64
 
-  absl::Status s = ch->Write(m.data(), 16, absl::Now());  // needs 24
+  absl::Status s = ch->Write(m.data(), 16, MonoNow());  // needs 24
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
-  absl::Time start = absl::Now();
+  MonoTime start = MonoNow();
   s = ch->Write(m.data(), 16, In(absl::Milliseconds(50)));
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  EXPECT_GE(MonoNow() - start, absl::Milliseconds(50));
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
   EXPECT_CONTAINS(std::string(s.message()), absl::StrCat("channel '", name, "'"));
   EXPECT_CONTAINS(std::string(s.message()), "16 bytes");
@@ -237,8 +238,8 @@ TEST(ChannelTest, FullChannelWriteTimesOut) {
 
   // Once a reader makes room the same write goes through.
   size_t n = 0;
-  ASSERT_TRUE(ch->Read(m.data(), m.size(), &n, absl::Now()).ok());
-  EXPECT_TRUE(ch->Write(m.data(), 16, absl::Now()).ok());
+  ASSERT_TRUE(ch->Read(m.data(), m.size(), &n, MonoNow()).ok());
+  EXPECT_TRUE(ch->Write(m.data(), 16, MonoNow()).ok());
 }
 
 TEST(ChannelTest, EmptyChannelReadTimesOut) {
@@ -247,12 +248,12 @@ TEST(ChannelTest, EmptyChannelReadTimesOut) {
   ASSERT_NE(ch, nullptr);
   char buf[8];
   size_t n = 123;
-  absl::Status s = ch->Read(buf, sizeof(buf), &n, absl::Now());
+  absl::Status s = ch->Read(buf, sizeof(buf), &n, MonoNow());
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
   EXPECT_EQ(n, 123u) << "a failed read leaves *n alone";
-  absl::Time start = absl::Now();
+  MonoTime start = MonoNow();
   s = ch->Read(buf, sizeof(buf), &n, In(absl::Milliseconds(50)));
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  EXPECT_GE(MonoNow() - start, absl::Milliseconds(50));
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
   EXPECT_CONTAINS(std::string(s.message()), absl::StrCat("channel '", name, "'"));
   EXPECT_CONTAINS(std::string(s.message()), "empty");
@@ -264,8 +265,8 @@ TEST(ChannelTest, TooSmallBufferIsMismatchAndKeepsTheMessage) {
   ASSERT_NE(ch, nullptr);
   std::mt19937 rng(1);
   std::vector<unsigned char> m = MakeMsg(3, 9, 100, &rng);
-  ASSERT_TRUE(ch->Write(m.data(), m.size(), absl::Now()).ok());
-  ASSERT_TRUE(ch->Write("next", 4, absl::Now()).ok());
+  ASSERT_TRUE(ch->Write(m.data(), m.size(), MonoNow()).ok());
+  ASSERT_TRUE(ch->Write("next", 4, MonoNow()).ok());
 
   std::vector<unsigned char> buf(100);
   size_t n = 0;
@@ -278,25 +279,25 @@ TEST(ChannelTest, TooSmallBufferIsMismatchAndKeepsTheMessage) {
   EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << s;
   EXPECT_EQ(n, 100u);
 
-  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, absl::Now()).ok());
+  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, MonoNow()).ok());
   EXPECT_EQ(n, 100u);
   EXPECT_EQ(buf, m);
-  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, absl::Now()).ok());
+  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, MonoNow()).ok());
   EXPECT_EQ(std::string(buf.begin(), buf.begin() + n), "next");
 }
 
 TEST(ChannelTest, ArgumentChecks) {
   auto ch = MustOpen(UniqueName("args"), 64, true);
   ASSERT_NE(ch, nullptr);
-  EXPECT_EQ(CodeOf(ch->Write(nullptr, 1, absl::Now())), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf(ch->Write(nullptr, 1, MonoNow())), ErrorCode::kInvalidArgument);
   char buf[4];
-  EXPECT_EQ(CodeOf(ch->Read(buf, sizeof(buf), nullptr, absl::Now())),
+  EXPECT_EQ(CodeOf(ch->Read(buf, sizeof(buf), nullptr, MonoNow())),
             ErrorCode::kInvalidArgument);
   size_t n;
-  EXPECT_EQ(CodeOf(ch->Read(nullptr, 4, &n, absl::Now())), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf(ch->Read(nullptr, 4, &n, MonoNow())), ErrorCode::kInvalidArgument);
   ASSERT_TRUE(ch->Close().ok());
   EXPECT_TRUE(ch->Close().ok()) << "Close is idempotent";
-  EXPECT_EQ(CodeOf(ch->Write("x", 1, absl::Now())), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf(ch->Write("x", 1, MonoNow())), ErrorCode::kInvalidArgument);
 }
 
 TEST(ChannelTest, BadNames) {
@@ -332,7 +333,7 @@ TEST(ChannelTest, CreateTwiceIsInvalidArgument) {
   const std::string name = UniqueName("twice");
   auto first = MustOpen(name, 64, true);
   ASSERT_NE(first, nullptr);
-  ASSERT_TRUE(first->Write("keep", 4, absl::Now()).ok());
+  ASSERT_TRUE(first->Write("keep", 4, MonoNow()).ok());
   auto second = Channel::Open(name, 64, true);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(CodeOf(second.status()), ErrorCode::kInvalidArgument) << second.status();
@@ -341,7 +342,7 @@ TEST(ChannelTest, CreateTwiceIsInvalidArgument) {
   // The failed create changed nothing.
   char buf[8];
   size_t n = 0;
-  ASSERT_TRUE(first->Read(buf, sizeof(buf), &n, absl::Now()).ok());
+  ASSERT_TRUE(first->Read(buf, sizeof(buf), &n, MonoNow()).ok());
   EXPECT_EQ(std::string(buf, n), "keep");
 }
 
@@ -357,10 +358,10 @@ TEST(ChannelTest, CreatorCloseUnlinksOthersOnlyUnmap) {
   EXPECT_FALSE(ShmExists(name));
   EXPECT_EQ(CodeOf(Channel::Open(name, 0, false).status()), ErrorCode::kNoDevice);
   // The remaining mapping keeps working.
-  ASSERT_TRUE(a->Write("still", 5, absl::Now()).ok());
+  ASSERT_TRUE(a->Write("still", 5, MonoNow()).ok());
   char buf[8];
   size_t n = 0;
-  ASSERT_TRUE(a->Read(buf, sizeof(buf), &n, absl::Now()).ok());
+  ASSERT_TRUE(a->Read(buf, sizeof(buf), &n, MonoNow()).ok());
   EXPECT_EQ(std::string(buf, n), "still");
   // The name can be created anew, and the old creator's handle is gone.
   auto again = MustOpen(name, 64, true);
@@ -409,7 +410,7 @@ TEST(ChannelTest, ForeignOrCorruptedSegmentsAreErrors) {
     const std::string name = UniqueName("corrupt");
     auto ch = MustOpen(name, 64, true);
     ASSERT_NE(ch, nullptr);
-    ASSERT_TRUE(ch->Write("abcd", 4, absl::Now()).ok());
+    ASSERT_TRUE(ch->Write("abcd", 4, MonoNow()).ok());
     int fd = shm_open(Channel::ShmName(name).c_str(), O_RDWR, 0);
     ASSERT_GE(fd, 0);
     uint64_t huge = uint64_t{1} << 40;
@@ -417,7 +418,7 @@ TEST(ChannelTest, ForeignOrCorruptedSegmentsAreErrors) {
     close(fd);
     char buf[8];
     size_t n = 0;
-    absl::Status s = ch->Read(buf, sizeof(buf), &n, absl::Now());
+    absl::Status s = ch->Read(buf, sizeof(buf), &n, MonoNow());
     EXPECT_EQ(CodeOf(s), ErrorCode::kInternal) << s;
     EXPECT_CONTAINS(std::string(s.message()), "corrupted");
   }
@@ -448,10 +449,10 @@ TEST(ChannelTest, ASegmentOthersCanWriteIsRefused) {
   ASSERT_EQ(chmod(SegPath(name).c_str(), 0644), 0);
   auto reader = Channel::Open(name, 0, false);
   ASSERT_TRUE(reader.ok()) << reader.status();
-  ASSERT_TRUE(creator->Write("ok", 2, absl::Now()).ok());
+  ASSERT_TRUE(creator->Write("ok", 2, MonoNow()).ok());
   char buf[4];
   size_t n = 0;
-  ASSERT_TRUE((*reader)->Read(buf, sizeof(buf), &n, absl::Now()).ok());
+  ASSERT_TRUE((*reader)->Read(buf, sizeof(buf), &n, MonoNow()).ok());
   EXPECT_EQ(std::string(buf, n), "ok");
 }
 
@@ -624,7 +625,7 @@ TEST(ChannelMultiProcessTest, ThreeWritersTwoReadersDeliverEachMessageOnce) {
   }
   size_t n = 0;
   char buf[8];
-  EXPECT_EQ(CodeOf(ch->Read(buf, sizeof(buf), &n, absl::Now())), ErrorCode::kTimeout)
+  EXPECT_EQ(CodeOf(ch->Read(buf, sizeof(buf), &n, MonoNow())), ErrorCode::kTimeout)
       << "nothing left over";
   munmap(shared, per_reader * kReaders);
 }
@@ -663,7 +664,7 @@ TEST(ChannelMultiProcessTest, WriterKilledWhileHoldingTheLock) {
   const std::string name = UniqueName("killw");
   auto ch = MustOpen(name, 1024, true);
   ASSERT_NE(ch, nullptr);
-  ASSERT_TRUE(ch->Write("before", 6, absl::Now()).ok());
+  ASSERT_TRUE(ch->Write("before", 6, MonoNow()).ok());
   pid_t child = ForkHookedChild(name, [](Channel* mine) {
     std::vector<unsigned char> half(200, 'H');
     mine->Write(half.data(), half.size(), In(absl::Seconds(30))).IgnoreError();
@@ -672,21 +673,21 @@ TEST(ChannelMultiProcessTest, WriterKilledWhileHoldingTheLock) {
   // While the stopped child holds the lock, calls time out instead of hanging.
   char buf[256];
   size_t n = 0;
-  absl::Status s = ch->Read(buf, sizeof(buf), &n, absl::Now());
+  absl::Status s = ch->Read(buf, sizeof(buf), &n, MonoNow());
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
   EXPECT_CONTAINS(std::string(s.message()), "lock");
 
   kill(child, SIGKILL);
   EXPECT_EQ(Reap(child), 128 + SIGKILL);
 
-  ASSERT_TRUE(ch->Read(buf, sizeof(buf), &n, absl::Now()).ok());
+  ASSERT_TRUE(ch->Read(buf, sizeof(buf), &n, MonoNow()).ok());
   EXPECT_EQ(std::string(buf, n), "before");
-  s = ch->Read(buf, sizeof(buf), &n, absl::Now());
+  s = ch->Read(buf, sizeof(buf), &n, MonoNow());
   EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << "the half-written message must not appear: " << s;
   for (int i = 0; i < 20; ++i) {  // the space it used is reused cleanly
     std::string m = absl::StrCat("after ", i, std::string(i * 10, '.'));
-    ASSERT_TRUE(ch->Write(m.data(), m.size(), absl::Now()).ok());
-    ASSERT_TRUE(ch->Read(buf, sizeof(buf), &n, absl::Now()).ok());
+    ASSERT_TRUE(ch->Write(m.data(), m.size(), MonoNow()).ok());
+    ASSERT_TRUE(ch->Read(buf, sizeof(buf), &n, MonoNow()).ok());
     ASSERT_EQ(std::string(buf, n), m);
   }
 }
@@ -697,7 +698,7 @@ TEST(ChannelMultiProcessTest, ReaderKilledWhileHoldingTheLockLeavesTheMessage) {
   ASSERT_NE(ch, nullptr);
   std::mt19937 rng(5);
   auto m = MakeMsg(1, 2, 300, &rng);
-  ASSERT_TRUE(ch->Write(m.data(), m.size(), absl::Now()).ok());
+  ASSERT_TRUE(ch->Write(m.data(), m.size(), MonoNow()).ok());
   pid_t child = ForkHookedChild(name, [](Channel* mine) {
     std::vector<unsigned char> buf(1024);
     size_t n = 0;
@@ -707,7 +708,7 @@ TEST(ChannelMultiProcessTest, ReaderKilledWhileHoldingTheLockLeavesTheMessage) {
   EXPECT_EQ(Reap(child), 128 + SIGKILL);
   std::vector<unsigned char> buf(1024);
   size_t n = 0;
-  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, absl::Now()).ok());
+  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, MonoNow()).ok());
   buf.resize(n);
   EXPECT_EQ(buf, m);
 }
@@ -743,7 +744,7 @@ TEST(ChannelMultiProcessTest, WritersKilledAtRandomMomentsNeverWedgeTheChannel) 
     ASSERT_EQ(Reap(child), 128 + SIGKILL);
     // What it completed is intact and in order; then the channel is empty.
     while (true) {
-      absl::Status s = ch->Read(buf.data(), buf.size(), &n, absl::Now());
+      absl::Status s = ch->Read(buf.data(), buf.size(), &n, MonoNow());
       if (!s.ok()) {
         ASSERT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
         break;
@@ -754,9 +755,9 @@ TEST(ChannelMultiProcessTest, WritersKilledAtRandomMomentsNeverWedgeTheChannel) 
       ASSERT_EQ(h.seq, next++);
     }
   }
-  ASSERT_TRUE(ch->Write("alive", 5, absl::Now()).ok());
+  ASSERT_TRUE(ch->Write("alive", 5, MonoNow()).ok());
   size_t n = 0;
-  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, absl::Now()).ok());
+  ASSERT_TRUE(ch->Read(buf.data(), buf.size(), &n, MonoNow()).ok());
   EXPECT_EQ(std::string(buf.begin(), buf.begin() + n), "alive");
 }
 

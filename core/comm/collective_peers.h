@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
 #include "algorithms/kernels/half.h"
@@ -139,11 +140,11 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   // check before it (CheckCall).
   void set_wire_tag(int tag) { wire_tag_ = tag; }
   // When the collective began to wait (StartClock).
-  absl::Time Began() const { return final_deadline_ - timeout_; }
+  MonoTime Began() const { return final_deadline_ - timeout_; }
   void StartClock() {
     if (clock_started_) return;
     clock_started_ = true;
-    final_deadline_ = absl::Now() + timeout_;
+    final_deadline_ = MonoNow() + timeout_;
     deadline_ = final_deadline_ - Engine::ReportReserve(timeout_);
   }
   int rank() const override { return c_->rank_; }
@@ -247,7 +248,7 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
       world.push_back(c_->group_to_world_[g]);
     }
     StartClock();
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     if (world.size() != noted_) {
       // For hang reports: whom this rank waits for.
       noted_ = world.size();
@@ -344,8 +345,8 @@ class Communicator::CollectivePeers : public Peers, public ShmWaiter {
   std::string report_;
   absl::Duration timeout_;
   bool clock_started_ = false;
-  absl::Time final_deadline_;
-  absl::Time deadline_;
+  MonoTime final_deadline_;
+  MonoTime deadline_;
   CallInfo info_;
   // A piece of the allreduce's output that travels compressed takes the
   // value its receivers decode (CompressFloats).

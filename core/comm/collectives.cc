@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "algorithms/table.h"
+#include "core/base/clock.h"
 #include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
 
@@ -92,7 +93,7 @@ void Communicator::WaitTurn(uint64_t ticket) {
   HeavyFence(light_fences_);
   // (Naps, not an endless wait: a turn's end is never missed for longer.)
   while (now_serving_.load(std::memory_order_acquire) != ticket) {
-    turn_cv_.WaitWithTimeout(&turn_mu_, absl::Milliseconds(10));
+    turn_cv_.WaitFor(&turn_mu_, absl::Milliseconds(10));
   }
   turn_waiters_.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -355,7 +356,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::IAllReduce(const void* se
                                                                   ReduceOp op) {
   auto r = std::make_shared<Request>();
   r->kind = Request::Kind::kCollective;
-  r->started = absl::Now();
+  r->started = MonoNow();
   r->bytes = count * DataTypeSize(t);
   r->elem_size = DataTypeSize(t);
   r->out_source = engine_->rank();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "algorithms/kernels/reduce.h"
+#include "core/base/clock.h"
 #include "core/comm/communicator.h"
 #include "core/base/interrupt.h"
 #include "core/base/priority.h"
@@ -491,7 +492,7 @@ TEST(GroupsTest, GroupsOutliveTheWorld) {
     auto r = g->Irecv(&got, sizeof got, 4, prev, 1);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(g->Send(&token, sizeof token, 4, next, 1).ok());
-    EXPECT_TRUE(g->Wait(r->get(), absl::Now() + absl::Seconds(20)).ok());
+    EXPECT_TRUE(g->Wait(r->get(), MonoNow() + absl::Seconds(20)).ok());
     EXPECT_EQ(got, prev);
     g->Release(*r);
     EXPECT_TRUE(g->Destroy().ok());
@@ -531,7 +532,7 @@ TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
     ASSERT_TRUE(wg.ok());
     Communicator& w = *wg.world;
     std::unique_ptr<Communicator> g = std::move(wg.group);
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    const MonoTime deadline = MonoNow() + absl::Seconds(20);
     constexpr size_t kBig = 1 << 20;  // goes by rendezvous
     std::vector<char> big(kBig, 'b');
     int token = 0;
@@ -569,10 +570,10 @@ TEST_P(GroupDestroyTest, FailsPendingAndDropsLaterArrivals) {
     auto pending_world = w.Irecv(&world_buf, sizeof world_buf, 4, 1, 4);
     ASSERT_TRUE(r5.ok() && r11.ok() && pending_world.ok());
     ASSERT_TRUE(w.Recv(&token, sizeof token, 4, 1, 1).ok());  // the unreceived ones are here
-    const absl::Time start = absl::Now();
+    const MonoTime start = MonoNow();
     ASSERT_TRUE(g->Destroy().ok());
     // Not the 20 s timeout: nothing of ours was in flight.
-    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    EXPECT_LT(MonoNow() - start, absl::Seconds(10));
     for (auto* r : {&*r5, &*r11}) {
       absl::Status s = w.Wait(r->get(), deadline);
       EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
@@ -627,7 +628,7 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
       any_source = *r;
     }
     ASSERT_TRUE(w.Barrier().ok());  // every rank's split has returned
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    const MonoTime deadline = MonoNow() + absl::Seconds(20);
     const absl::Duration prompt = absl::Seconds(10);  // the timeout is 20 s
     int token = 0;
     if (rank == 1) {
@@ -641,10 +642,10 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
         in_collective = g->AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum);
       });
       absl::SleepFor(absl::Milliseconds(200));  // both are waiting
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       g->Abort();
       collective.join();
-      EXPECT_LT(absl::Now() - start, prompt);
+      EXPECT_LT(MonoNow() - start, prompt);
       EXPECT_EQ(CodeOf(in_collective), ErrorCode::kAborted) << in_collective;
       absl::Status s = g->Wait(pending->get(), deadline);
       EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
@@ -662,7 +663,7 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
     } else {
       // The token follows the group's abort on the same connection.
       ASSERT_TRUE(w.Recv(&token, sizeof token, 4, 1, 7).ok());
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       int v = rank, got = -1;
       if (rank == 0) {
         absl::Status u = g->Wait(unreceived.get(), deadline);
@@ -689,14 +690,14 @@ TEST_P(GroupAbortTest, EndsThatGroupAloneAndTellsItsMembers) {
       }
       absl::Status s = g->AllReduce(&v, &got, 1, DataType::kInt32, ReduceOp::kSum);
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << "rank " << rank << ": " << s;
-      EXPECT_LT(absl::Now() - start, prompt);
+      EXPECT_LT(MonoNow() - start, prompt);
     }
     int v = rank, sum = 0;
     ASSERT_TRUE(w.AllReduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
     EXPECT_EQ(sum, 3);
-    const absl::Time start = absl::Now();
+    const MonoTime start = MonoNow();
     EXPECT_TRUE(g->Destroy().ok());
-    EXPECT_LT(absl::Now() - start, prompt);
+    EXPECT_LT(MonoNow() - start, prompt);
     // The way back: a new group from the world.
     auto again = w.Split(0, rank);
     ASSERT_TRUE(again.ok()) << again.status();
@@ -719,11 +720,11 @@ TEST_P(GroupAbortTest, FreesMembersWaitingInACollective) {
       absl::SleepFor(absl::Milliseconds(300));  // the others are waiting for it
       wg.group->Abort();
     } else {
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       absl::Status s = wg.group->AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
                                            ReduceOp::kSum);
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << "rank " << rank << ": " << s;
-      EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << s;  // the timeout is 20 s
+      EXPECT_LT(MonoNow() - start, absl::Seconds(10)) << s;  // the timeout is 20 s
     }
     int one = 1, sum = 0;
     ASSERT_TRUE(wg.world->AllReduce(&one, &sum, 1, DataType::kInt32, ReduceOp::kSum).ok());
@@ -745,9 +746,9 @@ TEST_P(GroupAbortTest, DestroyFailsAPendingIAllReduceAtOnce) {
       auto req = g->IAllReduce(&a, &a, 1, DataType::kInt32, ReduceOp::kSum);
       ASSERT_TRUE(req.ok()) << req.status();
       absl::SleepFor(absl::Milliseconds(200));  // it waits for the others
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       EXPECT_TRUE(g->Destroy().ok());
-      EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // the timeout is 20 s
+      EXPECT_LT(MonoNow() - start, absl::Seconds(10));  // the timeout is 20 s
       absl::Status s = wg.world->Wait(req->get(), wg.world->Deadline());
       EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
       EXPECT_NE(s.message().find("destroyed while an iallreduce"), std::string::npos) << s;
@@ -798,19 +799,19 @@ TEST_P(InterruptTest, EndsABlockedCollectiveAndReceiveAsTheirDeadlinesWould) {
       SetInterruptCheck(&InterruptRank0);
       interrupt_armed = true;
       std::vector<float> v(1 << 16, 1.0f);  // rank 1 never calls it
-      absl::Time t0 = absl::Now();
+      MonoTime t0 = MonoNow();
       absl::Status s = comm.AllReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
                                       ReduceOp::kSum);
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       EXPECT_NE(s.message().find("interrupted"), std::string::npos) << s;
-      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      EXPECT_LT(MonoNow() - t0, absl::Seconds(5));
       ClearInterrupt();  // what each C API call does
-      t0 = absl::Now();
+      t0 = MonoNow();
       s = comm.Recv(&x, sizeof x, 4, 1, 7);  // not sent until rank 1 is released
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       EXPECT_NE(s.message().find("recv from rank 1 tag 7"), std::string::npos) << s;
       EXPECT_NE(s.message().find("interrupted"), std::string::npos) << s;
-      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      EXPECT_LT(MonoNow() - t0, absl::Seconds(5));
       interrupt_armed = false;
       ClearInterrupt();
       ASSERT_TRUE(comm.Send(&x, sizeof x, 4, 1, 99).ok());  // release rank 1
@@ -938,11 +939,11 @@ TEST(CollectiveErrorsTest, AMemberThatDiesFailsEveryMembersCollective) {
         comm.Abort();
         return;
       }
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       absl::Status s;
       while (s.ok()) s = comm.AllReduce(v, v, 4, DataType::kFloat32, ReduceOp::kMax);
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << "rank " << rank << ": " << s;
-      EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "rank " << rank << ": " << s;
+      EXPECT_LT(MonoNow() - start, absl::Seconds(15)) << "rank " << rank << ": " << s;
       absl::Status later = comm.Barrier();
       EXPECT_EQ(CodeOf(later), ErrorCode::kPeerFailure) << later;
       if (rank < 2) {
@@ -950,7 +951,7 @@ TEST(CollectiveErrorsTest, AMemberThatDiesFailsEveryMembersCollective) {
         auto r = comm.Irecv(&theirs, sizeof theirs, 4, 1 - rank, 5);
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_TRUE(comm.Send(&mine, sizeof mine, 4, 1 - rank, 5).ok());
-        EXPECT_TRUE(comm.Wait(r->get(), absl::Now() + absl::Seconds(20)).ok());
+        EXPECT_TRUE(comm.Wait(r->get(), MonoNow() + absl::Seconds(20)).ok());
         EXPECT_EQ(theirs, 1 - rank);
         comm.Release(*r);
       }
@@ -1203,12 +1204,12 @@ TEST(CollectiveErrorsTest, DifferentCollectivesFailEveryRankWithBothCallsNamed) 
       ASSERT_TRUE(c.ok()) << c.status();
       ASSERT_TRUE((*c)->Barrier().ok());
       std::vector<int32_t> v(10, rank);
-      absl::Time t0 = absl::Now();
+      MonoTime t0 = MonoNow();
       absl::Status s = rank == 2 ? (*c)->Broadcast(v.data(), 10, DataType::kInt32, 1)
                                  : (*c)->AllReduce(v.data(), v.data(), 10, DataType::kInt32,
                                                    ReduceOp::kSum);
       EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << "rank " << rank << ": " << s;
-      EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "rank " << rank;
+      EXPECT_LT(MonoNow() - t0, absl::Seconds(10)) << "rank " << rank;
       EXPECT_NE(s.message().find("broadcast(count 10 int32 root 1)"), absl::string_view::npos)
           << "rank " << rank << ": " << s;
       EXPECT_NE(s.message().find("allreduce(count 10 int32 sum)"), absl::string_view::npos)
@@ -1240,24 +1241,24 @@ TEST(CollectiveErrorsTest, ARanksRejectedCallKeepsTheCallsPaired) {
         // Ranks whose part of the call is done (a broadcast's root, and a
         // rank the root sends to directly; a reduce's senders) may return
         // before they hear of the rejection; the others fail at once.
-        auto check = [&](const absl::Status& s, bool may_succeed, absl::Time t0) {
+        auto check = [&](const absl::Status& s, bool may_succeed, MonoTime t0) {
           if (rank == 1) {
             EXPECT_EQ(CodeOf(s), ErrorCode::kInvalidArgument) << s;
           } else if (!(may_succeed && s.ok())) {
             EXPECT_EQ(CodeOf(s), ErrorCode::kMismatch) << "rank " << rank << ": " << s;
             EXPECT_NE(s.message().find("rank 1 rejected its call"), absl::string_view::npos)
                 << s;
-            EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "rank " << rank;
+            EXPECT_LT(MonoNow() - t0, absl::Seconds(10)) << "rank " << rank;
           }
         };
         int32_t v = 10 + rank;
-        absl::Time t0 = absl::Now();
+        MonoTime t0 = MonoNow();
         absl::Status s = (*c)->Broadcast(&v, 1, DataType::kInt32, rank == 1 ? 3 : 0);
         check(s, true, t0);
         if (rank != 1 && s.ok()) {
           EXPECT_EQ(v, 10);
         }
-        t0 = absl::Now();
+        t0 = MonoNow();
         s = (*c)->Reduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum, rank == 1 ? 3 : 0);
         check(s, rank != 0, t0);  // the root needs rank 1's part
         for (int k = 0; k < 3; ++k) {
@@ -1582,7 +1583,7 @@ TEST(PriorityOnTheWireTest, InterleavedFramesLandInTheirOwnReceives) {
         }
       });
       urgent.join();
-      EXPECT_TRUE(comm.Wait(big->get(), absl::Now() + absl::Seconds(60)).ok());
+      EXPECT_TRUE(comm.Wait(big->get(), MonoNow() + absl::Seconds(60)).ok());
     } else {
       std::string got_bulk(kBulk, '\0');
       auto big = comm.Irecv(got_bulk.data(), kBulk, 1, 0, /*tag=*/1);
@@ -1594,7 +1595,7 @@ TEST(PriorityOnTheWireTest, InterleavedFramesLandInTheirOwnReceives) {
         EXPECT_EQ(s, small[i]) << "small message " << i;
         EXPECT_EQ(m, mid[i]) << "medium message " << i;
       }
-      EXPECT_TRUE(comm.Wait(big->get(), absl::Now() + absl::Seconds(60)).ok());
+      EXPECT_TRUE(comm.Wait(big->get(), MonoNow() + absl::Seconds(60)).ok());
       EXPECT_TRUE(got_bulk == bulk) << "the large message arrived damaged";
     }
     EXPECT_TRUE(comm.Destroy().ok());

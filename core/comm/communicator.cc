@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/clock.h"
 #include "core/base/shm_file.h"
 #include "core/base/spin.h"
 #include "core/comm/collective_peers.h"
@@ -292,7 +293,7 @@ absl::StatusOr<std::shared_ptr<Request>> Communicator::Irecv(void* buf, size_t b
 
 absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size, int peer,
                                 int tag, DataType t) {
-  auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  auto hang = [this](MonoTime d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
   const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
   const uint64_t fl = engine_->flight().Begin("send", p2p_ctx_, -1, group_to_world_[peer], tag,
@@ -323,7 +324,7 @@ absl::Status Communicator::Send(const void* buf, size_t bytes, size_t elem_size,
 
 absl::Status Communicator::Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag) {
   int world = peer == kAnySource ? kAnySource : group_to_world_[peer];
-  auto hang = [this](absl::Time d) { return HangReport(p2p_ctx_, -1, 0, d); };
+  auto hang = [this](MonoTime d) { return HangReport(p2p_ctx_, -1, 0, d); };
   const Engine::HangReporter report(hang);
   const int64_t start = ABSL_PREDICT_FALSE(profile_ != nullptr) ? Recorder::Now() : 0;
   const uint64_t fl = engine_->flight().Begin("recv", p2p_ctx_, -1, world, tag, bytes,

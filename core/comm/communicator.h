@@ -40,6 +40,7 @@
 #include "algorithms/kernels/reduce.h"
 #include "algorithms/selector.h"
 #include "algorithms/table.h"
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/comm/delta_state.h"
 #include "core/comm/request_driver.h"
@@ -71,7 +72,7 @@ class Communicator {
   absl::Duration timeout() const {
     return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
-  absl::Time Deadline() const { return absl::Now() + timeout(); }
+  MonoTime Deadline() const { return MonoNow() + timeout(); }
   // For each world rank, its rank here (-1: not a member). Shared with
   // requests so they can report sources after this communicator is gone.
   const std::shared_ptr<const std::vector<int>>& world_to_group() const { return world_to_group_; }
@@ -136,7 +137,7 @@ class Communicator {
   absl::Status Send(const void* buf, size_t bytes, size_t elem_size, int peer, int tag,
                     DataType t = DataType::kUint8);
   absl::Status Recv(void* buf, size_t bytes, size_t elem_size, int peer, int tag);
-  absl::Status Wait(Request* r, absl::Time deadline) { return driver_->Wait(r, deadline); }
+  absl::Status Wait(Request* r, MonoTime deadline) { return driver_->Wait(r, deadline); }
   bool Test(Request* r) { return driver_->Test(r); }
   void Release(const std::shared_ptr<Request>& r) { engine_->Release(r); }
 
@@ -304,7 +305,7 @@ class Communicator {
   // collective `seq` (fingerprint fp) of context ctx, who never entered it
   // and who waits on whom; seq < 0 for point-to-point.
   // Ends by `deadline`; ranks that have not answered by then are named.
-  std::string HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline);
+  std::string HangReport(uint32_t ctx, int seq, uint64_t fp, MonoTime deadline);
   // Flight recorder (core/p2p/flight_recorder.h; hang_report.cc): a
   // nonblocking request posted as entry `fl` carries it to its end (or the
   // entry fails with the post); the dump to flight_recorder_file, of this
@@ -323,7 +324,7 @@ class Communicator {
   // members every survivor agreed are gone, and *ctx to the first of the
   // two context ids the new communicator takes.
   struct ShrinkView;
-  absl::Status AgreeOnFailures(int epoch, absl::Time deadline, std::vector<uint8_t>* dead,
+  absl::Status AgreeOnFailures(int epoch, MonoTime deadline, std::vector<uint8_t>* dead,
                                uint32_t* ctx);
 
   std::shared_ptr<Engine> engine_;
@@ -415,7 +416,7 @@ class Communicator {
   // The process uses asymmetric fences (core/base/fence.h) for that handshake.
   const bool light_fences_ = RegisterAsymmetricFences();
   absl::Mutex turn_mu_;
-  absl::CondVar turn_cv_;
+  CondVar turn_cv_;
   Scratch scratch_[4];  // used only by the collective being served
   // The shared-memory segment for allreduce (null: messages only); dropped
   // after a failure in it, whose counters are then out of step.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "algorithms/kernels/delta.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "core/comm/wire_codec.h"
 
@@ -151,8 +152,8 @@ void DeltaState::DropIn(std::map<Key, In>::iterator it) {
 
 absl::Status DeltaState::Receive(int peer, int tag, uint64_t fp, void* buf, size_t capacity,
                                  size_t got, size_t* out_bytes) {
-  const absl::Time deadline =
-      absl::Now() + absl::Nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
+  const MonoTime deadline =
+      MonoNow() + absl::Nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
   const WireCoding c = CodingOf(fp);
   const size_t n = CodedBytes(fp);
   const uint8_t gen = GenerationOf(fp);
@@ -195,7 +196,7 @@ absl::Status DeltaState::Receive(int peer, int tag, uint64_t fp, void* buf, size
     return it != in_.end() && !it->second.busy && it->second.gen == base_gen;
   };
   while (!idle()) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+    if (changed_.WaitUntil(&mu_, deadline)) break;
   }
   if (!idle()) {
     return Timeout(absl::StrCat("a delta-coded message ", from(), " (generation ", gen,

@@ -141,7 +141,7 @@ class DeltaState {
   std::atomic<int64_t> budget_;
   std::atomic<int64_t> timeout_ns_{300 * int64_t{1000000000}};
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;
+  CondVar changed_;
   std::map<Key, Out> out_ ABSL_GUARDED_BY(mu_);
   std::map<int, size_t> out_bytes_ ABSL_GUARDED_BY(mu_);  // per peer
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;

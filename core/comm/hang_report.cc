@@ -9,11 +9,12 @@
 
 #include "absl/time/clock.h"
 
+#include "core/base/clock.h"
 #include "core/comm/collective_peers.h"
 
 namespace hcomm {
 
-std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, absl::Time deadline) {
+std::string Communicator::HangReport(uint32_t ctx, int seq, uint64_t fp, MonoTime deadline) {
   std::map<int, std::string> states = engine_->CollectHangReport(deadline);
   auto g = [this](int world) {
     if (world < 0) return std::string("any rank");

@@ -1,10 +1,11 @@
 #include "core/comm/request_driver.h"
 
+#include "core/base/clock.h"
 #include "core/p2p/engine.h"
 
 namespace hcomm {
 
-absl::Status RequestDriver::Wait(Request* r, absl::Time deadline) {
+absl::Status RequestDriver::Wait(Request* r, MonoTime deadline) {
   absl::Status s = engine_->Wait(r, deadline);
   if (!r->done.load(std::memory_order_acquire)) return s;
   return Finished(r);

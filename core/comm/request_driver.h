@@ -4,7 +4,7 @@
 // communicator), so that they never reach below core/comm themselves.
 //
 //   std::shared_ptr<RequestDriver> d = comm.request_driver();
-//   HCOMM_RETURN_IF_ERROR(d->Wait(r.get(), absl::Now() + comm.timeout()));
+//   HCOMM_RETURN_IF_ERROR(d->Wait(r.get(), MonoNow() + comm.timeout()));
 //
 // THREAD SAFETY: every method may be called from any thread.
 #ifndef HCOMM_CORE_COMM_REQUEST_DRIVER_H_
@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/p2p/request.h"
 
 namespace hcomm {
@@ -26,7 +27,7 @@ class RequestDriver {
 
   // The request's status once it ended, or Timeout naming what is pending
   // at `deadline` (the request stays pending).
-  absl::Status Wait(Request* r, absl::Time deadline);
+  absl::Status Wait(Request* r, MonoTime deadline);
   // Progress without blocking; whether `r` has ended.
   bool Test(Request* r);
   // For a request that is done: its status (FinishRequest), its flight

@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "core/comm/collective_peers.h"
 #include "core/comm/communicator.h"
@@ -87,7 +88,7 @@ struct Communicator::ShrinkView {
   }
 };
 
-absl::Status Communicator::AgreeOnFailures(int epoch, absl::Time deadline,
+absl::Status Communicator::AgreeOnFailures(int epoch, MonoTime deadline,
                                            std::vector<uint8_t>* dead, uint32_t* ctx) {
   const uint32_t shrink_ctx = kShrinkContextBit | coll_ctx_;
   const size_t msg_bytes = sizeof(ShrinkView::Header) + size_;

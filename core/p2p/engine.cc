@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/spin.h"
 #include "core/base/status.h"
 #include "core/p2p/protocol.h"
@@ -161,7 +162,7 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Isend(uint32_t ctx, const void*
   r->send_buf = static_cast<const char*>(buf);
   r->bytes = bytes;
   r->elem_size = elem_size;
-  r->started = absl::Now();
+  r->started = MonoNow();
   {
     absl::MutexLock l(&mu_);
     if (absl::Status usable = CheckUsable(peer); !usable.ok()) {
@@ -270,7 +271,7 @@ absl::StatusOr<std::shared_ptr<Request>> Engine::Irecv(uint32_t ctx, void* buf, 
   r->recv_buf = static_cast<char*>(buf);
   r->bytes = bytes;
   r->elem_size = elem_size;
-  r->started = absl::Now();
+  r->started = MonoNow();
   std::vector<Outgoing> out;
   {
     absl::MutexLock l(&mu_);
@@ -431,7 +432,7 @@ absl::Status Engine::Send(uint32_t ctx, const void* buf, size_t bytes, size_t el
   {
     absl::MutexLock l(&mu_);
     if (r->done.load()) return r->status;
-    why = TimeoutStatus(*r, absl::Now() - r->started);
+    why = TimeoutStatus(*r, MonoNow() - r->started);
   }
   absl::Status result = Withdraw(r, why);
   if (report.empty() || CodeOf(result) != ErrorCode::kTimeout) return result;
@@ -564,7 +565,7 @@ absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
   {
     absl::MutexLock l(&mu_);
     if (MatcherFor(r->ctx).RemovePosted(r.get())) {
-      absl::Status t = TimeoutStatus(*r, absl::Now() - r->started);
+      absl::Status t = TimeoutStatus(*r, MonoNow() - r->started);
       if (!report.empty()) t = Timeout(absl::StrCat(t.message(), "\n", report));
       Complete(r, t);
       return t;
@@ -583,7 +584,7 @@ absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
       if (arrival != nullptr) NoteArrival(*r, arrival);
       return r->status;
     }
-    t = TimeoutStatus(*r, absl::Now() - r->started);
+    t = TimeoutStatus(*r, MonoNow() - r->started);
     src = r->out_source;
     if (src >= 0 && src != rank_ && route_[src] != nullptr) {
       cut = absl::StrCat("rank ", rank_, " closed its connection to rank ", src, ": a message from ",
@@ -593,7 +594,7 @@ absl::Status Engine::Recv(uint32_t ctx, void* buf, size_t bytes, size_t elem_siz
     }
   }
   if (!cut.empty()) route_[src]->FailPeer(src, PeerFailure(cut));
-  s = Wait(r.get(), absl::Now() + absl::Seconds(1));
+  s = Wait(r.get(), MonoNow() + absl::Seconds(1));
   // Landed whole meanwhile, or ended otherwise than by the cut.
   if (arrival != nullptr && r->done.load()) NoteArrival(*r, arrival);
   if (s.ok() || (r->done.load() && CodeOf(s) != ErrorCode::kPeerFailure)) return s;

@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/status.h"
 #include "core/bootstrap/job.h"
@@ -98,7 +99,7 @@ class Engine : public FrameSink {
   absl::Duration timeout() const {
     return absl::Milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
-  absl::Time Deadline() const { return absl::Now() + timeout(); }
+  MonoTime Deadline() const { return MonoNow() + timeout(); }
   // The transport in use towards other ranks ("tcp"), or "self" alone.
   std::string TransportName() const;
 
@@ -203,7 +204,7 @@ class Engine : public FrameSink {
   // still pending with the last part of its timeout left (see
   // ReportReserve); the operation keeps its whole timeout, and a timeout's
   // message ends with the report.
-  using HangReporter = absl::FunctionRef<std::string(absl::Time deadline)>;
+  using HangReporter = absl::FunctionRef<std::string(MonoTime deadline)>;
   // `fingerprint`: as Isend's. `arrival` (if not null) gets what the
   // matched message carried where the receive went through a request (its
   // fingerprint is 0 otherwise: a plain message).
@@ -221,7 +222,7 @@ class Engine : public FrameSink {
                     const HangReporter* reporter = nullptr, Arrival* arrival = nullptr);
   // Waits for `r` until `end`; with a reporter, first until the reserve
   // before `end`, then collects the report into *report and waits on.
-  absl::Status WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
+  absl::Status WaitWithReport(Request* r, MonoTime end, const HangReporter* reporter,
                               std::string* report);
   // Of a call's timeout, the part kept for collecting a hang report.
   static absl::Duration ReportReserve(absl::Duration timeout) {
@@ -260,8 +261,8 @@ class Engine : public FrameSink {
   // Timeout (naming what is pending) with the request still pending.
   // `since`: when the caller began waiting for what `r` belongs to (a
   // collective), if before `r` was posted: a timeout says how long since.
-  absl::Status Wait(Request* r, absl::Time deadline,
-                    absl::Time since = absl::InfiniteFuture());
+  absl::Status Wait(Request* r, MonoTime deadline,
+                    MonoTime since = MonoTime::InfiniteFuture());
   // Makes progress once without blocking; true if `r` is done.
   bool Test(Request* r);
   // The caller drops its handle: a receive that nothing has reached yet is
@@ -311,7 +312,7 @@ class Engine : public FrameSink {
   // What arrived there unreceived is dropped (a rendezvous sender is
   // answered as by a receive too small: its send completes), and so is
   // whatever arrives there later: nothing of the communicator stays.
-  void CloseContexts(uint32_t first, uint32_t count, absl::Time deadline);
+  void CloseContexts(uint32_t first, uint32_t count, MonoTime deadline);
 
   // Orderly shutdown: waits (up to timeout) for this rank's sends to be
   // delivered, says goodbye to every peer, fails what is still pending with
@@ -328,7 +329,7 @@ class Engine : public FrameSink {
   // or `deadline` passed. Returns the send's status (Timeout at the
   // deadline). Bypasses every check of the engine's own.
   absl::Status SendRawFrameForTesting(int peer, const FrameMeta& meta, const void* payload,
-                                      size_t len, absl::Time deadline);
+                                      size_t len, MonoTime deadline);
   // Tests only: what world rank `peer`'s unreceived messages hold here now
   // (FlowControl::held), and this rank's window.
   int64_t HeldFromForTesting(int peer) {
@@ -372,7 +373,7 @@ class Engine : public FrameSink {
   // Goes through the store while it serves; once rank 0 (which serves it)
   // is gone or the store fails, over the connections instead: each rank's
   // responder keeps a receive posted in kHangCtx and answers there.
-  std::map<int, std::string> CollectHangReport(absl::Time deadline);
+  std::map<int, std::string> CollectHangReport(MonoTime deadline);
   // The context of the hang reports' messages (no communicator's: theirs
   // count up from 0), and the longest answer (an eager message).
   static constexpr uint32_t kHangCtx = 0xFFFFFFF0u;
@@ -642,7 +643,7 @@ class Engine : public FrameSink {
   std::vector<size_t> eager_bytes_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;  // signalled when a request completes and sleepers_ > 0
+  CondVar cv_;  // signalled when a request completes and sleepers_ > 0
   int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
   // Eager payloads that arrived before their receive are staged here;
   // declared before contexts_, whose queues hold its buffers.
@@ -697,7 +698,7 @@ class Engine : public FrameSink {
   std::atomic<uint64_t> waits_ended_{0};  // for the background thread
   std::atomic<bool> stop_{false};
   absl::Mutex bg_mu_;
-  absl::CondVar bg_cv_;
+  CondVar bg_cv_;
   std::thread progress_thread_;
 
   // Hang-report responder: watches the store's request counter and answers
@@ -723,7 +724,7 @@ class Engine : public FrameSink {
   std::atomic<int32_t> hang_next_tag_{1};
   // Answers the ask that hang_ask_ received, if it did, and posts it anew.
   void AnswerHangAsks();
-  std::map<int, std::string> CollectHangReportDirect(absl::Time deadline);
+  std::map<int, std::string> CollectHangReportDirect(MonoTime deadline);
   // PendingState and the flight record, as one answer.
   std::string HangAnswer();
   std::unique_ptr<FlightRecorder> flight_ = std::make_unique<FlightRecorder>(0);

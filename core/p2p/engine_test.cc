@@ -17,6 +17,7 @@
 #include "absl/synchronization/barrier.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "gtest/gtest.h"
 #include "testing/multirank.h"
@@ -251,9 +252,9 @@ TEST_P(FabricTest, RecvTimeoutNamesPeerTagAndBytesAndLeavesCommUsable) {
     ASSERT_TRUE(c->SetOption("timeout_ms", "300").ok());
     if (rank == 1) {
       char buf[64];
-      absl::Time t0 = absl::Now();
+      MonoTime t0 = MonoNow();
       absl::Status s = c->Recv(0, buf, sizeof buf, 1, 0, 4242, c->timeout());
-      absl::Duration took = absl::Now() - t0;
+      absl::Duration took = MonoNow() - t0;
       EXPECT_EQ(CodeOf(s), ErrorCode::kTimeout) << s;
       EXPECT_NE(s.message().find("tag 4242"), absl::string_view::npos) << s;
       EXPECT_NE(s.message().find("rank 0"), absl::string_view::npos) << s;
@@ -390,18 +391,18 @@ TEST_P(FabricTest, AbortFromAnotherThreadFailsPendingRecv) {
     auto c = MustInit(o);
     inited.fetch_add(1);
     ASSERT_NE(c, nullptr);
-    const absl::Time until = absl::Now() + absl::Seconds(30);
-    while (inited.load() < 2 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
+    const MonoTime until = MonoNow() + absl::Seconds(30);
+    while (inited.load() < 2 && MonoNow() < until) absl::SleepFor(absl::Milliseconds(1));
     if (rank == 0) {
       char buf[8];
       auto r = c->Irecv(0, buf, sizeof buf, 1, 1, 1);
       ASSERT_TRUE(r.ok());
       std::thread aborter([&] { c->Abort(); });
-      absl::Time t0 = absl::Now();
+      MonoTime t0 = MonoNow();
       absl::Status s = c->Wait(r->get(), c->Deadline());
       aborter.join();
       EXPECT_EQ(CodeOf(s), ErrorCode::kAborted) << s;
-      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      EXPECT_LT(MonoNow() - t0, absl::Seconds(5));
       // Later calls fail at once too.
       EXPECT_EQ(CodeOf(c->Send(0, buf, 1, 1, 1, 1, c->timeout())), ErrorCode::kAborted);
     } else {
@@ -427,11 +428,11 @@ TEST_P(FabricTest, DestroyWhileAnotherThreadWaitsOnARequest) {
       absl::Status waited;
       std::thread waiter([&] { waited = c->Wait(r->get(), c->Deadline()); });
       absl::SleepFor(absl::Milliseconds(300));  // it is waiting (and polling)
-      const absl::Time t0 = absl::Now();
+      const MonoTime t0 = MonoNow();
       EXPECT_TRUE(c->Destroy().ok());
       waiter.join();
       EXPECT_EQ(CodeOf(waited), ErrorCode::kAborted) << waited;
-      EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+      EXPECT_LT(MonoNow() - t0, absl::Seconds(5));
       EXPECT_EQ(CodeOf(c->Wait(r->get(), c->Deadline())), ErrorCode::kAborted);
       EXPECT_TRUE(c->Test(r->get()));
       c->Release(*r);
@@ -457,7 +458,7 @@ TEST_P(FabricTest, DestroySaysWhichFailedRankMayHaveLostItsMessages) {
     if (rank == 0) {
       // Every rank's init has ended (they read the store rank 0 serves).
       ASSERT_TRUE(WaitFor([&] { return ready.load() == 3 && sent.load() == 1; },
-                          absl::Now() + absl::Seconds(10)));
+                          MonoNow() + absl::Seconds(10)));
       c->Abort();  // as if it died: no goodbye
       aborted.store(true);
     } else {
@@ -467,7 +468,7 @@ TEST_P(FabricTest, DestroySaysWhichFailedRankMayHaveLostItsMessages) {
         sent.store(1);
       }
       ASSERT_TRUE(WaitFor([&] { return aborted.load() && !c->PeerHealth(0).ok(); },
-                          absl::Now() + absl::Seconds(10)));
+                          MonoNow() + absl::Seconds(10)));
       absl::Status s = c->Destroy();
       if (rank == 1) {
         EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
@@ -502,7 +503,7 @@ TEST_P(FabricTest, DestroySaysWhichSendsItCouldNotDeliver) {
       EXPECT_EQ(CodeOf((*r)->status), ErrorCode::kAborted) << (*r)->status;
       destroyed.store(true);
     } else {
-      ASSERT_TRUE(WaitFor([&] { return destroyed.load(); }, absl::Now() + absl::Seconds(10)));
+      ASSERT_TRUE(WaitFor([&] { return destroyed.load(); }, MonoNow() + absl::Seconds(10)));
       c->Destroy().IgnoreError();
     }
   });
@@ -521,22 +522,22 @@ TEST_P(FabricTest, ALeavingRanksFailureNamesTheRanksThatFailedBefore) {
     ready.fetch_add(1);
     if (rank == 0) {
       // Every rank's init has ended (they read the store rank 0 serves).
-      ASSERT_TRUE(WaitFor([&] { return ready.load() == 3; }, absl::Now() + absl::Seconds(10)));
+      ASSERT_TRUE(WaitFor([&] { return ready.load() == 3; }, MonoNow() + absl::Seconds(10)));
       c->Abort();  // as if it died: no goodbye
       aborted.store(true);
       return;
     }
     ASSERT_TRUE(WaitFor([&] { return aborted.load() && !c->PeerHealth(0).ok(); },
-                        absl::Now() + absl::Seconds(10)));
+                        MonoNow() + absl::Seconds(10)));
     if (rank == 1) {
-      ASSERT_TRUE(WaitFor([&] { return posted.load(); }, absl::Now() + absl::Seconds(10)));
+      ASSERT_TRUE(WaitFor([&] { return posted.load(); }, MonoNow() + absl::Seconds(10)));
       c->Destroy().IgnoreError();
     } else {
       char buf[8];
       auto r = c->Irecv(0, buf, sizeof buf, 1, /*peer=*/1, /*tag=*/9);
       ASSERT_TRUE(r.ok()) << r.status();
       posted.store(true);
-      absl::Status s = c->Wait(r->get(), absl::Now() + absl::Seconds(20));
+      absl::Status s = c->Wait(r->get(), MonoNow() + absl::Seconds(20));
       EXPECT_EQ(CodeOf(s), ErrorCode::kPeerFailure) << s;
       EXPECT_TRUE(absl::StrContains(s.message(), "rank 1 destroyed its communicator") &&
                   absl::StrContains(s.message(), "(after rank 0 had failed)"))
@@ -566,12 +567,12 @@ TEST_P(FabricTest, PeerThatLeavesFailsPendingRecvButDeliversWhatItSent) {
       EXPECT_EQ(CodeOf(c->Send(0, &v, sizeof v, 4, 1, 1, c->timeout())), ErrorCode::kPeerFailure);
       // With every other rank gone, an any-source receive fails at once
       // instead of waiting out its timeout.
-      const absl::Time start = absl::Now();
+      const MonoTime start = MonoNow();
       absl::Status any = c->Recv(0, buf, sizeof buf, 1, kAnySource, 3, c->timeout());
       EXPECT_EQ(CodeOf(any), ErrorCode::kPeerFailure) << any;
       EXPECT_NE(any.message().find("every other rank has failed or left"), absl::string_view::npos)
           << any;
-      EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+      EXPECT_LT(MonoNow() - start, absl::Seconds(10));
     }
   });
 }
@@ -709,7 +710,7 @@ TEST_P(FabricTest, WrongTokenIsRefused) {
 TEST(FabricInitTest, AnotherRanksFailedInitEndsEveryRanksInitAtOnce) {
   for (int failing : {2, 1, 0}) {
     std::vector<absl::Status> got(3);
-    const absl::Time start = absl::Now();
+    const MonoTime start = MonoNow();
     RunRanks(3, [&](int rank, const Options& base) {
       Options o = base;
       if (rank == failing) {
@@ -718,7 +719,7 @@ TEST(FabricInitTest, AnotherRanksFailedInitEndsEveryRanksInitAtOnce) {
       }
       got[rank] = Engine::Init(o).status();
     }, 30000);
-    const absl::Duration took = absl::Now() - start;
+    const absl::Duration took = MonoNow() - start;
     EXPECT_LT(took, absl::Seconds(15)) << "failing rank " << failing;
     for (int r = 0; r < 3; ++r) {
       if (r == failing) {
@@ -784,7 +785,7 @@ TEST(FabricInitTest, AnUnknownTransportIsNamed) {
 // of falling back to another transport.
 TEST(FabricInitTest, APluginThatReachesNoPeerIsNoDeviceNotAFallback) {
   std::vector<absl::Status> got(2);
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   RunRanks(2, [&](int rank, const Options& base) {
     Options o = base;
     o.plugins = {testing::UdsPluginPath()};
@@ -792,7 +793,7 @@ TEST(FabricInitTest, APluginThatReachesNoPeerIsNoDeviceNotAFallback) {
     o.host_id = absl::StrCat("host", rank);
     got[rank] = Engine::Init(o).status();
   }, 30000);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(15));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(CodeOf(got[r]), ErrorCode::kNoDevice) << got[r];
     EXPECT_TRUE(absl::StrContains(
@@ -808,11 +809,11 @@ TEST(FabricInitTest, APluginThatReachesNoPeerIsNoDeviceNotAFallback) {
 TEST(FabricInitTest, DifferentWorldSizesAreNamed) {
   const int port = testing::FreePort();
   absl::Status zero, one;
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   std::thread t([&] { zero = Engine::Init(testing::RankOptions(0, 2, port)).status(); });
   one = Engine::Init(testing::RankOptions(1, 3, port)).status();
   t.join();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(15));
   EXPECT_EQ(CodeOf(one), ErrorCode::kInvalidArgument) << one;
   EXPECT_NE(one.message().find("world_size is 3 here but rank 0 at"), absl::string_view::npos)
       << one;
@@ -830,7 +831,7 @@ TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
   const int port = testing::FreePort();
   std::vector<absl::Status> got(3);
   absl::Barrier answered(3);
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
@@ -840,7 +841,7 @@ TEST(FabricInitTest, ARankClaimedTwiceIsNamed) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(15));
   int told = 0;
   for (int i = 0; i < 3; ++i) {
     if (CodeOf(got[i]) == ErrorCode::kInvalidArgument) {
@@ -874,7 +875,7 @@ TEST(FabricInitTest, InitRightAfterDestroyWaitsForTheNewStore) {
       again[rank] = g.status();
       if (!g.ok()) return;
       int v = 10 + rank, got = 0;
-      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      const MonoTime deadline = MonoNow() + absl::Seconds(10);
       auto r = (*g)->Irecv(0, &got, sizeof got, 4, 1 - rank, 3);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_TRUE((*g)->Send(0, &v, sizeof v, 4, 1 - rank, 3, absl::Seconds(10)).ok());

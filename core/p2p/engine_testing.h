@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/p2p/engine.h"
 #include "gtest/gtest.h"
 
@@ -29,9 +30,9 @@ inline std::unique_ptr<Engine> MustInit(const Options& o) {
 
 // Waits (yielding, never sleeping) until `pred` holds or `deadline` passes.
 template <typename Pred>
-bool WaitFor(Pred pred, absl::Time deadline) {
+bool WaitFor(Pred pred, MonoTime deadline) {
   while (!pred()) {
-    if (absl::Now() >= deadline) return false;
+    if (MonoNow() >= deadline) return false;
     sched_yield();
   }
   return true;

@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "core/p2p/engine.h"
 #include "core/p2p/engine_testing.h"
@@ -86,8 +87,8 @@ TEST_P(FlowControlTest, BurstIsHeldWithinTheWindowAndDeliveredInOrder) {
       EXPECT_GT(rendezvous, kCount - 200) << "no flow control: every message went eagerly";
       EXPECT_LT(rendezvous, kCount);
       sent.store(true);
-      for (auto& r : reqs) ASSERT_OK(c->Wait(r.get(), absl::Now() + kStep));
-      ASSERT_TRUE(WaitFor([&] { return received.load(); }, absl::Now() + kStep));
+      for (auto& r : reqs) ASSERT_OK(c->Wait(r.get(), MonoNow() + kStep));
+      ASSERT_TRUE(WaitFor([&] { return received.load(); }, MonoNow() + kStep));
       // Rank 0 took everything: its credit comes back, and small messages
       // go eagerly again.
       bool eager = false;
@@ -96,14 +97,14 @@ TEST_P(FlowControlTest, BurstIsHeldWithinTheWindowAndDeliveredInOrder) {
         auto r = c->Isend(0, &byte, 1, 1, 0, kTag + 1);
         ASSERT_TRUE(r.ok()) << r.status();
         eager = !(*r)->rendezvous;
-        ASSERT_OK(c->Wait(r->get(), absl::Now() + kStep));
+        ASSERT_OK(c->Wait(r->get(), MonoNow() + kStep));
         if (!eager) absl::SleepFor(absl::Milliseconds(10));
       }
       EXPECT_TRUE(eager) << "eager sends never resumed: no credit came back";
       done.store(true);
     } else {
       const int64_t before = ResidentBytes();
-      ASSERT_TRUE(WaitFor([&] { return sent.load(); }, absl::Now() + kStep));
+      ASSERT_TRUE(WaitFor([&] { return sent.load(); }, MonoNow() + kStep));
       // Give the arrivals time to land (they would all land within this
       // without flow control).
       absl::SleepFor(absl::Milliseconds(300));
@@ -148,7 +149,7 @@ TEST_P(FlowControlTest, FloodOfRawEagerFramesFailsTheSenderNotTheReceiver) {
       int written = 0;
       for (; written < 1024; ++written) {  // 64 MiB, if rank 0 took it all
         Meta m = MakeMeta(kEager, /*ctx=*/0, /*src=*/1, /*tag=*/5, kMsg, 1000 + written);
-        if (!c->SendRawFrameForTesting(0, Pack(m), junk.data(), kMsg, absl::Now() + kStep).ok()) {
+        if (!c->SendRawFrameForTesting(0, Pack(m), junk.data(), kMsg, MonoNow() + kStep).ok()) {
           break;
         }
       }
@@ -157,7 +158,7 @@ TEST_P(FlowControlTest, FloodOfRawEagerFramesFailsTheSenderNotTheReceiver) {
       flooded.store(true);
     } else if (rank == 0) {
       const int64_t before = ResidentBytes();
-      ASSERT_TRUE(WaitFor([&] { return !c->PeerHealth(1).ok(); }, absl::Now() + 3 * kStep));
+      ASSERT_TRUE(WaitFor([&] { return !c->PeerHealth(1).ok(); }, MonoNow() + 3 * kStep));
       absl::Status health = c->PeerHealth(1);
       EXPECT_EQ(CodeOf(health), ErrorCode::kPeerFailure) << health;
       EXPECT_TRUE(absl::StrContains(health.message(), "flow control") &&
@@ -174,7 +175,7 @@ TEST_P(FlowControlTest, FloodOfRawEagerFramesFailsTheSenderNotTheReceiver) {
       ASSERT_OK(c->Send(0, &v, sizeof v, 4, /*peer=*/0, /*tag=*/9, kStep));
     }
     finished.fetch_add(1);
-    WaitFor([&] { return finished.load() == 3; }, absl::Now() + 3 * kStep);
+    WaitFor([&] { return finished.load() == 3; }, MonoNow() + 3 * kStep);
   });
 }
 
@@ -192,16 +193,16 @@ TEST_P(FlowControlTest, FloodOfRawRtsFailsTheSender) {
       int written = 0;
       for (; written < 20000; ++written) {
         Meta m = MakeMeta(kRts, /*ctx=*/0, /*src=*/1, /*tag=*/5, 1 << 20, 5000 + written);
-        if (!c->SendRawFrameForTesting(0, Pack(m), nullptr, 0, absl::Now() + kStep).ok()) break;
+        if (!c->SendRawFrameForTesting(0, Pack(m), nullptr, 0, MonoNow() + kStep).ok()) break;
       }
     } else {
-      ASSERT_TRUE(WaitFor([&] { return !c->PeerHealth(1).ok(); }, absl::Now() + 3 * kStep));
+      ASSERT_TRUE(WaitFor([&] { return !c->PeerHealth(1).ok(); }, MonoNow() + 3 * kStep));
       absl::Status health = c->PeerHealth(1);
       EXPECT_EQ(CodeOf(health), ErrorCode::kPeerFailure) << health;
       EXPECT_TRUE(absl::StrContains(health.message(), "RTS")) << health;
     }
     finished.fetch_add(1);
-    WaitFor([&] { return finished.load() == 2; }, absl::Now() + 3 * kStep);
+    WaitFor([&] { return finished.load() == 2; }, MonoNow() + 3 * kStep);
   });
 }
 
@@ -232,13 +233,13 @@ TEST_P(FlowControlTest, SenderRefusesRtsBeyondTheReceiversBound) {
       EXPECT_TRUE(absl::StrContains(over.status().message(), "unexpected_bytes"))
           << over.status();
       refused.store(true);
-      for (auto& r : reqs) ASSERT_OK(c->Wait(r.get(), absl::Now() + kStep));
+      for (auto& r : reqs) ASSERT_OK(c->Wait(r.get(), MonoNow() + kStep));
       // Answered: room again.
       auto again = c->Isend(0, data.data(), kMsg, 1, 1, 2);
       ASSERT_TRUE(again.ok()) << again.status();
-      ASSERT_OK(c->Wait(again->get(), absl::Now() + kStep));
+      ASSERT_OK(c->Wait(again->get(), MonoNow() + kStep));
     } else {
-      ASSERT_TRUE(WaitFor([&] { return refused.load(); }, absl::Now() + kStep));
+      ASSERT_TRUE(WaitFor([&] { return refused.load(); }, MonoNow() + kStep));
       std::vector<char> buf(kMsg);
       for (int i = 0; i <= kMax; ++i) ASSERT_OK(c->Recv(0, buf.data(), kMsg, 1, 0, 2, kStep));
     }

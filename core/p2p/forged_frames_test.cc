@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "core/p2p/engine.h"
 #include "core/p2p/engine_testing.h"
@@ -63,7 +64,7 @@ TEST_P(ForgedFramesTest, ForgedCtsDoesNotCompleteAnotherRanksSend) {
       // Until rank 0 has dealt with the forged CTS: it fails rank 2, or
       // (the flaw) it sends the payload there and reports the send done.
       WaitFor([&] { return !c->PeerHealth(2).ok() || c->Test(r->get()); },
-              absl::Now() + kStep);
+              MonoNow() + kStep);
       EXPECT_FALSE((*r)->done.load())
           << "rank 0's send to rank 1 was reported done (" << (*r)->status
           << ") before rank 1 posted its receive: a CTS forged by rank 2 completed it";
@@ -73,24 +74,24 @@ TEST_P(ForgedFramesTest, ForgedCtsDoesNotCompleteAnotherRanksSend) {
                   absl::StrContains(health.message(), "CTS"))
           << health;
       rank1_go.store(true);
-      ASSERT_OK(c->Wait(r->get(), absl::Now() + kStep));
+      ASSERT_OK(c->Wait(r->get(), MonoNow() + kStep));
       EXPECT_EQ((*r)->out_source, 1);
     } else if (rank == 1) {
-      ASSERT_TRUE(WaitFor([&] { return rank1_go.load(); }, absl::Now() + 2 * kStep));
+      ASSERT_TRUE(WaitFor([&] { return rank1_go.load(); }, MonoNow() + 2 * kStep));
       std::vector<char> buf(kBytes, 0);
       std::shared_ptr<Request> r;
       ASSERT_OK(c->Recv(0, buf.data(), kBytes, 1, /*peer=*/0, kTag, kStep, &r));
       EXPECT_EQ(r->out_bytes, kBytes);
       EXPECT_EQ(0, memcmp(buf.data(), msg.data(), kBytes)) << "rank 1 got other bytes";
     } else {
-      ASSERT_TRUE(WaitFor([&] { return send_id.load() != 0; }, absl::Now() + kStep));
+      ASSERT_TRUE(WaitFor([&] { return send_id.load() != 0; }, MonoNow() + kStep));
       Meta m = MakeMeta(kCts, /*ctx=*/0, /*src=*/2, kTag, kBytes, send_id.load(),
                         /*id2=*/12345);
-      ASSERT_OK(c->SendRawFrameForTesting(0, Pack(m), nullptr, 0, absl::Now() + kStep));
+      ASSERT_OK(c->SendRawFrameForTesting(0, Pack(m), nullptr, 0, MonoNow() + kStep));
     }
     finished.fetch_add(1);
     // Nobody leaves before the others are done with it.
-    WaitFor([&] { return finished.load() == 3; }, absl::Now() + 3 * kStep);
+    WaitFor([&] { return finished.load() == 3; }, MonoNow() + 3 * kStep);
   });
 }
 
@@ -109,14 +110,14 @@ TEST_P(ForgedFramesTest, ForgedDataIsNotDeliveredAsAnotherRanksMessage) {
     ASSERT_NE(c, nullptr);
     const std::vector<char> msg = Pattern(kBytes, 5);
     if (rank == 0) {
-      ASSERT_TRUE(WaitFor([&] { return forging.load(); }, absl::Now() + 2 * kStep));
+      ASSERT_TRUE(WaitFor([&] { return forging.load(); }, MonoNow() + 2 * kStep));
       ASSERT_OK(c->Send(0, msg.data(), kBytes, 1, /*peer=*/1, kTag, kStep));
     } else if (rank == 1) {
       std::vector<char> buf(kBytes, 0);
       auto r = c->Irecv(0, buf.data(), kBytes, 1, /*peer=*/0, kTag);
       ASSERT_TRUE(r.ok()) << r.status();
       recv_id.store((*r)->id);
-      absl::Status s = c->Wait(r->get(), absl::Now() + 2 * kStep);
+      absl::Status s = c->Wait(r->get(), MonoNow() + 2 * kStep);
       received.store(true);
       ASSERT_OK(s);
       EXPECT_EQ((*r)->out_source, 0);
@@ -126,18 +127,18 @@ TEST_P(ForgedFramesTest, ForgedDataIsNotDeliveredAsAnotherRanksMessage) {
       EXPECT_EQ(forged, 0u) << "rank 1's receive from rank 0 holds " << forged
                             << " bytes that rank 0 did not send (rank 2's forged DATA)";
     } else {
-      ASSERT_TRUE(WaitFor([&] { return recv_id.load() != 0; }, absl::Now() + kStep));
+      ASSERT_TRUE(WaitFor([&] { return recv_id.load() != 0; }, MonoNow() + kStep));
       const std::vector<char> junk(kBytes, static_cast<char>(0xEE));
       const Meta m = MakeMeta(kData, /*ctx=*/0, /*src=*/2, kTag, kBytes, recv_id.load());
-      const absl::Time end = absl::Now() + 2 * kStep;
-      while (!received.load() && absl::Now() < end) {
+      const MonoTime end = MonoNow() + 2 * kStep;
+      while (!received.load() && MonoNow() < end) {
         absl::Status s = c->SendRawFrameForTesting(1, Pack(m), junk.data(), kBytes, end);
         forging.store(true);
         if (!s.ok()) break;  // rank 1 may have cut us off
       }
     }
     finished.fetch_add(1);
-    WaitFor([&] { return finished.load() == 3; }, absl::Now() + 3 * kStep);
+    WaitFor([&] { return finished.load() == 3; }, MonoNow() + 3 * kStep);
   });
 }
 
@@ -167,11 +168,11 @@ TEST_P(ForgedFramesTest, RandomForgedControlFramesLeaveAnExchangeIntact) {
         auto sr = c->Isend(0, msg.data(), out, 1, other, 100 + i);
         ASSERT_TRUE(sr.ok()) << sr.status();
         {
-          absl::Status s = c->Wait(sr->get(), absl::Now() + kStep);
+          absl::Status s = c->Wait(sr->get(), MonoNow() + kStep);
           ASSERT_TRUE(s.ok()) << "rank " << rank << " round " << i << ": " << s;
         }
         {
-          absl::Status s = c->Wait(rr->get(), absl::Now() + kStep);
+          absl::Status s = c->Wait(rr->get(), MonoNow() + kStep);
           ASSERT_TRUE(s.ok()) << "rank " << rank << " round " << i << ": " << s;
         }
         EXPECT_EQ((*rr)->out_source, other);
@@ -186,8 +187,8 @@ TEST_P(ForgedFramesTest, RandomForgedControlFramesLeaveAnExchangeIntact) {
       std::mt19937_64 rng(GetParam() == testing::TransportMode::kTcp ? 7 : 11);
       const FrameKind kinds[] = {kCts, kReject, kData, kDataAbort};
       const std::vector<char> junk(128 * 1024, static_cast<char>(0xEE));
-      const absl::Time end = absl::Now() + 2 * kStep;
-      while (exchanging.load() > 0 && absl::Now() < end) {
+      const MonoTime end = MonoNow() + 2 * kStep;
+      while (exchanging.load() > 0 && MonoNow() < end) {
         const FrameKind kind = kinds[rng() % 4];
         const int to = static_cast<int>(rng() % 2);
         const uint64_t id = 1 + rng() % 96, id2 = 1 + rng() % 96;
@@ -200,7 +201,7 @@ TEST_P(ForgedFramesTest, RandomForgedControlFramesLeaveAnExchangeIntact) {
       }
     }
     finished.fetch_add(1);
-    WaitFor([&] { return finished.load() == 3; }, absl::Now() + 3 * kStep);
+    WaitFor([&] { return finished.load() == 3; }, MonoNow() + 3 * kStep);
   });
   printf("rank 2 forged %d frames\n", forged_frames.load());
   EXPECT_GT(forged_frames.load(), 0);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 
 namespace hcomm {
@@ -93,7 +94,7 @@ void Engine::AnswerHangRequests() {
   if (store_lost_.load(std::memory_order_relaxed) || (rank_ != 0 && !PeerHealth(0).ok())) {
     return;
   }
-  auto n = job_->store().Add("hcomm/hang/req", 0, absl::Now() + absl::Milliseconds(100));
+  auto n = job_->store().Add("hcomm/hang/req", 0, MonoNow() + absl::Milliseconds(100));
   if (!n.ok()) {
     if (CodeOf(n.status()) == ErrorCode::kUnavailable) store_lost_.store(true);
     return;
@@ -107,7 +108,7 @@ void Engine::AnswerHangRequests() {
   for (int64_t q = std::max<int64_t>(hang_answered_ + 1, *n - 64); q <= *n; ++q) {
     job_->store()
         .Set(absl::StrCat("hcomm/hang/", q, "/", rank_), state,
-              absl::Now() + absl::Milliseconds(500))
+              MonoNow() + absl::Milliseconds(500))
         .IgnoreError();
   }
   if (!hang_report_file_.empty()) {
@@ -152,20 +153,17 @@ void Engine::AnswerHangAsks() {
 }
 
 void Engine::HangResponderLoop() {
-  absl::Mutex m;
-  absl::MutexLock l(&m);
   while (!stop_.load(std::memory_order_acquire)) {
     AnswerHangRequests();
     AnswerHangAsks();
     // Look again in 50 ms (a timing-out rank waits for our answer), waking
-    // at once when the engine stops.
-    m.AwaitWithTimeout(absl::Condition(
-                           +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
-                       absl::Milliseconds(50));
+    // at once when the engine stops (it signals bg_cv_ once stop_ is set).
+    absl::MutexLock l(&bg_mu_);
+    if (!stop_.load(std::memory_order_acquire)) bg_cv_.WaitFor(&bg_mu_, absl::Milliseconds(50));
   }
 }
 
-std::map<int, std::string> Engine::CollectHangReport(absl::Time deadline) {
+std::map<int, std::string> Engine::CollectHangReport(MonoTime deadline) {
   std::map<int, std::string> out;
   if (job_ == nullptr) return out;
   if (store_lost_.load(std::memory_order_relaxed) || (rank_ != 0 && !PeerHealth(0).ok())) {
@@ -186,14 +184,14 @@ std::map<int, std::string> Engine::CollectHangReport(absl::Time deadline) {
   // Wait for the answers until just before the deadline, then read whoever
   // answered (a few local round trips). Ranks timing out at the same moment
   // wait for our answer as we wait for theirs: answer between looks.
-  const absl::Duration left = deadline - absl::Now();
-  const absl::Time wait_until = deadline - std::min(absl::Milliseconds(20), left / 4);
+  const absl::Duration left = deadline - MonoNow();
+  const MonoTime wait_until = deadline - std::min(absl::Milliseconds(20), left / 4);
   for (;;) {
-    const absl::Time look = std::min(wait_until, absl::Now() + absl::Milliseconds(50));
+    const MonoTime look = std::min(wait_until, MonoNow() + absl::Milliseconds(50));
     if (job_->store().Wait(keys, look).ok() || look >= wait_until) break;
     AnswerHangRequests();
   }
-  const absl::Time read_by = std::max(deadline, absl::Now() + absl::Milliseconds(20));
+  const MonoTime read_by = std::max(deadline, MonoNow() + absl::Milliseconds(20));
   auto have = job_->store().Check(keys, read_by);
   if (!have.ok()) return out;
   for (int r = 0; r < size_; ++r) {
@@ -204,7 +202,7 @@ std::map<int, std::string> Engine::CollectHangReport(absl::Time deadline) {
   return out;
 }
 
-std::map<int, std::string> Engine::CollectHangReportDirect(absl::Time deadline) {
+std::map<int, std::string> Engine::CollectHangReportDirect(MonoTime deadline) {
   std::map<int, std::string> out;
   out[rank_] = HangAnswer();
   if (!Usable().ok()) return out;
@@ -229,8 +227,8 @@ std::map<int, std::string> Engine::CollectHangReportDirect(absl::Time deadline) 
     ++asked;
   }
   // Until just before the deadline, as through the store.
-  const absl::Duration left = deadline - absl::Now();
-  const absl::Time wait_until = deadline - std::min(absl::Milliseconds(20), left / 4);
+  const absl::Duration left = deadline - MonoNow();
+  const MonoTime wait_until = deadline - std::min(absl::Milliseconds(20), left / 4);
   int answered = 0;
   while (answered < asked && r != nullptr) {
     Wait(r.get(), wait_until).IgnoreError();

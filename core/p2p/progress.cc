@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/spin.h"
 #include "core/base/status.h"
@@ -36,7 +37,7 @@ void Engine::ProgressLoop() {
     if (active_waiters_.load(std::memory_order_acquire) > 0 || ended != seen) {
       seen = ended;
       absl::MutexLock l(&bg_mu_);
-      bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(2));
+      bg_cv_.WaitFor(&bg_mu_, absl::Milliseconds(2));
       continue;
     }
     if (progress_mu_.TryLock()) {
@@ -44,7 +45,7 @@ void Engine::ProgressLoop() {
       progress_mu_.Unlock();
     } else {
       absl::MutexLock l(&bg_mu_);
-      bg_cv_.WaitWithTimeout(&bg_mu_, absl::Milliseconds(1));
+      bg_cv_.WaitFor(&bg_mu_, absl::Milliseconds(1));
     }
   }
 }
@@ -82,7 +83,7 @@ void Engine::PollOnce(absl::Duration block) {
   PollAll(block);
 }
 
-absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
+absl::Status Engine::Wait(Request* r, MonoTime deadline, MonoTime since) {
   // A receive from one peer over a transport that does not spin by itself
   // looks at that peer's connection alone while it spins (a socket read
   // instead of a readiness call and then the read), and at everything every
@@ -114,13 +115,13 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
   }
   if (!r->done.load(std::memory_order_acquire)) {
     active_waiters_.fetch_add(1, std::memory_order_acq_rel);
-    absl::Time now = absl::Now();
+    MonoTime now = MonoNow();
     // A stream's own thread does not spin: the program computes meanwhile.
     const bool background = OnBackgroundThread();
     const absl::Duration spin = background ? absl::ZeroDuration() : spin_;
-    absl::Time spin_until = now + spin;
+    MonoTime spin_until = now + spin;
     for (bool first = true; !r->done.load(std::memory_order_acquire); first = false) {
-      if (!first) now = absl::Now();
+      if (!first) now = MonoNow();
       if (now >= deadline || InterruptNow(now)) break;
       if (!transports_.empty() && !external && progress_mu_.TryLock()) {
         absl::Duration block = now < spin_until && !transport_spins_
@@ -131,7 +132,7 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
         // Keep spinning while data flows (a large transfer is a stream of
         // events); sleep in the kernel only after spin_ of silence.
         if (events > 0) {
-          if (!transport_spins_) spin_until = absl::Now() + spin;
+          if (!transport_spins_) spin_until = MonoNow() + spin;
         } else if (block == absl::ZeroDuration()) {
           // Nothing yet. With ranks outnumbering the CPUs, the peer we wait
           // for may need ours; otherwise a yield is only a wasted syscall.
@@ -149,8 +150,8 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
       absl::MutexLock l(&mu_);
       if (r->done.load(std::memory_order_acquire)) break;
       ++sleepers_;
-      cv_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + (external ? absl::Milliseconds(100)
-                                                                            : absl::Milliseconds(2))));
+      cv_.WaitUntil(&mu_, std::min(deadline, MonoNow() + (external ? absl::Milliseconds(100)
+                                                                   : absl::Milliseconds(2))));
       --sleepers_;
     }
     // Counted, not timed: a clock read here would sit on every message's
@@ -162,7 +163,7 @@ absl::Status Engine::Wait(Request* r, absl::Time deadline, absl::Time since) {
   if (r->done.load(std::memory_order_acquire)) return r->status;
   absl::MutexLock l(&mu_);
   if (!r->done.load(std::memory_order_acquire)) {
-    return TimeoutStatus(*r, absl::Now() - std::min(since, r->started));
+    return TimeoutStatus(*r, MonoNow() - std::min(since, r->started));
   }
   return r->status;
 }
@@ -203,7 +204,7 @@ absl::Status Engine::TimeoutStatus(const Request& r, absl::Duration waited) {
                               " after ", Seconds(waited), ": ", PendingReason(r)));
 }
 
-absl::Status Engine::WaitWithReport(Request* r, absl::Time end, const HangReporter* reporter,
+absl::Status Engine::WaitWithReport(Request* r, MonoTime end, const HangReporter* reporter,
                                     std::string* report) {
   if (reporter != nullptr) {
     absl::Status s = Wait(r, end - ReportReserve(end - r->started));

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 
@@ -39,7 +40,7 @@ struct Request {
     send_buf = nullptr;
     bytes = 0;
     elem_size = 1;
-    started = absl::Time();
+    started = MonoTime();
     phase = Phase::kPosted;
     rendezvous = false;
     rts_counted = false;
@@ -69,7 +70,7 @@ struct Request {
   const char* send_buf = nullptr;  // sends
   size_t bytes = 0;                // send size, or receive capacity
   size_t elem_size = 1;
-  absl::Time started;
+  MonoTime started;
 
   // Engine state (guarded by the communicator's mutex).
   Phase phase = Phase::kPosted;

@@ -3,12 +3,14 @@
 // withdrawing a send.
 #include "core/p2p/engine.h"
 
+#include <atomic>
+#include <climits>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "core/p2p/protocol.h"
 
@@ -87,7 +89,7 @@ absl::Status Engine::Withdraw(const std::shared_ptr<Request>& r, const absl::Sta
 }
 
 absl::Status Engine::SendRawFrameForTesting(int peer, const FrameMeta& meta, const void* payload,
-                                            size_t len, absl::Time deadline) {
+                                            size_t len, MonoTime deadline) {
   if (peer == rank_ || peer < 0 || peer >= size_ || route_.empty() || route_[peer] == nullptr) {
     return InvalidArgument(absl::StrCat("rank ", rank_, " has no connection to rank ", peer));
   }
@@ -95,7 +97,7 @@ absl::Status Engine::SendRawFrameForTesting(int peer, const FrameMeta& meta, con
   // touches.
   struct Sent {
     std::vector<char> copy;
-    absl::Notification done;
+    std::atomic<uint32_t> done{0};  // a futex word (core/base/clock.h): 1 once status is set
     absl::Status status;
   };
   auto sent = std::make_shared<Sent>();
@@ -103,9 +105,13 @@ absl::Status Engine::SendRawFrameForTesting(int peer, const FrameMeta& meta, con
                                  static_cast<const char*>(payload) + len);
   route_[peer]->Send(peer, meta, sent->copy.data(), len, [sent](absl::Status s) {
     sent->status = std::move(s);
-    sent->done.Notify();
+    sent->done.store(1, std::memory_order_release);
+    FutexWake(&sent->done, INT_MAX, /*shared=*/false);
   });
-  if (!sent->done.WaitForNotificationWithDeadline(deadline)) {
+  while (sent->done.load(std::memory_order_acquire) == 0 && MonoNow() < deadline) {
+    FutexWaitUntil(&sent->done, 0, deadline, /*shared=*/false);
+  }
+  if (sent->done.load(std::memory_order_acquire) == 0) {
     return Timeout(absl::StrCat("rank ", rank_, ": a raw frame to rank ", peer, " (", len,
                                 " bytes) was not written by the deadline"));
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
@@ -29,7 +30,7 @@ namespace {
 // another rank's init failed. Refuses everything once init is over.
 class Setup final : public ProviderSetup {
  public:
-  Setup(Job* job, absl::Time deadline) : job_(job), deadline_(deadline) {}
+  Setup(Job* job, MonoTime deadline) : job_(job), deadline_(deadline) {}
 
   void End() {
     absl::MutexLock l(&mu_);
@@ -52,17 +53,17 @@ class Setup final : public ProviderSetup {
   absl::Status Check() override {
     HCOMM_RETURN_IF_ERROR(Open());
     if (Interrupted()) return Aborted(absl::StrCat("init ", TimedOutOrInterrupted()));
-    if (absl::Now() >= deadline_) {
-      return Unavailable(absl::StrCat("init timed out after ", Seconds(absl::Now() - began_)));
+    if (MonoNow() >= deadline_) {
+      return Unavailable(absl::StrCat("init timed out after ", Seconds(MonoNow() - began_)));
     }
     return job_->FailedElsewhere();
   }
-  absl::Time Deadline() const override { return deadline_; }
+  MonoTime Deadline() const override { return deadline_; }
   absl::Status Authenticate(int fd, bool as_server) override {
     HCOMM_RETURN_IF_ERROR(Open());
     // An accepting rank gives a stranger a few seconds at most.
     return as_server ? HandshakeAsServer(fd, job_->token(),
-                                         std::min(deadline_, absl::Now() + absl::Seconds(5)))
+                                         std::min(deadline_, MonoNow() + absl::Seconds(5)))
                      : HandshakeAsClient(fd, job_->token(), deadline_);
   }
 
@@ -74,8 +75,8 @@ class Setup final : public ProviderSetup {
   }
 
   Job* const job_;
-  const absl::Time deadline_;
-  const absl::Time began_ = absl::Now();
+  const MonoTime deadline_;
+  const MonoTime began_ = MonoNow();
   absl::Mutex mu_;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -138,7 +139,7 @@ absl::Status Engine::Bootstrap(const Options& opts) {
   absl::StatusOr<std::string> switch_id = SwitchOf(opts.switch_id, opts.topology, host_id_);
   if (!switch_id.ok()) return Annotate(switch_id.status(), where);
   if (size_ == 1) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + absl::Milliseconds(opts.timeout_ms);
+  const MonoTime deadline = MonoNow() + absl::Milliseconds(opts.timeout_ms);
   HCOMM_ASSIGN_OR_RETURN(job_, Job::Join(opts, deadline));
   setup_ = std::make_unique<Setup>(job_.get(), deadline);
 

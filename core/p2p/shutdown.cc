@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/status.h"
 #include "core/p2p/protocol.h"
@@ -37,7 +38,7 @@ bool Engine::InFlightLocked(uint32_t first, uint32_t count) {
   return false;
 }
 
-void Engine::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) {
+void Engine::CloseContexts(uint32_t first, uint32_t count, MonoTime deadline) {
   auto ours = [&](uint32_t ctx) { return ctx - first < count; };
   // 1. As Destroy does for the whole job: our sends reach their peers, and
   //    messages already landing land (not after an abort of them).
@@ -46,7 +47,7 @@ void Engine::CloseContexts(uint32_t first, uint32_t count, absl::Time deadline) 
       absl::MutexLock l(&mu_);
       if (aborted_ || destroyed_ || ClosedLocked(first) || !InFlightLocked(first, count)) break;
     }
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     if (now >= deadline || InterruptNow(now)) break;
     if (!transports_.empty() && progress_mu_.TryLock()) {
       PollAll(absl::Milliseconds(5));
@@ -288,22 +289,22 @@ absl::Status Engine::Destroy() {
   absl::Status result;
   if (!transports_.empty() && !aborted_flag_.load()) {
     // 1. Let our own sends reach their peers.
-    const absl::Time start = absl::Now();
-    const absl::Time deadline = start + timeout();
+    const MonoTime start = MonoNow();
+    const MonoTime deadline = start + timeout();
     for (;;) {
       bool pending;
       {
         absl::MutexLock l(&mu_);
         pending = !awaiting_cts_.empty() || !sending_.empty() || PendingSendsAll() > 0;
-        if (pending && absl::Now() >= deadline) {
+        if (pending && MonoNow() >= deadline) {
           result = Timeout(absl::StrCat("hcomm_comm_destroy: rank ", rank_, ": ",
                                         UndeliveredLocked(), " after ",
-                                        Seconds(absl::Now() - start),
+                                        Seconds(MonoNow() - start),
                                         " (timeout_ms); they are dropped"));
         }
       }
       if (!pending || !result.ok()) break;
-      const absl::Time now = absl::Now();
+      const MonoTime now = MonoNow();
       if (InterruptNow(now)) break;
       PollOnce(absl::Milliseconds(5));
     }
@@ -325,7 +326,7 @@ absl::Status Engine::Destroy() {
     }
     // 3. Wait (briefly) for each peer to close its side, which it does as
     //    soon as it reads our goodbye: everything we sent has been read.
-    const absl::Time close_deadline = std::min(deadline, absl::Now() + absl::Seconds(10));
+    const MonoTime close_deadline = std::min(deadline, MonoNow() + absl::Seconds(10));
     for (;;) {
       bool open = false;
       {
@@ -335,7 +336,7 @@ absl::Status Engine::Destroy() {
         }
         destroyed_ = !open;  // EOFs after the goodbyes are not failures
       }
-      if (!open || absl::Now() >= close_deadline) break;
+      if (!open || MonoNow() >= close_deadline) break;
       PollOnce(absl::Milliseconds(5));
     }
     if (absl::Status lost = LostPeersStatus(); !lost.ok()) result = lost;

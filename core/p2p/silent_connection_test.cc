@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/p2p/engine.h"
 #include "core/p2p/engine_testing.h"
@@ -81,8 +82,8 @@ TEST(SilentConnectionTest, SilentStrangersNeverHoldUpInit) {
   // ranks' own.
   std::thread pest([&] {
     std::set<int> done{port};
-    const absl::Time end = absl::Now() + absl::Seconds(5);
-    while (!stop.load() && absl::Now() < end) {
+    const MonoTime end = MonoNow() + absl::Seconds(5);
+    while (!stop.load() && MonoNow() < end) {
       for (int p : ListeningPorts()) {
         if (!done.insert(p).second) continue;
         for (int i = 0; i < 3; ++i) {
@@ -95,13 +96,13 @@ TEST(SilentConnectionTest, SilentStrangersNeverHoldUpInit) {
   });
   std::vector<absl::Duration> took(3);
   std::vector<std::thread> ranks;
-  const absl::Time rank2_start = absl::Now() + absl::Milliseconds(800);
+  const MonoTime rank2_start = MonoNow() + absl::Milliseconds(800);
   for (int rank = 0; rank < 3; ++rank) {
     ranks.emplace_back([&, rank] {
-      if (rank == 2) absl::SleepFor(rank2_start - absl::Now());
+      if (rank == 2) absl::SleepFor(rank2_start - MonoNow());
       auto c = testing::MustInit(testing::RankOptions(rank, 3, port, 30000));
       ASSERT_NE(c, nullptr);
-      took[rank] = absl::Now() - rank2_start;
+      took[rank] = MonoNow() - rank2_start;
       // Every pair talks.
       int v = rank, got = -1;
       for (int peer = 0; peer < 3; ++peer) {
@@ -110,7 +111,7 @@ TEST(SilentConnectionTest, SilentStrangersNeverHoldUpInit) {
         ASSERT_TRUE(s.ok()) << s.status();
         ASSERT_TRUE(c->Recv(0, &got, sizeof got, 4, peer, 1, absl::Seconds(10)).ok());
         EXPECT_EQ(got, peer);
-        ASSERT_TRUE(c->Wait(s->get(), absl::Now() + absl::Seconds(10)).ok());
+        ASSERT_TRUE(c->Wait(s->get(), MonoNow() + absl::Seconds(10)).ok());
       }
     });
   }

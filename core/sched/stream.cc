@@ -8,7 +8,9 @@
 #include <functional>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/priority.h"
 #include "core/base/spin.h"
@@ -20,18 +22,22 @@ namespace {
 // How long a waiter spins before it sleeps (see Event::WaitFor).
 constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(30);
 
-// Waits on `mu` (held) until `cond` holds: true. False once `progress()`
-// (read under `mu`) has not changed for `stall`, or once the calling
-// thread's call was interrupted (core/base/interrupt.h; then the wait
-// looks every kInterruptCheckPeriod).
-bool AwaitProgress(absl::Mutex& mu, const absl::Condition& cond, absl::Duration stall,
-                   const std::function<uint64_t()>& progress) {
+// Waits on `mu` (held) until `cond` holds: true. `changed` is signalled
+// whenever what `cond` reads changes. False once `progress()` (read under
+// `mu`) has not changed for `stall`, or once the calling thread's call was
+// interrupted (core/base/interrupt.h; then the wait looks every
+// kInterruptCheckPeriod).
+bool AwaitProgress(absl::Mutex& mu, CondVar& changed, absl::FunctionRef<bool()> cond,
+                   absl::Duration stall, absl::FunctionRef<uint64_t()> progress)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   const absl::Duration slice =
       InterruptCheckSet() ? std::min(stall, kInterruptCheckPeriod) : stall;
   uint64_t seen = progress();
-  absl::Time since = absl::Now();
-  while (!mu.AwaitWithTimeout(cond, slice)) {
-    const absl::Time now = absl::Now();
+  MonoTime since = MonoNow();
+  while (!cond()) {
+    changed.WaitFor(&mu, slice);
+    if (cond()) break;
+    const MonoTime now = MonoNow();
     if (InterruptNow(now)) return false;
     const uint64_t p = progress();
     if (p != seen) {
@@ -65,6 +71,7 @@ void Event::Record(Stream& s) {
              state->reached = mark;
              state->reached_now.store(mark, std::memory_order_release);
              state->failed = std::move(failure);
+             state->changed.SignalAll();
            }
            return absl::OkStatus();
          },
@@ -110,7 +117,7 @@ absl::Status Event::WaitFor(State& state, uint64_t mark, absl::Duration stall,
   stream->Drive(-1);
   state.mu.Lock();
   if (reached()) return absl::OkStatus();
-  if (AwaitProgress(state.mu, absl::Condition(&reached), stall,
+  if (AwaitProgress(state.mu, state.changed, reached, stall,
                     [stream] { return stream->Finished(); })) {
     return absl::OkStatus();
   }
@@ -173,6 +180,7 @@ uint64_t Stream::Push(std::string what, Work work, Skipped skipped, bool control
   absl::MutexLock l(&mu_);
   queue_.push_back(
       Item{++enqueued_, std::move(what), std::move(work), std::move(skipped), control, mark});
+  changed_.SignalAll();
   return enqueued_;
 }
 
@@ -225,7 +233,7 @@ bool Stream::RunFront() {
     queue_.pop_front();
     active_ = true;
     running_ = item.what;
-    running_since_ = absl::Now();
+    running_since_ = MonoNow();
     skip = !error_.ok() && !item.control;
   }
   absl::Status status;
@@ -244,6 +252,7 @@ bool Stream::RunFront() {
   ++done_;
   running_.clear();
   active_ = false;
+  changed_.SignalAll();
   return true;
 }
 
@@ -275,7 +284,7 @@ absl::Status Stream::Synchronize(absl::Duration stall) {
       --drivers_;
       continue;
     }
-    if (!AwaitProgress(mu_, absl::Condition(&done_or_idle), stall,
+    if (!AwaitProgress(mu_, changed_, done_or_idle, stall,
                        [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
       if (Interrupted()) {
         return Timeout(absl::StrCat("stream synchronize ", TimedOutOrInterrupted(), ": ",
@@ -313,7 +322,7 @@ std::string Stream::DescribeLocked() const {
   if (running_.empty()) {
     absl::StrAppend(&out, ": idle");
   } else {
-    absl::StrAppend(&out, ": running ", running_, " for ", Seconds(absl::Now() - running_since_));
+    absl::StrAppend(&out, ": running ", running_, " for ", Seconds(MonoNow() - running_since_));
   }
   if (!queue_.empty()) absl::StrAppend(&out, ", ", queue_.size(), " more queued");
   if (!error_.ok()) absl::StrAppend(&out, "; failed: ", error_.message());

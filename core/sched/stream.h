@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 
@@ -70,6 +71,7 @@ class Event {
     uint64_t recorded ABSL_GUARDED_BY(mu) = 0;  // marks recorded so far
     uint64_t reached ABSL_GUARDED_BY(mu) = 0;   // the latest mark reached
     std::atomic<uint64_t> reached_now{0};        // the same, for a spinning waiter
+    CondVar changed;                             // signalled when reached moves
     // The stream's failure when the latest reached mark ran, if it had one.
     absl::Status failed ABSL_GUARDED_BY(mu);
     // The stream of the latest mark; alive while that mark is not reached
@@ -176,9 +178,11 @@ class Stream {
   absl::Status error_ ABSL_GUARDED_BY(mu_);     // the first failure not yet returned
   uint64_t error_seq_ ABSL_GUARDED_BY(mu_) = 0;  // the item that failed (1-based)
   std::string running_ ABSL_GUARDED_BY(mu_);    // empty while idle
-  absl::Time running_since_ ABSL_GUARDED_BY(mu_);
+  MonoTime running_since_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool active_ ABSL_GUARDED_BY(mu_) = false;  // a thread runs an item
+  // Signalled when an item is queued or finishes (Synchronize's waiters).
+  CondVar changed_;
   int drivers_ ABSL_GUARDED_BY(mu_) = 0;      // waiters running items (Drive)
   std::thread worker_;
 };

@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/base/clock.h"
 #include "transports/shm/shm_transport.h"
 
 namespace hcomm {
@@ -111,7 +112,7 @@ int RunRank(int rank, int link, const Options& o, const std::string& key) {
   std::unique_ptr<ShmTransport> t = std::move(*t_or);
   WriteAll(link, t->Address());
   std::string peer_addr = ReadStr(link);
-  absl::Status s = t->Connect(peer, peer_addr, absl::Now() + absl::Seconds(10));
+  absl::Status s = t->Connect(peer, peer_addr, MonoNow() + absl::Seconds(10));
   if (!s.ok()) {
     fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
     return 1;

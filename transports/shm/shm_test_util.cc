@@ -16,6 +16,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 namespace shm_test {
@@ -509,9 +510,9 @@ absl::Status Tracker::first_failure() const {
 
 bool PollUntil(Transport* t, const std::function<bool()>& pred, absl::Duration timeout,
                absl::Duration slice) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const MonoTime deadline = MonoNow() + timeout;
   while (!pred()) {
-    if (absl::Now() >= deadline) return pred();
+    if (MonoNow() >= deadline) return pred();
     t->Poll(slice);
   }
   return true;
@@ -527,7 +528,7 @@ int SetUp(int rank, int n, const std::string& key, FrameSink* sink, Link& link,
   SHM_CHECK_OK(t.status());
   std::vector<std::string> addrs = link.AllGather((*t)->Address());
   SHM_CHECK(static_cast<int>(addrs.size()) == n);
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const MonoTime deadline = MonoNow() + absl::Seconds(20);
   for (int p : peers) SHM_CHECK_OK((*t)->Connect(p, addrs[p], deadline));
   link.Barrier();
   SHM_CHECK_OK((*t)->FinishSetup());

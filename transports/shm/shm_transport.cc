@@ -2,6 +2,7 @@
 // peers, and the segment's life. Sending is in shm_send.cc, receiving in
 // shm_receive.cc, polling and failures in shm_progress.cc.
 #include "transports/shm/shm_layout.h"
+#include "core/base/clock.h"
 
 namespace hcomm {
 
@@ -219,7 +220,7 @@ ShmTransport::Conn* ShmTransport::ConnFor(int peer) const {
   return conns_[peer].get();
 }
 
-absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, absl::Time deadline) {
+absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, MonoTime deadline) {
   Conn* c = ConnFor(peer);
   const std::string where = absl::StrCat("shm: rank ", self_, " attaching to rank ", peer);
   if (c == nullptr) {
@@ -252,7 +253,7 @@ absl::Status ShmTransport::Connect(int peer, const std::string& peer_address, ab
     if (CodeOf(opened.status()) != ErrorCode::kNoDevice) {
       return Annotate(opened.status(), where);
     }
-    if (absl::Now() >= deadline) {
+    if (MonoNow() >= deadline) {
       return Timeout(absl::StrCat(where, ": segment /dev/shm", parts[4],
                                   " did not appear before the deadline"));
     }

@@ -70,6 +70,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "algorithms/kernels/shared_copy.h"
+#include "core/base/clock.h"
 #include "transports/transport.h"
 
 namespace hcomm {
@@ -172,7 +173,7 @@ class ShmTransport final : public Transport {
   // does not exist yet until `deadline`. Fails with InvalidArgument (bad
   // address, unknown peer), Unavailable (segment missing/invalid, peer gone)
   // or Timeout.
-  absl::Status Connect(int peer, const std::string& peer_address, absl::Time deadline);
+  absl::Status Connect(int peer, const std::string& peer_address, MonoTime deadline);
 
   // Call once every local peer has Connect()ed to us: unlinks our segment
   // name, so that nothing is left in /dev/shm even if we are killed. Fails

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/clock.h"
 #include "core/base/status.h"
 #include "gtest/gtest.h"
 #include "transports/shm/shm_test_util.h"
@@ -153,7 +154,7 @@ TEST(ShmTransportSetupTest, ConnectRejectsBadAddresses) {
   ASSERT_TRUE(b.ok()) << b.status();
   auto c = ShmTransport::Create(2, 3, {1}, key, &sink);
   ASSERT_TRUE(c.ok()) << c.status();
-  const absl::Time soon = absl::Now() + absl::Milliseconds(50);
+  const MonoTime soon = MonoNow() + absl::Milliseconds(50);
   EXPECT_EQ(CodeOf((*a)->Connect(1, "garbage", soon)), ErrorCode::kInvalidArgument);
   EXPECT_EQ(CodeOf((*a)->Connect(1, "shm1:1:1:zz:/x", soon)), ErrorCode::kInvalidArgument);
   EXPECT_EQ(CodeOf((*a)->Connect(2, (*c)->Address(), soon)), ErrorCode::kInvalidArgument)
@@ -195,7 +196,7 @@ void AttachPair(const std::string& key, TestSink* sink, Made* a, Made* b,
   ASSERT_TRUE(a->ok()) << a->status();
   *b = ShmTransport::Create(1, 2, {0}, key, sink);
   ASSERT_TRUE(b->ok()) << b->status();
-  const absl::Time soon = absl::Now() + absl::Seconds(5);
+  const MonoTime soon = MonoNow() + absl::Seconds(5);
   ASSERT_TRUE((**a)->Connect(1, b_address_for_a((**b)->Address()), soon).ok());
   ASSERT_TRUE((**b)->Connect(0, (**a)->Address(), soon).ok());
   ASSERT_TRUE((**a)->FinishSetup().ok());
@@ -228,9 +229,9 @@ TEST(ShmTransportSetupTest, UnreadablePeerFallsBackToRingCopy) {
     (*b)->Send(0, MakeMeta(1, 0, i, sizes[i]), keep.back().bytes.get(), sizes[i], tr.Callback());
   }
   const int64_t n = static_cast<int64_t>(sizes.size());
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const MonoTime deadline = MonoNow() + absl::Seconds(20);
   while ((tr.done() < 2 * n || sink.frames_from(0) < n || sink.frames_from(1) < n) &&
-         absl::Now() < deadline) {
+         MonoNow() < deadline) {
     (*a)->Poll(absl::ZeroDuration());
     (*b)->Poll(absl::ZeroDuration());
   }
@@ -279,8 +280,8 @@ TEST(ShmTransportSetupTest, WakeFdRingsOnlyWhileArmed) {
     (*a)->DisarmWake();
     EXPECT_FALSE(readable(0));  // drained
     const int64_t want = static_cast<int64_t>(keep.size());
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while ((sink.frames_from(1) < want || tr.done() < want) && absl::Now() < deadline) {
+    const MonoTime deadline = MonoNow() + absl::Seconds(20);
+    while ((sink.frames_from(1) < want || tr.done() < want) && MonoNow() < deadline) {
       (*a)->Poll(absl::ZeroDuration());
       (*b)->Poll(absl::ZeroDuration());
     }
@@ -528,8 +529,8 @@ TEST_P(ShmPairTest, ConcurrentSendersAndPollers) {
         while (!stop.load()) t->Poll(absl::Milliseconds(2));
       });
     }
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while ((tr.done() < total || sink.frames_from(peer) < total) && absl::Now() < deadline) {
+    const MonoTime deadline = MonoNow() + absl::Seconds(20);
+    while ((tr.done() < total || sink.frames_from(peer) < total) && MonoNow() < deadline) {
       t->Poll(absl::Milliseconds(2));
     }
     stop = true;

@@ -16,6 +16,7 @@
 #include "absl/synchronization/barrier.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
 #include "core/p2p/engine.h"
@@ -80,11 +81,11 @@ TEST(TcpCorruptFrameTest, ACorruptFrameFailsThePeerAndThePendingReceives) {
           ASSERT_EQ(static_cast<ssize_t>(h.size()), write(fds[0], h.data(), h.size()));
         }
         if (!r.ok()) return;
-        const absl::Time t0 = absl::Now();
+        const MonoTime t0 = MonoNow();
         absl::Status s = (*e)->Wait(r->get(), t0 + absl::Seconds(8));
         absl::MutexLock l(&mu);
         got[rank] = s;
-        took[rank] = absl::Now() - t0;
+        took[rank] = MonoNow() - t0;
       },
       /*timeout_ms=*/30000);
   int malformed = 0;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "core/base/clock.h"
 #include "core/base/interrupt.h"
 #include "core/base/net.h"
 #include "core/base/status.h"
@@ -113,10 +114,10 @@ absl::Status TcpProtocol::AcceptHigher(const std::set<int>& higher) {
   };
   absl::Status result;
   while (!all_here()) {
-    const absl::Time deadline = Deadline();
+    const MonoTime deadline = Deadline();
     // While connections are being vetted, look back soon: one may be the last.
-    const absl::Time slice =
-        std::min(deadline, absl::Now() + (busy.load() > 0 ? kVetLook : kLook));
+    const MonoTime slice =
+        std::min(deadline, MonoNow() + (busy.load() > 0 ? kVetLook : kLook));
     auto c = net::Accept(listener_.get(), slice);
     if (!c.ok()) {
       if (CodeOf(c.status()) == ErrorCode::kTimeout && slice < deadline) {
@@ -138,7 +139,7 @@ absl::Status TcpProtocol::AcceptHigher(const std::set<int>& higher) {
     busy.fetch_add(1);
     Vetting* vp = v.get();
     v->thread = std::thread([this, vp, &higher, &busy, fd = std::move(*c)]() mutable {
-      const absl::Time until = std::min(Deadline(), absl::Now() + kVetTime);
+      const MonoTime until = std::min(Deadline(), MonoNow() + kVetTime);
       int r = -1;
       bool ok = Authenticate(fd.get(), /*as_server=*/true) == HCOMM_SUCCESS;
       if (ok) {
@@ -181,8 +182,8 @@ absl::StatusOr<net::Fd> TcpProtocol::Dial(int peer) {
   }
   absl::StatusOr<net::Fd> fd;
   for (;;) {
-    const absl::Time deadline = Deadline();
-    const absl::Time slice = std::min(deadline, absl::Now() + kLook);
+    const MonoTime deadline = Deadline();
+    const MonoTime slice = std::min(deadline, MonoNow() + kLook);
     fd = net::ConnectWithRetry(at->second, slice);
     if (fd.ok() || slice >= deadline) break;
     if (absl::Status go_on = Check(); !go_on.ok()) return go_on;
@@ -224,10 +225,10 @@ hcomm_status_t TcpProtocol::Connect(const std::vector<int>& peers) {
     // A rank whose own init failed drops its connections a moment before
     // it says why in the store: a reset met here is most often that. Give
     // it that moment, and report its reason rather than the reset.
-    const absl::Time grace = std::min(Deadline(), absl::Now() + absl::Seconds(1));
+    const MonoTime grace = std::min(Deadline(), MonoNow() + absl::Seconds(1));
     for (;;) {
       if (!Check().ok()) return stopped_.load();
-      if (absl::Now() >= grace || Interrupted()) break;
+      if (MonoNow() >= grace || Interrupted()) break;
       absl::SleepFor(absl::Milliseconds(50));
     }
     return Fail(dialed);

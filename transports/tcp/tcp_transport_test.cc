@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "core/base/clock.h"
 #include "core/base/net.h"
 #include "core/base/priority.h"
 #include "core/base/status.h"
@@ -100,7 +101,7 @@ std::pair<net::Fd, net::Fd> TcpPair() {
   int port = 0;
   auto l = net::Listen("127.0.0.1", 0, &port);
   EXPECT_TRUE(l.ok()) << l.status();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  const MonoTime deadline = MonoNow() + absl::Seconds(10);
   auto a = net::Connect(net::HostPort{"127.0.0.1", port}, deadline);
   EXPECT_TRUE(a.ok()) << a.status();
   auto b = net::Accept(l->get(), deadline);
@@ -163,9 +164,9 @@ TEST(TcpTransportTest, TakeWholeLeavesTheNextFrameInTheSocket) {
   // Loopback delivers within send(2); a frame still on its way would
   // only make a look below return 0, so look until something is there.
   auto take_one = [&] {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    const MonoTime deadline = MonoNow() + absl::Seconds(10);
     int r;
-    while ((r = TakeWholeWith(s.hub, 1, 8, take)) == 0 && absl::Now() < deadline) {
+    while ((r = TakeWholeWith(s.hub, 1, 8, take)) == 0 && MonoNow() < deadline) {
     }
     return r;
   };
@@ -175,8 +176,8 @@ TEST(TcpTransportTest, TakeWholeLeavesTheNextFrameInTheSocket) {
   EXPECT_EQ(second, got);
   EXPECT_TRUE(s.hub_sink.from().empty()) << "a frame behind the taken one went to the sink";
   EXPECT_EQ(-1, take_one());  // the long frame: refused, read on by Poll
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (s.hub_sink.from().empty() && absl::Now() < deadline) s.hub.Poll(absl::Milliseconds(10));
+  const MonoTime deadline = MonoNow() + absl::Seconds(10);
+  while (s.hub_sink.from().empty() && MonoNow() < deadline) s.hub.Poll(absl::Milliseconds(10));
   ASSERT_EQ(std::vector<int>{1}, s.hub_sink.from());
   EXPECT_EQ(long_one, s.hub_sink.payload(0));
   EXPECT_EQ(0, TakeWholeWith(s.hub, 1, 8, take));
@@ -216,8 +217,8 @@ TEST(TcpTransportTest, HigherPriorityPassesBetweenPieces) {
     PriorityScope scope(10);
     s.hub.Send(1, MetaStarting(3), urgent.data(), urgent.size(), count);
   }
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (s.leaf_sinks[0]->firsts().size() < 3 && absl::Now() < deadline) {
+  const MonoTime deadline = MonoNow() + absl::Seconds(30);
+  while (s.leaf_sinks[0]->firsts().size() < 3 && MonoNow() < deadline) {
     s.hub.Poll(absl::ZeroDuration());
     s.leaves[0]->Poll(absl::Milliseconds(1));
   }
@@ -294,8 +295,8 @@ TEST(TcpTransportTest, BadPiecesEndTheConnection) {
       frame.append(h.piece_len <= 4096 ? h.piece_len : 0, 'p');
       ASSERT_EQ(static_cast<ssize_t>(frame.size()), write(b.get(), frame.data(), frame.size()));
     }
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (sink.why_text().empty() && absl::Now() < deadline) t.Poll(absl::Milliseconds(10));
+    const MonoTime deadline = MonoNow() + absl::Seconds(10);
+    while (sink.why_text().empty() && MonoNow() < deadline) t.Poll(absl::Milliseconds(10));
     EXPECT_NE(std::string::npos, sink.why_text().find(c.says)) << sink.why_text();
     EXPECT_EQ(0, sink.frames);
   }
@@ -358,8 +359,8 @@ TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
     while (!stop.load()) s.leaves[0]->Poll(absl::Milliseconds(10));
   });
   int slept_through = 0;
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!sent.load() && absl::Now() < deadline) {
+  const MonoTime deadline = MonoNow() + absl::Seconds(30);
+  while (!sent.load() && MonoNow() < deadline) {
     if (s.hub.Poll(absl::Seconds(10)) == 0) ++slept_through;
   }
   stop = true;
@@ -368,8 +369,8 @@ TEST_P(TcpWaitTest, SleepingPollWakesForDataAndForRoom) {
   EXPECT_EQ(0, slept_through);
   // `sent` says the last bytes left the hub for its socket, not that the
   // peer read them: the drain may have stopped just before.
-  for (const absl::Time end = absl::Now() + absl::Seconds(10);
-       s.leaf_sinks[0]->from().empty() && absl::Now() < end;) {
+  for (const MonoTime end = MonoNow() + absl::Seconds(10);
+       s.leaf_sinks[0]->from().empty() && MonoNow() < end;) {
     s.leaves[0]->Poll(absl::Milliseconds(10));
   }
   ASSERT_EQ(std::vector<int>{0}, s.leaf_sinks[0]->from());
@@ -487,11 +488,11 @@ TEST(TcpTransportTest, CorruptHeadersFailThePeerAtOnce) {
     wire.append(reinterpret_cast<const char*>(&good), sizeof good);
     wire.append("abc");
     ASSERT_EQ(static_cast<ssize_t>(wire.size()), write(b.get(), wire.data(), wire.size()));
-    const absl::Time t0 = absl::Now();
-    while (sink.why_text().empty() && absl::Now() < t0 + absl::Seconds(5)) {
+    const MonoTime t0 = MonoNow();
+    while (sink.why_text().empty() && MonoNow() < t0 + absl::Seconds(5)) {
       t.Poll(absl::Milliseconds(10));
     }
-    EXPECT_LT(absl::Now() - t0, absl::Seconds(2)) << "the peer was not failed promptly";
+    EXPECT_LT(MonoNow() - t0, absl::Seconds(2)) << "the peer was not failed promptly";
     const std::string why = sink.why_text();
     EXPECT_NE(std::string::npos, why.find("rank 1 sent a malformed frame")) << why;
     EXPECT_NE(std::string::npos, why.find(c.says)) << why;
