@@ -14,7 +14,7 @@ PKGS=(
   chromium libzstd-dev python3-jsonschema
   libxxhash-dev
   libhwloc-dev slurmd slurmctld slurm-client munge
-  nftables
+  nftables faketime
 )
 
 missing=()
