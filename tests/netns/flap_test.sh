@@ -4,7 +4,7 @@
 # DOWN_S seconds and up for UP_S, again and again for FLAP_FOR seconds, two
 # ranks (one per host) run hcomm_bench allreduce jobs back to back with
 # timeout_ms 120000; every job must end well with every result right.
-# (Loss: tests/netns/loss_test.sh; no delay: this kernel has no netem.)
+# (Loss: tests/netns/loss_test.sh; delay: tests/netns/delay_test.sh.)
 #
 #   bazel test //tests/netns:flap_test                          # 2 s down, 3 s up, 12 s
 #   bazel test //tests/netns:flap_test --test_env=FLAP_FOR=300  # five minutes

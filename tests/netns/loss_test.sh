@@ -5,7 +5,8 @@
 # at random by the kernel, numgen), while two ranks (one per host) run
 # hcomm_bench allreduce jobs back to back for LOSS_FOR seconds with
 # timeout_ms 120000; every job must end well with every result right.
-# (Loss only: this kernel has no netem, so no added delay.)
+# (Loss only; added delay: tests/netns/delay_test.sh, through a userspace
+# wire, as this kernel has no netem.)
 #
 #   bazel test //tests/netns:loss_test                                   # 3%, 12 s
 #   bazel test //tests/netns:loss_test --test_env=LOSS_FOR=300           # five minutes

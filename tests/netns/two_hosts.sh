@@ -9,7 +9,8 @@
 #
 # Sets id, hosts=(a b), subnet, port (a random base the caller offsets per
 # run), work (a temporary folder) and made (the namespaces created), and
-# defines run_jobs_for (below). On
+# defines setup_network, setup_namespaces_only (the namespaces without the
+# veth) and run_jobs_for (below). On
 # exit, pass or fail, every process still running in the background or
 # inside the namespaces is killed and the namespaces (with the veth) and
 # the work folder are removed. Prints "SKIP: ..." and exits 0 at once when
@@ -47,14 +48,25 @@ if ! err="$(ip netns add "$(ns_of a)" 2>&1)"; then
 fi
 made+=("$(ns_of a)")
 
-setup_network() {
-  local h ns i=1
+# setup_namespaces_only: host b's namespace beside a's, loopback up in
+# both, and no link between them: for a caller that joins them its own way
+# (tests/netns/delay_test.sh, through tests/netns/delay_wire.cc), then
+# gives eth0 on each $subnet.1 and $subnet.2 as setup_network does.
+setup_namespaces_only() {
+  local h
   ip netns add "$(ns_of b)" || return 1
   made+=("$(ns_of b)")
+  for h in "${hosts[@]}"; do
+    ip -n "$(ns_of "$h")" link set lo up || return 1
+  done
+}
+
+setup_network() {
+  local h ns i=1
+  setup_namespaces_only || return 1
   ip -n "$(ns_of a)" link add eth0 type veth peer name eth0 netns "$(ns_of b)" || return 1
   for h in "${hosts[@]}"; do
     ns="$(ns_of "$h")"
-    ip -n "$ns" link set lo up || return 1
     ip -n "$ns" addr add "$subnet.$i/24" dev eth0 || return 1
     ip -n "$ns" link set eth0 up || return 1
     i=$((i + 1))
