@@ -6,6 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -366,7 +370,20 @@ absl::Status Channel::Lock(MonoTime deadline, absl::string_view op) {
     // would be the wall clock's).
     const MonoTime lock_deadline = std::max(deadline, MonoNow() + kLockGrace);
     const timespec ts = absl::ToTimespec(lock_deadline.SinceOrigin());
+#if defined(__SANITIZE_THREAD__)
+    // ThreadSanitizer's runtime (GCC 12) intercepts pthread_mutex_timedlock
+    // but not pthread_mutex_clocklock: it is told of this acquisition (the
+    // unlock it intercepts).
+    __tsan_mutex_pre_lock(&header_->mu, __tsan_mutex_try_lock);
+#endif
     rc = pthread_mutex_clocklock(&header_->mu, CLOCK_MONOTONIC, &ts);
+#if defined(__SANITIZE_THREAD__)
+    __tsan_mutex_post_lock(&header_->mu,
+                           rc == 0 || rc == EOWNERDEAD
+                               ? __tsan_mutex_try_lock
+                               : __tsan_mutex_try_lock | __tsan_mutex_try_lock_failed,
+                           0);
+#endif
   }
   switch (rc) {
     case 0: return absl::OkStatus();
