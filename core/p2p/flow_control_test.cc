@@ -35,6 +35,17 @@ using testing::WaitFor;
 
 constexpr absl::Duration kStep = absl::Seconds(10);  // bound on every wait here
 
+// How much a rank may grow while it holds its window (1 MiB) of unreceived
+// messages; the bursts here are 32 MiB and more, which would land whole
+// without flow control. ThreadSanitizer adds shadow memory for the bytes
+// a program touches and holds freed blocks back, so its builds get more
+// room (a whole burst and its shadow would still pass it by far).
+#if defined(__SANITIZE_THREAD__)
+constexpr int64_t kMostGrowth = 32 << 20;
+#else
+constexpr int64_t kMostGrowth = 12 << 20;
+#endif
+
 // This process's resident memory, bytes.
 int64_t ResidentBytes() {
   FILE* f = fopen("/proc/self/statm", "r");
@@ -111,8 +122,9 @@ TEST_P(FlowControlTest, BurstIsHeldWithinTheWindowAndDeliveredInOrder) {
       const int64_t held = c->HeldFromForTesting(1);
       EXPECT_LE(held, kWindow);
       EXPECT_GT(held, kWindow / 2) << "the window was not used";
-      EXPECT_LT(ResidentBytes() - before, 12 << 20)
-          << "rank 0 grew by more than 12 MiB holding unreceived messages";
+      EXPECT_LT(ResidentBytes() - before, kMostGrowth)
+          << "rank 0 grew by more than " << (kMostGrowth >> 20)
+          << " MiB holding unreceived messages";
       std::vector<char> buf(kMsg);
       for (int i = 0; i < kCount; ++i) {
         ASSERT_OK(c->Recv(0, buf.data(), kMsg, 1, 1, kTag, kStep));
@@ -165,7 +177,7 @@ TEST_P(FlowControlTest, FloodOfRawEagerFramesFailsTheSenderNotTheReceiver) {
                   absl::StrContains(health.message(), "unexpected_bytes"))
           << health;
       EXPECT_LE(c->HeldFromForTesting(1), kWindow);
-      EXPECT_LT(ResidentBytes() - before, 12 << 20);
+      EXPECT_LT(ResidentBytes() - before, kMostGrowth);
       // Still usable with the others.
       int v = 0;
       ASSERT_OK(c->Recv(0, &v, sizeof v, 4, /*peer=*/2, /*tag=*/9, kStep));
