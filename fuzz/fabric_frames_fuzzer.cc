@@ -100,7 +100,9 @@ int FreePort() {
 }
 
 bool WriteAll(int fd, absl::string_view bytes) {
-  return hcomm::net::WriteFull(fd, bytes.data(), bytes.size(), MonoNow() + absl::Seconds(5)).ok();
+  return hcomm::net::WriteFull(fd, bytes.data(), bytes.size(),
+                               hcomm::MonoNow() + absl::Seconds(5))
+      .ok();
 }
 
 // The harness's rank 1: a connection to rank 0 that has passed the
@@ -136,7 +138,7 @@ struct FakePeer {
 // setup.cc) and the tcp transport's setup (transports/tcp/tcp_protocol.cc)
 // do: a claim, a card with a tcp card, and a dial of the lower rank.
 void Join(FakePeer* peer, int store_port) {
-  const MonoTime deadline = MonoNow() + kSetup;
+  const hcomm::MonoTime deadline = hcomm::MonoNow() + kSetup;
   auto store =
       hcomm::StoreClient::Connect(hcomm::net::HostPort{"127.0.0.1", store_port}, "", deadline);
   Check(store.ok(), "store connect", store.status().ToString());
@@ -273,7 +275,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // rank 1 said goodbye first (rank 0 itself could still send to it);
   // Destroy must then end it.
   ::shutdown(peer.fd.get(), SHUT_RDWR);
-  const MonoTime deadline = MonoNow() + kEnd;
+  const hcomm::MonoTime deadline = hcomm::MonoNow() + kEnd;
   for (auto& r : reqs) {
     if (r->kind == hcomm::Request::Kind::kRecv && r->peer == hcomm::kAnySource) continue;
     absl::Status s = f.Wait(r.get(), deadline);
@@ -281,9 +283,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           s.ToString());
     Check(Allowed(hcomm::CodeOf(s)), "unexpected status", s.ToString());
   }
-  const MonoTime start = MonoNow();
+  const hcomm::MonoTime start = hcomm::MonoNow();
   f.Destroy().IgnoreError();
-  Check(MonoNow() - start < kEnd, "Destroy took too long");
+  Check(hcomm::MonoNow() - start < kEnd, "Destroy took too long");
   for (auto& r : reqs) {
     Check(r->done.load(), "a request still pending after Destroy");
     Check(Allowed(hcomm::CodeOf(r->status)), "unexpected status", r->status.ToString());

@@ -116,22 +116,22 @@ void RawServer(absl::string_view token, absl::string_view bytes) {
   Pair p;
   WriteAll(p.fd[1], bytes.substr(0, 64 * 1024));
   ::shutdown(p.fd[1], SHUT_WR);
-  const MonoTime start = MonoNow();
+  const hcomm::MonoTime start = hcomm::MonoNow();
   absl::Status s = hcomm::HandshakeAsServer(p.fd[0], token, start + kDeadline);
   Check(!s.ok(), "server accepted raw bytes");
   CheckCode(s, "server vs raw bytes");
-  Check(MonoNow() - start < kPrompt, "server took too long", s.ToString());
+  Check(hcomm::MonoNow() - start < kPrompt, "server took too long", s.ToString());
 }
 
 void RawClient(absl::string_view token, absl::string_view bytes) {
   Pair p;
   WriteAll(p.fd[1], bytes.substr(0, 64 * 1024));
   ::shutdown(p.fd[1], SHUT_WR);
-  const MonoTime start = MonoNow();
+  const hcomm::MonoTime start = hcomm::MonoNow();
   absl::Status s = hcomm::HandshakeAsClient(p.fd[0], token, start + kDeadline);
   Check(!s.ok(), "client accepted raw bytes");
   CheckCode(s, "client vs raw bytes");
-  Check(MonoNow() - start < kPrompt, "client took too long", s.ToString());
+  Check(hcomm::MonoNow() - start < kPrompt, "client took too long", s.ToString());
 }
 
 // Mode 1. Input after the mode byte: token length (1 byte), token, then
@@ -146,11 +146,13 @@ void MutatedClient(absl::string_view in) {
   Pair p;
   absl::Status server_status;
   std::thread server(
-      [&] { server_status = hcomm::HandshakeAsServer(p.fd[0], token, MonoNow() + kDeadline); });
+      [&] {
+        server_status = hcomm::HandshakeAsServer(p.fd[0], token, hcomm::MonoNow() + kDeadline);
+      });
 
   // Read the Hello the way an honest client does.
   absl::StatusOr<std::string> hello_frame =
-      hcomm::net::ReadFrame(p.fd[1], kMaxFrame, MonoNow() + kDeadline);
+      hcomm::net::ReadFrame(p.fd[1], kMaxFrame, hcomm::MonoNow() + kDeadline);
   Check(hello_frame.ok(), "no hello from the server", hello_frame.status().ToString());
   hcomm::store::Hello hello;
   Check(hello.ParseFromString(*hello_frame) && hello.server_nonce().size() == 32, "bad hello");

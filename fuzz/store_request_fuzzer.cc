@@ -105,7 +105,7 @@ std::string RunClient(int fd, absl::string_view input, hcomm::StoreServer* serve
     if (r == 0) {
       // Quiet: if the server is parked in GET/WAIT, nothing this client
       // sends can help (requests are served in order).
-      if (server->AwaitWaiters(1, MonoNow()).ok()) hcomm::StoreServerFuzzPeer::Stop(server);
+      if (server->AwaitWaiters(1, hcomm::MonoNow()).ok()) hcomm::StoreServerFuzzPeer::Stop(server);
       continue;
     }
     if (r < 0) {

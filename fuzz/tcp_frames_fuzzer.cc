@@ -315,7 +315,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   int port = 0;
   int lfd = Listener(&port);
-  const MonoTime deadline = MonoNow() + absl::Seconds(5);
+  const hcomm::MonoTime deadline = hcomm::MonoNow() + absl::Seconds(5);
   auto client = hcomm::net::Connect(hcomm::net::HostPort{"127.0.0.1", port}, deadline);
   Check(client.ok(), "connect to the loopback listener");
   auto accepted = hcomm::net::Accept(lfd, deadline);
@@ -342,12 +342,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       while (transport.Poll(absl::ZeroDuration()) > 0) {
       }
-      Check(MonoNow() < deadline, "writing the stream took too long");
+      Check(hcomm::MonoNow() < deadline, "writing the stream took too long");
     }
     ::shutdown(client->get(), SHUT_WR);
     while (!sink.lost()) {
       transport.Poll(absl::Milliseconds(10));
-      Check(MonoNow() < deadline, "the transport never reported the closed connection");
+      Check(hcomm::MonoNow() < deadline, "the transport never reported the closed connection");
     }
   }
 

@@ -77,7 +77,7 @@ p2p_sources() {
 }
 
 # Library sources per target (paths relative to the repository root).
-COMMON=(core/base/status.cc core/base/forks.cc core/base/interrupt.cc core/base/net.cc)
+COMMON=(core/base/status.cc core/base/forks.cc core/base/clock.cc core/base/interrupt.cc core/base/net.cc)
 sources_of() {
   case "$1" in
     store_request) echo "${COMMON[*]} core/bootstrap/store_server.cc core/bootstrap/handshake.cc @pb fuzz/store_request_fuzzer.cc" ;;
