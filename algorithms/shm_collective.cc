@@ -1,6 +1,7 @@
 #include "algorithms/shm_collective.h"
 
 #include "algorithms/shm_collective_layout.h"
+#include "core/base/clock.h"
 #include "core/base/priority.h"
 
 namespace hcomm {
@@ -186,8 +187,7 @@ void ShmCollective::Publish(int which, uint64_t gen) {
   LightFence(light_fences());
   if (hdr_->sleepers.load(std::memory_order_relaxed) > 0) {
     hdr_->bell.fetch_add(1, std::memory_order_release);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
+    FutexWake(&hdr_->bell, INT_MAX, /*shared=*/true);
   }
 }
 
@@ -266,10 +266,7 @@ absl::Status ShmCollective::WaitCounters(int which, uint64_t gen, uint64_t seq,
     const uint32_t bell = hdr_->bell.load(std::memory_order_acquire);
     HeavyFence(light_fences());
     if (!all_there()) {
-      const struct timespec ts = {static_cast<time_t>(nap_ns_ / 1'000'000'000),
-                                  static_cast<long>(nap_ns_ % 1'000'000'000)};
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr_->bell), FUTEX_WAIT, bell, &ts, nullptr,
-              0);
+      FutexWaitUntil(&hdr_->bell, bell, MonoNow() + absl::Nanoseconds(nap_ns_), /*shared=*/true);
     }
     hdr_->sleepers.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -35,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/clock.h"
 #include "core/base/fence.h"
 #include "algorithms/kernels/shared_copy.h"
 #include "core/base/shm_file.h"
@@ -261,15 +261,7 @@ inline void WakeOwner(SegHeader* h) {
   FullFence();
   if (h->sleepers.load(std::memory_order_relaxed) == 0) return;
   h->doorbell.fetch_add(1, std::memory_order_release);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, INT_MAX, nullptr,
-          nullptr, 0);
-}
-
-inline void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
-  struct timespec ts;
-  ts.tv_sec = ns / 1'000'000'000;
-  ts.tv_nsec = ns % 1'000'000'000;
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  FutexWake(&h->doorbell, INT_MAX, /*shared=*/true);
 }
 
 // The process (pid) that last lowered its ptrace protection: a forked

@@ -332,7 +332,9 @@ int ShmTransport::SleepUntilReady(int64_t deadline) {
     h->sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t v = h->doorbell.load(std::memory_order_acquire);
     FullFence();
-    if (!AnythingReady()) FutexWait(&h->doorbell, v, slice);
+    if (!AnythingReady()) {
+      FutexWaitUntil(&h->doorbell, v, MonoNow() + absl::Nanoseconds(slice), /*shared=*/true);
+    }
     h->sleepers.fetch_sub(1, std::memory_order_relaxed);
     events = PollOnce();
     if (events > 0) return events;
